@@ -1,0 +1,21 @@
+# SPECNATIVE_CUDA=ON turns on ggml's CUDA backend when the toolkit can build it; a machine with
+# nvcc but without cuBLAS (or without nvcc) falls back to a CPU-only build instead of failing.
+set(SPECNATIVE_BACKEND "CPU")
+if(SPECNATIVE_CUDA)
+  find_package(CUDAToolkit QUIET)
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CUDAToolkit_FOUND AND CMAKE_CUDA_COMPILER AND TARGET CUDA::cublas)
+    set(GGML_CUDA ON CACHE BOOL "" FORCE)
+    set(SPECNATIVE_BACKEND "CUDA")
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES native)
+    endif()
+    string(APPEND SPECNATIVE_BUILD_FLAGS "GGML_CUDA=ON CMAKE_CUDA_ARCHITECTURES=${CMAKE_CUDA_ARCHITECTURES} ")
+    message(STATUS "specnative: CUDA backend on (architectures ${CMAKE_CUDA_ARCHITECTURES})")
+  else()
+    set(GGML_CUDA OFF CACHE BOOL "" FORCE)
+    message(WARNING "specnative: SPECNATIVE_CUDA=ON but the CUDA toolkit with cuBLAS was not "
+                    "found; building CPU-only")
+  endif()
+endif()

@@ -1,0 +1,218 @@
+// pybind11 module specnative._core: the engine, its exact counts as numpy arrays, and the small
+// kernels tests need to check statistically (RNG, rejection step) or that sweeps need (quantize).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cmath>
+
+#include "engine.h"
+#include "model_io.h"
+#include "sampling.h"
+
+namespace py = pybind11;
+using namespace specnative;
+
+namespace {
+
+template <typename T>
+py::array_t<T> to_numpy(const std::vector<T>& v) {
+    py::array_t<T> a(v.size());
+    std::copy(v.begin(), v.end(), a.mutable_data());
+    return a;
+}
+
+py::dict counts_dict(const SeqCounts& c) {
+    py::dict d;
+    d["drafted"] = c.drafted;
+    d["accepted"] = c.accepted;
+    d["rounds"] = c.rounds;
+    d["emitted"] = c.emitted;
+    d["drafted_at"] = to_numpy(c.drafted_at);
+    d["accepted_at"] = to_numpy(c.accepted_at);
+    d["accept_len_hist"] = to_numpy(c.accept_len_hist);
+    return d;
+}
+
+py::dict times_dict(const StepTimes& t) {
+    py::dict d;
+    d["prefill_target"] = t.prefill_target;
+    d["prefill_draft"] = t.prefill_draft;
+    d["draft"] = t.draft;
+    d["verify"] = t.verify;
+    d["resample"] = t.resample;
+    d["decode"] = t.decode;
+    d["total"] = t.total;
+    return d;
+}
+
+py::dict info_dict(const ModelInfo& i) {
+    py::dict d;
+    d["path"] = i.path;
+    d["description"] = i.description;
+    d["ftype"] = i.ftype;
+    d["n_params"] = i.n_params;
+    d["size_bytes"] = i.size_bytes;
+    d["n_vocab"] = i.n_vocab;
+    d["n_layer"] = i.n_layer;
+    d["n_ctx_train"] = i.n_ctx_train;
+    return d;
+}
+
+AcceptRule parse_rule(const std::string& name) {
+    if (name == "greedy") return AcceptRule::greedy;
+    if (name == "match") return AcceptRule::match;
+    if (name == "rejection") return AcceptRule::rejection;
+    throw std::invalid_argument("accept_rule must be 'greedy', 'match' or 'rejection', not '" + name + "'");
+}
+
+// Polled by the engine between steps with the GIL released: runs Python's signal handlers so
+// Ctrl-C stops a long generate(). The KeyboardInterrupt itself is re-raised by the translator.
+bool python_interrupt_pending() {
+    py::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) {
+        PyErr_Clear();
+        return true;
+    }
+    return false;
+}
+
+GenerateResult generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
+                        float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
+                        bool stop_at_eog) {
+    GenerateParams p;
+    p.n_predict = n_predict;
+    p.temperature = temperature;
+    p.seed = seed;
+    p.spec = spec;
+    p.k = k;
+    p.rule = parse_rule(rule);
+    p.stop_at_eog = stop_at_eog;
+    py::gil_scoped_release release;
+    return engine.generate(prompts, p, python_interrupt_pending);
+}
+
+// Draws n times: x ~ q, then the engine's rejection step; returns how often each token came out
+// and how many draws were accepted. Lets tests check that the output is distributed as p.
+py::tuple rejection_histogram(py::array_t<float, py::array::c_style | py::array::forcecast> p,
+                              py::array_t<float, py::array::c_style | py::array::forcecast> q,
+                              int64_t n_draws, uint64_t seed) {
+    if (p.ndim() != 1 || q.ndim() != 1 || p.size() != q.size() || p.size() == 0) {
+        throw std::invalid_argument("p and q must be 1-D arrays of the same non-zero length");
+    }
+    const int32_t n = static_cast<int32_t>(p.size());
+    std::vector<int64_t> hist(n, 0);
+    int64_t accepted = 0;
+    {
+        py::gil_scoped_release release;
+        std::vector<float> scratch;
+        const float* pp = p.data();
+        const float* qq = q.data();
+        for (int64_t i = 0; i < n_draws; ++i) {
+            const int32_t x = sample_from_weights(qq, n, keyed_uniform(seed, i, 0, Stream::draft));
+            const RejectionOutcome o = rejection_step(pp, qq, n, x, keyed_uniform(seed, i, 0, Stream::accept),
+                                                      keyed_uniform(seed, i, 0, Stream::residual), scratch);
+            hist[o.token] += 1;
+            accepted += o.accepted;
+        }
+    }
+    return py::make_tuple(to_numpy(hist), accepted);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "specnative native core: llama.cpp-based speculative decoding measurement engine";
+
+    py::register_exception_translator([](std::exception_ptr e) {
+        try {
+            if (e) std::rethrow_exception(e);
+        } catch (const Interrupted&) {
+            PyErr_SetNone(PyExc_KeyboardInterrupt);
+        }
+    });
+
+    py::class_<GenerateResult>(m, "GenerateResult")
+        .def_property_readonly("tokens", [](const GenerateResult& r) {
+            py::list out;
+            for (const auto& t : r.tokens) out.append(to_numpy(t));
+            return out;
+        })
+        .def_property_readonly("margins", [](const GenerateResult& r) {
+            py::list out;
+            for (const auto& t : r.margins) out.append(to_numpy(t));
+            return out;
+        })
+        .def_property_readonly("counts", [](const GenerateResult& r) {
+            py::list out;
+            for (const auto& c : r.counts) out.append(counts_dict(c));
+            return out;
+        })
+        .def_property_readonly("totals", [](const GenerateResult& r) { return counts_dict(r.totals()); })
+        .def_property_readonly("times", [](const GenerateResult& r) { return times_dict(r.times); })
+        .def_readonly("speculative", &GenerateResult::speculative)
+        .def_readonly("steps", &GenerateResult::steps)
+        .def_readonly("decode_tokens", &GenerateResult::decode_tokens)
+        .def_property_readonly("draft_accept_rate", &GenerateResult::draft_accept_rate)
+        .def_property_readonly("mean_accept_len", &GenerateResult::mean_accept_len)
+        .def_property_readonly("round_ms", &GenerateResult::round_ms)
+        .def_property_readonly("step_ms", &GenerateResult::step_ms)
+        .def_property_readonly("tps", &GenerateResult::tps);
+
+    py::class_<Engine>(m, "Engine")
+        .def(py::init([](const std::string& target, const std::string& draft, int n_ctx, int n_batch,
+                         int n_threads, int n_gpu_layers, int n_seq_max, int flash_attn, bool kv_unified) {
+                 EngineParams p;
+                 p.n_ctx = n_ctx;
+                 p.n_batch = n_batch;
+                 p.n_threads = n_threads;
+                 p.n_gpu_layers = n_gpu_layers;
+                 p.n_seq_max = n_seq_max;
+                 p.flash_attn = flash_attn;
+                 p.kv_unified = kv_unified;
+                 py::gil_scoped_release release;
+                 return new Engine(target, draft, p);
+             }),
+             py::arg("target"), py::arg("draft"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"),
+             py::arg("n_gpu_layers"), py::arg("n_seq_max"), py::arg("flash_attn"), py::arg("kv_unified"))
+        .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
+             py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"))
+        .def("prompt_logits", [](Engine& e, const std::vector<int32_t>& tokens) {
+            std::vector<float> logits;
+            {
+                py::gil_scoped_release release;
+                logits = e.prompt_logits(tokens);
+            }
+            return to_numpy(logits);
+        })
+        .def("pending_logits", [](Engine& e, int seq) { return to_numpy(e.pending_logits(seq)); })
+        .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"))
+        .def("detokenize", &Engine::detokenize)
+        .def_property_readonly("has_draft", &Engine::has_draft)
+        .def_property_readonly("n_ctx", &Engine::n_ctx)
+        .def_property_readonly("n_ctx_seq", &Engine::n_ctx_seq)
+        .def_property_readonly("target_info", [](const Engine& e) { return info_dict(e.target_info()); })
+        .def_property_readonly("draft_info", [](const Engine& e) { return info_dict(e.draft_info()); })
+        .def("close", &Engine::close);
+
+    m.def("quantize", [](const std::string& src, const std::string& dst, const std::string& type, int n_threads) {
+        py::gil_scoped_release release;
+        quantize_model(src, dst, type, n_threads);
+    }, py::arg("src"), py::arg("dst"), py::arg("type"), py::arg("n_threads") = 0,
+          "Quantize a GGUF model with llama.cpp (allow_requantize), e.g. type='Q8_0'.");
+    m.def("keyed_uniform", [](uint64_t seed, uint64_t seq, uint64_t pos, uint32_t stream) {
+        return keyed_uniform(seed, seq, pos, static_cast<Stream>(stream));
+    }, py::arg("seed"), py::arg("seq"), py::arg("pos"), py::arg("stream") = 0);
+    m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
+          py::arg("seed"));
+    m.def("build_info", [] {
+        ensure_backend();
+        py::dict d;
+        d["llama_commit"] = SPECNATIVE_LLAMA_COMMIT;
+        d["build_flags"] = SPECNATIVE_BUILD_FLAGS;
+        d["backend"] = SPECNATIVE_BACKEND;
+        d["system_info"] = std::string(llama_print_system_info());
+        d["gpu_offload"] = llama_supports_gpu_offload();
+        return d;
+    });
+}

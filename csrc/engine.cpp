@@ -1,0 +1,641 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "phase_clock.h"
+#include "sampling.h"
+#include "vocab_check.h"
+
+namespace specnative {
+
+// ---------------------------------------------------------------------------------------------
+// One llama_context with its reusable batch.
+// ---------------------------------------------------------------------------------------------
+struct Engine::Context {
+    llama_context* ctx = nullptr;
+    llama_batch batch{};
+    int n_batch = 0;
+    int n_vocab = 0;
+    const llama_vocab* vocab = nullptr;
+
+    Context(llama_model* model, const EngineParams& p) {
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = p.n_ctx;
+        cp.n_batch = p.n_batch;
+        cp.n_ubatch = p.n_batch;
+        cp.n_seq_max = p.n_seq_max;
+        cp.n_threads = p.n_threads;
+        cp.n_threads_batch = p.n_threads;
+        cp.flash_attn_type = static_cast<llama_flash_attn_type>(p.flash_attn);
+        cp.kv_unified = p.kv_unified;
+        cp.swa_full = true;  // sliding-window caches must keep rolled-back positions recoverable
+        cp.no_perf = true;
+        last_llama_errors();
+        ctx = llama_init_from_model(model, cp);
+        if (ctx == nullptr) {
+            throw std::runtime_error("llama.cpp could not create a context (n_ctx=" +
+                                     std::to_string(p.n_ctx) + "): " + last_llama_errors());
+        }
+        n_batch = p.n_batch;
+        batch = llama_batch_init(n_batch, 0, 1);
+        vocab = llama_model_get_vocab(model);
+        n_vocab = llama_vocab_n_tokens(vocab);
+    }
+    ~Context() {
+        llama_batch_free(batch);
+        llama_free(ctx);
+    }
+
+    void clear_batch() { batch.n_tokens = 0; }
+    bool batch_full() const { return batch.n_tokens >= n_batch; }
+
+    // Appends a token; returns its index in the batch (the logits row when `logits`).
+    int add(int32_t token, int32_t pos, int seq, bool logits) {
+        const int i = batch.n_tokens++;
+        batch.token[i] = token;
+        batch.pos[i] = pos;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = seq;
+        batch.logits[i] = logits;
+        return i;
+    }
+
+    // Decodes the batch and waits for the device, so that the caller's timer stops after the work.
+    void decode(const char* what) {
+        const int rc = llama_decode(ctx, batch);
+        if (rc != 0) {
+            throw std::runtime_error(std::string("llama_decode failed during ") + what +
+                                     " (code " + std::to_string(rc) +
+                                     (rc == 1 ? ": no KV slot, the context is too small" : "") +
+                                     "): " + last_llama_errors());
+        }
+        llama_synchronize(ctx);
+    }
+
+    const float* logits(int i) { return llama_get_logits_ith(ctx, i); }
+    llama_memory_t memory() { return llama_get_memory(ctx); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Per-sequence decoding state.
+// ---------------------------------------------------------------------------------------------
+struct Engine::Sequence {
+    int id = 0;                        // llama seq id, and the RNG's sequence key
+    std::vector<int32_t> prompt;
+    int shared_prefix = 0;             // leading prompt tokens whose KV cells sequence 0 holds
+    int32_t n_past_target = 0;         // tokens in the target KV cache
+    int32_t n_past_draft = 0;          // tokens in the draft KV cache
+    std::vector<int32_t> draft_todo;   // emitted tokens the draft has not consumed (ends in pending)
+    std::vector<int32_t> out;          // generated tokens; out.back() is pending (not in target KV)
+    std::vector<float> margins;
+    bool done = false;
+    SeqCounts counts;
+
+    int32_t pending() const { return out.back(); }
+    int64_t next_index() const { return static_cast<int64_t>(out.size()); }
+};
+
+namespace {
+
+int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
+    if (prompts.size() < 2) return 0;
+    size_t n = prompts[0].size() - 1;  // every sequence feeds its own last prompt token
+    for (const auto& p : prompts) {
+        n = std::min(n, p.size() - 1);
+        size_t i = 0;
+        while (i < n && p[i] == prompts[0][i]) ++i;
+        n = i;
+    }
+    return static_cast<int>(n);
+}
+
+// Samples token number `index` of sequence `seq` from target logits: greedy at temperature 0,
+// else inverse CDF with the position-keyed uniform (the same draw in baseline and `match`).
+int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, int seq,
+                      int64_t index, float* margin, std::vector<float>& probs) {
+    const ArgmaxResult best = argmax_with_margin(logits, n_vocab);
+    *margin = best.margin;
+    if (p.temperature <= 0.0f) return best.token;
+    softmax(logits, n_vocab, p.temperature, probs);
+    return sample_from_weights(probs.data(), n_vocab, keyed_uniform(p.seed, seq, index, Stream::target));
+}
+
+bool finished(const std::vector<int32_t>& out, const GenerateParams& p, const llama_vocab* vocab) {
+    return static_cast<int>(out.size()) >= p.n_predict ||
+           (p.stop_at_eog && llama_vocab_is_eog(vocab, out.back()));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Construction and small queries
+// ---------------------------------------------------------------------------------------------
+Engine::Engine(const std::string& target_path, const std::string& draft_path, const EngineParams& params)
+    : params_(params), target_path_(target_path), draft_path_(draft_path) {
+    if (params.n_ctx < 16) throw std::invalid_argument("n_ctx must be at least 16");
+    if (params.n_batch < 1) throw std::invalid_argument("n_batch must be at least 1");
+    if (params.n_threads < 1) throw std::invalid_argument("n_threads must be at least 1");
+    const int max_seq = static_cast<int>(llama_max_parallel_sequences());
+    if (params.n_seq_max < 1 || params.n_seq_max > max_seq) {
+        throw std::invalid_argument("n_seq_max must be in [1, " + std::to_string(max_seq) + "]");
+    }
+    if (params.flash_attn < -1 || params.flash_attn > 1) {
+        throw std::invalid_argument("flash_attn must be -1 (auto), 0 (off) or 1 (on)");
+    }
+    try {
+        target_model_ = load_model(target_path, params.n_gpu_layers);
+        if (!draft_path.empty()) {
+            draft_model_ = load_model(draft_path, params.n_gpu_layers);
+            const std::string why = vocab_incompatibility(target_model_, draft_model_);
+            if (!why.empty()) {
+                throw std::invalid_argument("draft " + draft_path + " cannot speculate for target " +
+                                            target_path + ": " + why);
+            }
+        }
+        target_ = new Context(target_model_, params);
+        if (draft_model_ != nullptr) draft_ = new Context(draft_model_, params);
+    } catch (...) {
+        close();
+        throw;
+    }
+}
+
+Engine::~Engine() { close(); }
+
+void Engine::close() {
+    delete draft_;
+    draft_ = nullptr;
+    delete target_;
+    target_ = nullptr;
+    if (draft_model_ != nullptr) llama_model_free(draft_model_);
+    draft_model_ = nullptr;
+    if (target_model_ != nullptr) llama_model_free(target_model_);
+    target_model_ = nullptr;
+}
+
+int Engine::n_ctx() const { return static_cast<int>(llama_n_ctx(target_->ctx)); }
+int Engine::n_ctx_seq() const { return static_cast<int>(llama_n_ctx_seq(target_->ctx)); }
+ModelInfo Engine::target_info() const { return describe_model(target_model_, target_path_); }
+ModelInfo Engine::draft_info() const {
+    if (draft_model_ == nullptr) throw std::invalid_argument("no draft model loaded");
+    return describe_model(draft_model_, draft_path_);
+}
+
+std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special) const {
+    const int n_max = static_cast<int>(text.size()) + 8;
+    std::vector<int32_t> tokens(n_max);
+    const int n = llama_tokenize(target_->vocab, text.data(), static_cast<int32_t>(text.size()),
+                                 tokens.data(), n_max, add_special, /*parse_special=*/false);
+    if (n < 0) throw std::runtime_error("tokenization failed");
+    tokens.resize(n);
+    return tokens;
+}
+
+std::string Engine::detokenize(const std::vector<int32_t>& tokens) const {
+    std::string text(tokens.size() * 16 + 16, '\0');
+    int n = llama_detokenize(target_->vocab, tokens.data(), static_cast<int32_t>(tokens.size()),
+                             text.data(), static_cast<int32_t>(text.size()), true, false);
+    if (n < 0) {
+        text.resize(-n);
+        n = llama_detokenize(target_->vocab, tokens.data(), static_cast<int32_t>(tokens.size()),
+                             text.data(), static_cast<int32_t>(text.size()), true, false);
+    }
+    text.resize(std::max(n, 0));
+    return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation: everything llama.cpp would abort on is refused here with a clear message.
+// ---------------------------------------------------------------------------------------------
+void Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const {
+    if (target_ == nullptr) throw std::invalid_argument("the engine is closed");
+    const int n_seq = static_cast<int>(prompts.size());
+    if (n_seq == 0) throw std::invalid_argument("no prompts given");
+    if (n_seq > params_.n_seq_max) {
+        throw std::invalid_argument(std::to_string(n_seq) + " prompts but the engine was created with n_seq_max=" +
+                                    std::to_string(params_.n_seq_max));
+    }
+    if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
+    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+        throw std::invalid_argument("temperature must be a finite number >= 0");
+    }
+    int lookahead = 0;  // extra KV cells a speculative round holds before rollback
+    if (p.spec) {
+        if (draft_ == nullptr) throw std::invalid_argument("spec=True needs a draft model (Engine(target, draft))");
+        if (p.k < 1) throw std::invalid_argument("k must be at least 1");
+        if (static_cast<int64_t>(n_seq) * (p.k + 1) > params_.n_batch) {
+            throw std::invalid_argument("k=" + std::to_string(p.k) + " is too large: " + std::to_string(n_seq) +
+                                        " sequences x (k+1) verify tokens exceed n_batch=" +
+                                        std::to_string(params_.n_batch));
+        }
+        if (p.rule == AcceptRule::greedy && p.temperature > 0.0f) {
+            throw std::invalid_argument("accept_rule 'greedy' needs temperature 0; use 'match' or 'rejection'");
+        }
+        lookahead = p.k + 1;
+    }
+    const int shared = shared_prefix_length(prompts);
+    int64_t cells = shared;
+    const int n_ctx_seq = this->n_ctx_seq();
+    for (int s = 0; s < n_seq; ++s) {
+        const auto& prompt = prompts[s];
+        if (prompt.empty()) throw std::invalid_argument("prompt " + std::to_string(s) + " is empty");
+        for (int32_t t : prompt) {
+            if (t < 0 || t >= target_->n_vocab) {
+                throw std::invalid_argument("prompt " + std::to_string(s) + " has token id " + std::to_string(t) +
+                                            " outside the vocabulary [0, " + std::to_string(target_->n_vocab) + ")");
+            }
+        }
+        const int64_t need = static_cast<int64_t>(prompt.size()) + p.n_predict + lookahead;
+        if (need > n_ctx_seq) {
+            throw std::invalid_argument("prompt " + std::to_string(s) + " (" + std::to_string(prompt.size()) +
+                                        " tokens) + n_predict " + std::to_string(p.n_predict) +
+                                        (lookahead ? " + k+1" : "") + " = " + std::to_string(need) +
+                                        " tokens exceeds the per-sequence context of " +
+                                        std::to_string(n_ctx_seq));
+        }
+        cells += need - shared;
+    }
+    if (params_.kv_unified && cells > n_ctx()) {
+        throw std::invalid_argument("the sequences need " + std::to_string(cells) +
+                                    " KV cells together but n_ctx is " + std::to_string(n_ctx()));
+    }
+}
+
+void Engine::reset_memory() {
+    llama_memory_clear(target_->memory(), true);
+    if (draft_ != nullptr) llama_memory_clear(draft_->memory(), true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefill: the shared prefix once on sequence 0 (its cells are then shared with the others),
+// then every sequence's own remainder, packed into batches of at most n_batch tokens. With
+// `sample_first` (the target), each sequence's first token is sampled from the logits of its
+// last prompt token.
+// ---------------------------------------------------------------------------------------------
+void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GenerateParams* sample_first) {
+    std::vector<float> probs;
+    std::vector<int> logits_row(seqs.size(), -1);
+    const char* what = sample_first ? "target prefill" : "draft prefill";
+
+    auto flush = [&]() {
+        if (c.batch.n_tokens == 0) return;
+        c.decode(what);
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            if (logits_row[s] < 0) continue;
+            float margin = 0.0f;
+            seqs[s].out.push_back(sample_target(c.logits(logits_row[s]), c.n_vocab, *sample_first,
+                                                seqs[s].id, 0, &margin, probs));
+            seqs[s].margins.push_back(margin);
+            logits_row[s] = -1;
+        }
+        c.clear_batch();
+    };
+    auto feed = [&](size_t s, int from, int to) {
+        const Sequence& seq = seqs[s];
+        for (int i = from; i < to; ++i) {
+            const bool last = sample_first != nullptr && i + 1 == static_cast<int>(seq.prompt.size());
+            const int row = c.add(seq.prompt[i], i, seq.id, last);
+            if (last) logits_row[s] = row;
+            if (c.batch_full()) flush();
+        }
+    };
+
+    const int shared = seqs[0].shared_prefix;
+    if (shared > 0) {
+        feed(0, 0, shared);
+        flush();
+        // (-1, -1): whole sequence, which is also what a non-unified cache needs to copy buffers
+        for (size_t s = 1; s < seqs.size(); ++s) llama_memory_seq_cp(c.memory(), seqs[0].id, seqs[s].id, -1, -1);
+    }
+    for (size_t s = 0; s < seqs.size(); ++s) feed(s, shared, static_cast<int>(seqs[s].prompt.size()));
+    flush();
+}
+
+// ---------------------------------------------------------------------------------------------
+// generate
+// ---------------------------------------------------------------------------------------------
+GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p,
+                                const std::function<bool()>& should_stop) {
+    validate(prompts, p);
+    reset_memory();
+    const int shared = shared_prefix_length(prompts);
+    std::vector<Sequence> seqs(prompts.size());
+    for (size_t s = 0; s < prompts.size(); ++s) {
+        seqs[s].id = static_cast<int>(s);
+        seqs[s].prompt = prompts[s];
+        seqs[s].shared_prefix = shared;
+        seqs[s].n_past_target = static_cast<int32_t>(prompts[s].size());
+        seqs[s].n_past_draft = static_cast<int32_t>(prompts[s].size());
+    }
+    GenerateResult result = p.spec ? run_speculative(seqs, p, should_stop) : run_baseline(seqs, p, should_stop);
+
+    last_pending_.clear();
+    last_n_past_.clear();
+    for (Sequence& seq : seqs) {
+        last_pending_.push_back({seq.pending()});
+        last_n_past_.push_back(seq.n_past_target);
+        result.decode_tokens += static_cast<int64_t>(seq.out.size()) - 1;
+        result.tokens.push_back(std::move(seq.out));
+        result.margins.push_back(std::move(seq.margins));
+        result.counts.push_back(std::move(seq.counts));
+    }
+    return result;
+}
+
+GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, const GenerateParams& p,
+                                    const std::function<bool()>& should_stop) {
+    GenerateResult r;
+    PhaseClock clock;
+    Context& t = *target_;
+    prefill(t, seqs, &p);
+    for (Sequence& seq : seqs) seq.done = finished(seq.out, p, t.vocab);
+    clock.charge(r.times.prefill_target);
+
+    std::vector<float> probs;
+    std::vector<int> row(seqs.size());
+    while (true) {
+        if (should_stop && should_stop()) throw Interrupted();
+        t.clear_batch();
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            if (!seqs[s].done) row[s] = t.add(seqs[s].pending(), seqs[s].n_past_target, seqs[s].id, true);
+        }
+        if (t.batch.n_tokens == 0) break;
+        t.decode("baseline decode");
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            Sequence& seq = seqs[s];
+            if (seq.done) continue;
+            float margin = 0.0f;
+            const int32_t token = sample_target(t.logits(row[s]), t.n_vocab, p, seq.id, seq.next_index(), &margin, probs);
+            seq.n_past_target += 1;
+            seq.out.push_back(token);
+            seq.margins.push_back(margin);
+            seq.done = finished(seq.out, p, t.vocab);
+        }
+        r.steps += 1;
+        clock.charge(r.times.decode);
+    }
+    r.times.total = clock.elapsed_ms();
+    return r;
+}
+
+// One speculative round per iteration: draft k tokens for every active sequence (one batched
+// draft decode per position), verify all sequences' k+1 positions in one target decode, accept
+// per sequence, roll back the rejected tail of both KV caches.
+GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const GenerateParams& p,
+                                       const std::function<bool()>& should_stop) {
+    GenerateResult r;
+    r.speculative = true;
+    PhaseClock clock;
+    Context& t = *target_;
+    Context& d = *draft_;
+    const int n_seq = static_cast<int>(seqs.size());
+    const int vocab = std::max(t.n_vocab, d.n_vocab);  // p and q are zero-padded to a common size
+    const bool sampling = p.temperature > 0.0f;
+    const AcceptRule rule = sampling ? p.rule : AcceptRule::greedy;  // all rules agree at T = 0
+
+    prefill(t, seqs, &p);
+    for (Sequence& seq : seqs) {
+        seq.done = finished(seq.out, p, t.vocab);
+        seq.draft_todo = {seq.pending()};
+        seq.counts.drafted_at.assign(p.k, 0);
+        seq.counts.accepted_at.assign(p.k, 0);
+        seq.counts.accept_len_hist.assign(p.k + 1, 0);
+    }
+    clock.charge(r.times.prefill_target);
+    prefill(d, seqs, nullptr);
+    clock.charge(r.times.prefill_draft);
+
+    std::vector<int> k_eff(n_seq), row(n_seq);
+    std::vector<std::vector<int32_t>> drafts(n_seq);
+    // q[s][j]: draft distribution that proposed draft j+1 of sequence s (the rejection rule needs it)
+    std::vector<std::vector<std::vector<float>>> q(n_seq, std::vector<std::vector<float>>(p.k));
+    std::vector<float> p_probs, scratch;
+
+    while (true) {
+        if (should_stop && should_stop()) throw Interrupted();
+        int k_max = 0;
+        bool any_active = false;
+        for (int s = 0; s < n_seq; ++s) {
+            const Sequence& seq = seqs[s];
+            k_eff[s] = seq.done ? -1 : std::min<int>(p.k, p.n_predict - static_cast<int>(seq.out.size()) - 1);
+            k_max = std::max(k_max, k_eff[s]);
+            any_active |= !seq.done;
+            drafts[s].clear();
+        }
+        if (!any_active) break;
+
+        // ---- draft: position j predicts draft j+1 for every sequence that still drafts -------
+        for (int j = 0; j < k_max; ++j) {
+            d.clear_batch();
+            for (int s = 0; s < n_seq; ++s) {
+                if (k_eff[s] <= j) continue;
+                Sequence& seq = seqs[s];
+                if (j == 0) {  // catch up on everything emitted since the draft last ran
+                    for (size_t i = 0; i < seq.draft_todo.size(); ++i) {
+                        row[s] = d.add(seq.draft_todo[i], seq.n_past_draft++, seq.id, i + 1 == seq.draft_todo.size());
+                    }
+                    seq.draft_todo.clear();
+                } else {
+                    row[s] = d.add(drafts[s].back(), seq.n_past_draft++, seq.id, true);
+                }
+            }
+            d.decode("draft");
+            for (int s = 0; s < n_seq; ++s) {
+                if (k_eff[s] <= j) continue;
+                const float* logits = d.logits(row[s]);
+                int32_t token;
+                if (sampling) {
+                    std::vector<float>& qj = q[s][j];
+                    softmax(logits, d.n_vocab, p.temperature, qj);
+                    qj.resize(vocab, 0.0f);
+                    const int64_t index = seqs[s].next_index() + j;
+                    token = sample_from_weights(qj.data(), d.n_vocab, keyed_uniform(p.seed, seqs[s].id, index, Stream::draft));
+                } else {
+                    token = argmax_with_margin(logits, d.n_vocab).token;
+                }
+                drafts[s].push_back(token);
+            }
+        }
+        clock.charge(r.times.draft);
+
+        // ---- verify: one target decode over every sequence's pending token + drafts -----------
+        t.clear_batch();
+        for (int s = 0; s < n_seq; ++s) {
+            if (seqs[s].done) continue;
+            row[s] = t.add(seqs[s].pending(), seqs[s].n_past_target, seqs[s].id, true);
+            for (int j = 0; j < k_eff[s]; ++j) t.add(drafts[s][j], seqs[s].n_past_target + 1 + j, seqs[s].id, true);
+        }
+        t.decode("verify");
+        clock.charge(r.times.verify);
+
+        // ---- accept, emit, roll back --------------------------------------------------------
+        for (int s = 0; s < n_seq; ++s) {
+            Sequence& seq = seqs[s];
+            if (seq.done) continue;
+            const int64_t base_index = seq.next_index();  // index of the token after pending
+            const int32_t pos0 = seq.n_past_target;       // position of pending in both caches
+            int accepted = 0;
+            bool stopped_on_eog = false;
+            int32_t correction = -1;
+            for (int i = 0; i <= k_eff[s]; ++i) {
+                const float* logits = t.logits(row[s] + i);
+                const int64_t index = base_index + i;
+                float margin = 0.0f;
+                if (i == k_eff[s]) {  // every draft accepted: bonus token from p
+                    correction = sample_target(logits, t.n_vocab, p, seq.id, index, &margin, p_probs);
+                    seq.margins.push_back(margin);
+                    break;
+                }
+                const int32_t x = drafts[s][i];
+                int32_t target_token;
+                if (rule == AcceptRule::rejection) {
+                    margin = argmax_with_margin(logits, t.n_vocab).margin;
+                    softmax(logits, t.n_vocab, p.temperature, p_probs);
+                    p_probs.resize(vocab, 0.0f);
+                    const RejectionOutcome o = rejection_step(
+                        p_probs.data(), q[s][i].data(), vocab, x,
+                        keyed_uniform(p.seed, seq.id, index, Stream::accept),
+                        keyed_uniform(p.seed, seq.id, index, Stream::residual), scratch);
+                    target_token = o.token;
+                } else {  // greedy and match: the target's own (argmax or keyed) sample
+                    target_token = sample_target(logits, t.n_vocab, p, seq.id, index, &margin, p_probs);
+                }
+                seq.margins.push_back(margin);
+                if (target_token != x) {
+                    correction = target_token;
+                    break;
+                }
+                seq.counts.accepted_at[i] += 1;
+                accepted += 1;
+                seq.out.push_back(x);
+                if (finished(seq.out, p, t.vocab)) {  // an accepted EOG ends the sequence
+                    stopped_on_eog = true;
+                    break;
+                }
+            }
+            for (int j = 0; j < k_eff[s]; ++j) seq.counts.drafted_at[j] += 1;
+            seq.counts.drafted += k_eff[s];
+            seq.counts.accepted += accepted;
+            seq.counts.rounds += 1;
+            seq.counts.accept_len_hist[accepted] += 1;
+            seq.counts.emitted += accepted + (stopped_on_eog ? 0 : 1);
+
+            // target cache keeps pending + accepted drafts
+            seq.n_past_target = pos0 + 1 + accepted;
+            llama_memory_seq_rm(t.memory(), seq.id, seq.n_past_target, -1);
+            // draft cache holds pending and drafts 1..k_eff-1 (the last draft was never fed)
+            if (k_eff[s] == 0) {
+                // the draft did not run; pending is still in draft_todo
+            } else if (accepted < k_eff[s]) {
+                seq.n_past_draft = pos0 + 1 + accepted;
+                llama_memory_seq_rm(d.memory(), seq.id, seq.n_past_draft, -1);
+            } else {
+                seq.draft_todo.push_back(drafts[s].back());
+            }
+            if (stopped_on_eog) {
+                seq.done = true;
+                continue;
+            }
+            seq.out.push_back(correction);
+            seq.draft_todo.push_back(correction);
+            seq.done = finished(seq.out, p, t.vocab);
+        }
+        r.steps += 1;
+        clock.charge(r.times.resample);
+    }
+    r.times.total = clock.elapsed_ms();
+    return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logit probes for tests (rollback consistency)
+// ---------------------------------------------------------------------------------------------
+std::vector<float> Engine::prompt_logits(const std::vector<int32_t>& tokens) {
+    GenerateParams p;
+    p.n_predict = 1;
+    validate({tokens}, p);
+    reset_memory();
+    Context& t = *target_;
+    int row = -1;
+    t.clear_batch();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        row = t.add(tokens[i], static_cast<int32_t>(i), 0, i + 1 == tokens.size());
+        if (t.batch_full() && i + 1 < tokens.size()) {
+            t.decode("prompt_logits");
+            t.clear_batch();
+        }
+    }
+    t.decode("prompt_logits");
+    const float* logits = t.logits(row);
+    return std::vector<float>(logits, logits + t.n_vocab);
+}
+
+std::vector<float> Engine::pending_logits(int seq) {
+    if (target_ == nullptr) throw std::invalid_argument("the engine is closed");
+    if (seq < 0 || seq >= static_cast<int>(last_pending_.size())) {
+        throw std::invalid_argument("no sequence " + std::to_string(seq) + " in the last generate()");
+    }
+    Context& t = *target_;
+    const int32_t pos = last_n_past_[seq];
+    if (llama_memory_seq_pos_max(t.memory(), seq) != pos - 1) {
+        throw std::runtime_error("target KV cache of sequence " + std::to_string(seq) + " ends at position " +
+                                 std::to_string(llama_memory_seq_pos_max(t.memory(), seq)) + ", expected " +
+                                 std::to_string(pos - 1));
+    }
+    t.clear_batch();
+    const int row = t.add(last_pending_[seq][0], pos, seq, true);
+    t.decode("pending_logits");
+    const float* logits = t.logits(row);
+    std::vector<float> out(logits, logits + t.n_vocab);
+    llama_memory_seq_rm(t.memory(), seq, pos, -1);
+    return out;
+}
+
+}  // namespace specnative
+
+namespace specnative {
+
+SeqCounts GenerateResult::totals() const {
+    SeqCounts sum;
+    for (const SeqCounts& c : counts) {
+        sum.drafted += c.drafted;
+        sum.accepted += c.accepted;
+        sum.rounds += c.rounds;
+        sum.emitted += c.emitted;
+        auto add = [](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
+            if (into.size() < from.size()) into.resize(from.size(), 0);
+            for (size_t i = 0; i < from.size(); ++i) into[i] += from[i];
+        };
+        add(sum.drafted_at, c.drafted_at);
+        add(sum.accepted_at, c.accepted_at);
+        add(sum.accept_len_hist, c.accept_len_hist);
+    }
+    return sum;
+}
+
+double GenerateResult::draft_accept_rate() const {
+    const SeqCounts sum = totals();
+    return sum.drafted > 0 ? static_cast<double>(sum.accepted) / sum.drafted : std::nan("");
+}
+
+double GenerateResult::mean_accept_len() const {
+    const SeqCounts sum = totals();
+    return sum.rounds > 0 ? static_cast<double>(sum.emitted) / sum.rounds : std::nan("");
+}
+
+double GenerateResult::round_ms() const {
+    return steps > 0 && speculative ? (times.draft + times.verify + times.resample) / steps : std::nan("");
+}
+
+double GenerateResult::step_ms() const {
+    return steps > 0 && !speculative ? times.decode / steps : std::nan("");
+}
+
+double GenerateResult::tps() const {
+    const double decoding_ms = times.draft + times.verify + times.resample + times.decode;
+    return decoding_ms > 0 ? decode_tokens / (decoding_ms / 1000.0) : std::nan("");
+}
+
+}  // namespace specnative

@@ -1,0 +1,100 @@
+#include "sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace specnative {
+
+namespace {
+
+// splitmix64 finaliser: a bijective 64-bit mixer with good avalanche.
+uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+}  // namespace
+
+double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream stream) {
+    uint64_t h = mix64(seed);
+    h = mix64(h ^ sequence);
+    h = mix64(h ^ position);
+    h = mix64(h ^ static_cast<uint64_t>(stream));
+    return static_cast<double>(h >> 11) * 0x1.0p-53;  // 53 random bits -> [0, 1)
+}
+
+ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab) {
+    int32_t best = 0;
+    float top1 = -std::numeric_limits<float>::infinity();
+    float top2 = -std::numeric_limits<float>::infinity();
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        const float v = logits[i];
+        if (v > top1) {
+            top2 = top1;
+            top1 = v;
+            best = i;
+        } else if (v > top2) {
+            top2 = v;
+        }
+    }
+    return {best, top1 - top2};
+}
+
+void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs) {
+    probs.resize(n_vocab);
+    const float max_logit = *std::max_element(logits, logits + n_vocab);
+    const float inv_t = 1.0f / temperature;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        probs[i] = std::exp((logits[i] - max_logit) * inv_t);
+        sum += probs[i];
+    }
+    const float inv_sum = static_cast<float>(1.0 / sum);
+    for (int32_t i = 0; i < n_vocab; ++i) {
+        probs[i] *= inv_sum;
+    }
+}
+
+int32_t sample_from_weights(const float* weights, int32_t n, double u) {
+    double total = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+        total += weights[i];
+    }
+    const double target = u * total;
+    double cumulative = 0.0;
+    int32_t last_positive = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        if (weights[i] <= 0.0f) {
+            continue;
+        }
+        cumulative += weights[i];
+        last_positive = i;
+        if (cumulative > target) {
+            return i;
+        }
+    }
+    return last_positive;  // rounding left target just above the sum
+}
+
+RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32_t x,
+                                double u_accept, double u_residual, std::vector<float>& scratch) {
+    // u < p/q, written without the division (q(x) > 0 because x was drawn from q).
+    if (u_accept * q[x] < p[x]) {
+        return {true, x};
+    }
+    scratch.resize(n);
+    double residual_mass = 0.0;
+    for (int32_t i = 0; i < n; ++i) {
+        scratch[i] = std::max(0.0f, p[i] - q[i]);
+        residual_mass += scratch[i];
+    }
+    // A rejection implies p(x) < q(x), hence some mass where p > q; float rounding can still
+    // leave none, in which case p itself is the right fallback.
+    const float* weights = residual_mass > 0.0 ? scratch.data() : p;
+    return {false, sample_from_weights(weights, n, u_residual)};
+}
+
+}  // namespace specnative

@@ -1,0 +1,46 @@
+#include "vocab_check.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "llama.h"
+
+namespace specnative {
+
+namespace {
+constexpr int kMaxVocabSizeDifference = 128;  // llama.cpp's SPEC_VOCAB_MAX_SIZE_DIFFERENCE
+constexpr int kFirstComparedToken = 5;        // llama.cpp's SPEC_VOCAB_CHECK_START_TOKEN_ID
+}  // namespace
+
+std::string vocab_incompatibility(const llama_model* target, const llama_model* draft) {
+    const llama_vocab* vt = llama_model_get_vocab(target);
+    const llama_vocab* vd = llama_model_get_vocab(draft);
+    if (llama_vocab_type(vt) != llama_vocab_type(vd)) {
+        return "tokenizer types differ (target " + std::to_string(llama_vocab_type(vt)) +
+               ", draft " + std::to_string(llama_vocab_type(vd)) + ")";
+    }
+    if (llama_vocab_get_add_bos(vt) != llama_vocab_get_add_bos(vd) ||
+        (llama_vocab_get_add_bos(vt) && llama_vocab_bos(vt) != llama_vocab_bos(vd))) {
+        return "BOS tokens differ";
+    }
+    if (llama_vocab_get_add_eos(vt) != llama_vocab_get_add_eos(vd) ||
+        (llama_vocab_get_add_eos(vt) && llama_vocab_eos(vt) != llama_vocab_eos(vd))) {
+        return "EOS tokens differ";
+    }
+    const int n_target = llama_vocab_n_tokens(vt);
+    const int n_draft = llama_vocab_n_tokens(vd);
+    if (std::abs(n_target - n_draft) > kMaxVocabSizeDifference) {
+        return "vocabulary sizes differ too much (target " + std::to_string(n_target) +
+               ", draft " + std::to_string(n_draft) + ")";
+    }
+    const int n_common = n_target < n_draft ? n_target : n_draft;
+    for (int id = kFirstComparedToken; id < n_common; ++id) {
+        if (std::strcmp(llama_vocab_get_text(vt, id), llama_vocab_get_text(vd, id)) != 0) {
+            return "token " + std::to_string(id) + " differs (target '" +
+                   llama_vocab_get_text(vt, id) + "', draft '" + llama_vocab_get_text(vd, id) + "')";
+        }
+    }
+    return "";
+}
+
+}  // namespace specnative

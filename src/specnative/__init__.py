@@ -1,0 +1,5 @@
+"""specnative: measure speculative decoding from inside llama.cpp."""
+from specnative.engine import Engine, GenerationResult
+
+__version__ = "0.1.0"
+__all__ = ["Engine", "GenerationResult", "__version__"]

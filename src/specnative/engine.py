@@ -1,0 +1,192 @@
+"""The public engine: load a target (and optionally a draft) GGUF model, generate for N
+concurrent sequences with or without speculation, and get exact counts and step timers back.
+
+All measuring happens in the C++ core (specnative._core); this module only turns Python inputs
+into token lists, checks what is cheaper to check here, and wraps the result.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence, Union
+
+import numpy as np
+
+from specnative import _core
+
+ACCEPT_RULES = ("greedy", "match", "rejection")
+Prompt = Union[str, Sequence[int], np.ndarray]
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _flash_attn_code(flash_attn) -> int:
+    if flash_attn == "auto":
+        return -1
+    if isinstance(flash_attn, bool):
+        return int(flash_attn)
+    raise ValueError(f"flash_attn must be True, False or 'auto', not {flash_attn!r}")
+
+
+def _check_model_file(path, role: str) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{role} model not found: {path}")
+    return str(path)
+
+
+@dataclass
+class GenerationResult:
+    """What one generate() call measured. Times are milliseconds of wall clock."""
+
+    tokens: list            # per sequence: np.int32 array of generated ids (a final EOS included)
+    texts: list             # per sequence: decoded text (special tokens dropped)
+    times: dict             # prefill_target, prefill_draft, draft, verify, resample, decode, total
+    steps: int              # baseline decode steps or speculative rounds
+    decode_tokens: int      # tokens produced after prefill, all sequences together
+    tps: float              # decode_tokens per second of decoding (prefill excluded)
+    speculative: bool
+    draft_accept_rate: float = float("nan")  # alpha = accepted / drafted
+    mean_accept_len: float = float("nan")    # tau = emitted / rounds (bonus token included)
+    round_ms: float = float("nan")           # T_round, speculative runs
+    step_ms: float = float("nan")            # T_step, baseline runs
+    totals: dict = field(default_factory=dict)  # drafted, accepted, rounds, emitted, *_at, hist
+    counts: list = field(default_factory=list)  # the same per sequence
+    margins: list = field(default_factory=list)  # per sequence: target top-1 minus top-2 logit
+
+    @property
+    def per_position_accept_rate(self) -> np.ndarray:
+        """Acceptance rate of draft position 1..k (NaN where nothing was drafted)."""
+        drafted = self.totals.get("drafted_at", np.zeros(0))
+        accepted = self.totals.get("accepted_at", np.zeros(0))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(drafted > 0, accepted / np.maximum(drafted, 1), np.nan)
+
+    @property
+    def n_generated(self) -> int:
+        return int(sum(len(t) for t in self.tokens))
+
+
+class Engine:
+    """A target model, an optional draft model, and one llama.cpp context for each.
+
+    >>> with Engine("target.gguf", "draft.gguf", n_seq_max=4) as engine:
+    ...     base = engine.generate(["Hello", "Once upon"], n_predict=64)
+    ...     spec = engine.generate(["Hello", "Once upon"], n_predict=64, spec=True, k=4)
+    """
+
+    def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_batch: int = 512,
+                 n_threads: int | None = None, n_gpu_layers: int = 0, n_seq_max: int = 8,
+                 flash_attn=False, kv_unified: bool = True):
+        self.target_path = _check_model_file(target, "target")
+        self.draft_path = _check_model_file(draft, "draft") if draft is not None else None
+        self._core = _core.Engine(
+            target=self.target_path, draft=self.draft_path or "", n_ctx=int(n_ctx),
+            n_batch=int(n_batch), n_threads=int(n_threads or default_threads()),
+            n_gpu_layers=int(n_gpu_layers), n_seq_max=int(n_seq_max),
+            flash_attn=_flash_attn_code(flash_attn), kv_unified=bool(kv_unified))
+        self.n_batch = int(n_batch)
+        self.n_seq_max = int(n_seq_max)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._core.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- models ---------------------------------------------------------------------------------
+    @property
+    def target_info(self) -> dict:
+        return self._core.target_info
+
+    @property
+    def draft_info(self) -> dict | None:
+        return self._core.draft_info if self._core.has_draft else None
+
+    @property
+    def n_ctx(self) -> int:
+        return self._core.n_ctx
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """KV cells one sequence can use (all of n_ctx when the cache is unified)."""
+        return self._core.n_ctx_seq
+
+    def tokenize(self, text: str, add_special: bool = True) -> np.ndarray:
+        return np.asarray(self._core.tokenize(text, add_special), dtype=np.int32)
+
+    def detokenize(self, tokens) -> str:
+        return self._core.detokenize([int(t) for t in tokens])
+
+    # -- decoding -------------------------------------------------------------------------------
+    def to_token_prompts(self, prompts) -> list[list[int]]:
+        """A text, a token-id list/array, or a list of either -> one token list per sequence."""
+        if isinstance(prompts, (str, np.ndarray)) or (
+                isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], (int, np.integer))):
+            prompts = [prompts]
+        if not isinstance(prompts, Sequence) or len(prompts) == 0:
+            raise ValueError("prompts must be a text, a token list, or a non-empty list of those")
+        out = []
+        for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str):
+                tokens = self.tokenize(prompt).tolist()
+            else:
+                tokens = np.asarray(prompt).reshape(-1).tolist()
+                if any(not isinstance(t, int) for t in tokens):
+                    raise ValueError(f"prompt {i} must hold integer token ids")
+            if not tokens:
+                raise ValueError(f"prompt {i} is empty")
+            out.append(tokens)
+        return out
+
+    def generate(self, prompts, *, n_predict: int = 32, temperature: float = 0.0, seed: int = 0,
+                 spec: bool = False, k: int = 4, accept_rule: str = "greedy",
+                 stop_at_eos: bool = True) -> GenerationResult:
+        """Decode all prompts together. With spec=True the draft proposes k tokens per round and
+        `accept_rule` (greedy, match or rejection) decides what the target keeps."""
+        if accept_rule not in ACCEPT_RULES:
+            raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
+        if int(seed) < 0:
+            raise ValueError("seed must be >= 0")
+        token_prompts = self.to_token_prompts(prompts)
+        raw = self._core.generate(token_prompts, n_predict=int(n_predict),
+                                  temperature=float(temperature), seed=int(seed), spec=bool(spec),
+                                  k=int(k), accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos))
+        return GenerationResult(
+            tokens=raw.tokens, texts=[self.detokenize(t) for t in raw.tokens], times=raw.times,
+            steps=raw.steps, decode_tokens=raw.decode_tokens, tps=raw.tps,
+            speculative=raw.speculative, draft_accept_rate=raw.draft_accept_rate,
+            mean_accept_len=raw.mean_accept_len, round_ms=raw.round_ms, step_ms=raw.step_ms,
+            totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
+            margins=raw.margins)
+
+    def prompt_logits(self, tokens) -> np.ndarray:
+        """Target logits after feeding `tokens` to a cleared cache (sequence 0)."""
+        return self._core.prompt_logits([int(t) for t in tokens])
+
+    def pending_logits(self, seq: int) -> np.ndarray:
+        """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
+        generate() left (which stays unchanged): shows whether rollback left it consistent."""
+        return self._core.pending_logits(int(seq))
+
+
+def build_info() -> dict:
+    """llama.cpp commit, build flags, backend and llama.cpp's system info line."""
+    return dict(_core.build_info())
+
+
+def quantize(src, dst, type_name: str, n_threads: int | None = None) -> Path:
+    """Quantize a GGUF file with llama.cpp's llama_model_quantize (requantizing allowed)."""
+    _check_model_file(src, "source")
+    _core.quantize(str(src), str(dst), type_name, int(n_threads or default_threads()))
+    return Path(dst)
