@@ -19,6 +19,9 @@ struct Engine::Context {
     int n_batch = 0;
     int n_vocab = 0;
     const llama_vocab* vocab = nullptr;
+    // Prompt prefix whose KV cells sequence 0 still holds from the previous generate(): a repeat
+    // of the same long prompt (the sweep's ctx_len filler) is then not prefilled again.
+    std::vector<int32_t> cached_prefix;
 
     Context(llama_model* model, const EngineParams& p) {
         llama_context_params cp = llama_context_default_params();
@@ -99,9 +102,10 @@ struct Engine::Sequence {
 
 namespace {
 
+// Leading tokens common to all prompts, short of each prompt's last token (which every sequence
+// feeds itself to get its first logits). These cells are computed once and shared.
 int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
-    if (prompts.size() < 2) return 0;
-    size_t n = prompts[0].size() - 1;  // every sequence feeds its own last prompt token
+    size_t n = prompts[0].size() - 1;
     for (const auto& p : prompts) {
         n = std::min(n, p.size() - 1);
         size_t i = 0;
@@ -264,8 +268,11 @@ void Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Ge
 }
 
 void Engine::reset_memory() {
-    llama_memory_clear(target_->memory(), true);
-    if (draft_ != nullptr) llama_memory_clear(draft_->memory(), true);
+    for (Context* c : {target_, draft_}) {
+        if (c == nullptr) continue;
+        llama_memory_clear(c->memory(), true);
+        c->cached_prefix.clear();
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,6 +285,7 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GeneratePara
     std::vector<float> probs;
     std::vector<int> logits_row(seqs.size(), -1);
     const char* what = sample_first ? "target prefill" : "draft prefill";
+    c.clear_batch();
 
     auto flush = [&]() {
         if (c.batch.n_tokens == 0) return;
@@ -302,13 +310,28 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GeneratePara
         }
     };
 
+    // Keep what sequence 0 still holds of the shared prefix, drop everything else.
     const int shared = seqs[0].shared_prefix;
-    if (shared > 0) {
-        feed(0, 0, shared);
-        flush();
-        // (-1, -1): whole sequence, which is also what a non-unified cache needs to copy buffers
-        for (size_t s = 1; s < seqs.size(); ++s) llama_memory_seq_cp(c.memory(), seqs[0].id, seqs[s].id, -1, -1);
+    const std::vector<int32_t>& prompt0 = seqs[0].prompt;
+    int reuse = 0;
+    while (reuse < shared && reuse < static_cast<int>(c.cached_prefix.size()) &&
+           c.cached_prefix[reuse] == prompt0[reuse]) {
+        ++reuse;
     }
+    if (reuse == 0) {
+        llama_memory_clear(c.memory(), true);
+    } else {
+        llama_memory_seq_rm(c.memory(), seqs[0].id, reuse, -1);
+        for (llama_seq_id s = 1; s < static_cast<llama_seq_id>(llama_n_seq_max(c.ctx)); ++s) {
+            llama_memory_seq_rm(c.memory(), s, -1, -1);
+        }
+    }
+    c.cached_prefix.clear();
+    feed(0, reuse, shared);
+    flush();
+    // (-1, -1): whole sequence, which is also what a non-unified cache needs to copy buffers
+    for (size_t s = 1; s < seqs.size(); ++s) llama_memory_seq_cp(c.memory(), seqs[0].id, seqs[s].id, -1, -1);
+    c.cached_prefix.assign(prompt0.begin(), prompt0.begin() + shared);
     for (size_t s = 0; s < seqs.size(); ++s) feed(s, shared, static_cast<int>(seqs[s].prompt.size()));
     flush();
 }
@@ -319,7 +342,6 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GeneratePara
 GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p,
                                 const std::function<bool()>& should_stop) {
     validate(prompts, p);
-    reset_memory();
     const int shared = shared_prefix_length(prompts);
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {

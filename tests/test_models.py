@@ -47,7 +47,7 @@ def test_metadata_and_tensors_are_what_llama_expects(base):
     assert meta["llama.attention.head_count_kv"] == 4
     assert meta["llama.context_length"] == 131072
     assert meta["llama.rope.dimension_count"] == 32
-    assert meta["llama.attention.layer_norm_rms_eps"] > 0
+    assert meta["llama.attention.layer_norm_rms_epsilon"] > 0
     assert meta["tokenizer.ggml.model"] == "llama"
     assert (meta["tokenizer.ggml.bos_token_id"], meta["tokenizer.ggml.eos_token_id"]) == (1, 2)
     assert meta["tokenizer.ggml.unknown_token_id"] == 0
@@ -170,11 +170,12 @@ def test_invalid_arguments(tmp_path):
 
 
 def test_tiny_pair_kinds_and_cache(tmp_path):
+    base_name = f"tiny-llama-v{models.FORMAT_VERSION}.gguf"
     target, draft = models.tiny_pair(tmp_path, "copy")
-    assert target == draft and target.name == "tiny-llama-v1.gguf"
+    assert target == draft and target.name == base_name
 
     target, draft = models.tiny_pair(tmp_path, "noisy")
-    assert target.name == "tiny-llama-v1.gguf" and "noise0.1" in draft.name
+    assert target.name == base_name and "noise0.1" in draft.name
     mtime = draft.stat().st_mtime_ns
     assert models.tiny_pair(tmp_path, "noisy") == (target, draft)
     assert draft.stat().st_mtime_ns == mtime  # cached, not rewritten
@@ -184,9 +185,11 @@ def test_tiny_pair_kinds_and_cache(tmp_path):
 
     target, draft = models.tiny_pair(tmp_path, "deep")
     assert read(target)[0]["llama.block_count"] == 32
-    assert draft.name == "tiny-llama-v1.gguf"
+    assert draft.name == base_name
 
     target, draft = models.tiny_pair(tmp_path, "shuffled", dtype="f16")
     assert "dtypef16" in target.name and "vocabshuffled" in draft.name
+    # A parameter that cannot change a file does not change its name either.
+    assert models.tiny_pair(tmp_path, "deep", extra_damping=0.01)[1].name == base_name
 
     assert not [p for p in tmp_path.iterdir() if p.suffix != ".gguf"]  # no temp files left

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import os
 import string
+import threading
 import zlib
 from pathlib import Path
 
@@ -25,11 +26,14 @@ import numpy as np
 import gguf
 
 __all__ = [
+    "BOS_ID",
     "DEFAULT_VOCAB_SIZE",
+    "EOS_ID",
     "FIRST_NORMAL_ID",
     "PAIR_KINDS",
     "tiny_pair",
     "tiny_vocab",
+    "UNK_ID",
     "write_tiny_llama",
 ]
 
@@ -234,13 +238,24 @@ def write_tiny_llama(
     _shape_structure(tensors)
 
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    w = gguf.GGUFWriter(tmp, "llama")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        _write_gguf(tmp, tensors, tokens, scores, types, n_layer + extra_layers, n_embd,
+                    n_head, n_head_kv, n_ff, n_ctx_train, dtype)
+        os.replace(tmp, path)  # readers never see a half-written file
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def _write_gguf(path, tensors, tokens, scores, types, n_block, n_embd, n_head, n_head_kv,
+                n_ff, n_ctx_train, dtype) -> None:
+    w = gguf.GGUFWriter(path, "llama")
     w.add_name("specnative-tiny-llama")
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if dtype == "f32" else gguf.LlamaFileType.MOSTLY_F16)
     w.add_context_length(n_ctx_train)
     w.add_embedding_length(n_embd)
-    w.add_block_count(n_layer + extra_layers)
+    w.add_block_count(n_block)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
@@ -265,8 +280,6 @@ def write_tiny_llama(
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    os.replace(tmp, path)  # readers never see a half-written file
-    return path
 
 
 # kind -> (target overrides, draft overrides) on top of write_tiny_llama's defaults.
@@ -292,6 +305,11 @@ _DEFAULTS = {
 def _cached(directory: Path, params: dict) -> Path:
     """Write the model for `params` unless a file of that name exists; the name lists the
     non-default parameters, so it identifies the content."""
+    params = dict(params)
+    if not params["extra_layers"]:  # these do not change the file then
+        params["extra_damping"] = _DEFAULTS["extra_damping"]
+    if not params["noise"]:
+        params["noise_seed"] = _DEFAULTS["noise_seed"]
     changed = sorted((k, v) for k, v in params.items() if v != _DEFAULTS[k])
     name = f"tiny-llama-v{FORMAT_VERSION}" + "".join(f"-{k}{v}" for k, v in changed) + ".gguf"
     path = directory / name

@@ -1,0 +1,159 @@
+"""The traces.csv schema: defined here once, documented by `python -m specnative.schema`.
+
+One row per measured cell and spec_decode value. The first nine columns are the seed's (§7), in
+its order; the rest only ever get appended (extend, never rename). Rows with spec_decode=off leave
+the draft columns empty.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str  # "int", "float", "str", "bool"
+    doc: str
+
+
+COLUMNS: tuple[Column, ...] = (
+    # --- the seed's required columns, in its order ---------------------------------------------
+    Column("quant_bits", "int", "bits per weight of the target's quantization (from its GGUF file type)"),
+    Column("spec_decode", "str", "'on' (speculative) or 'off' (target alone)"),
+    Column("draft_accept_rate", "float", "alpha = accepted / drafted over the timed repeats (on rows)"),
+    Column("verify_cost_c", "float", "c = T_round / T_step - 1 from this cell's on and off runs (on rows)"),
+    Column("concurrency", "int", "sequences decoded together"),
+    Column("ctx_len", "int", "prompt tokens per sequence before generation (shared filler prefix)"),
+    Column("tps", "float", "generated tokens per second of decoding, all sequences, prefill excluded; median of repeats"),
+    Column("lossless_ok", "bool", "spec output equals the baseline's (see lossless_method)"),
+    Column("seed", "int", "sampling seed (position-keyed RNG)"),
+    # --- extras -------------------------------------------------------------------------------
+    Column("tps_baseline", "float", "the same cell's spec-off tps"),
+    Column("speedup", "float", "tps / tps_baseline"),
+    Column("k", "int", "draft length (on rows)"),
+    Column("temperature", "float", "sampling temperature for target and draft"),
+    Column("accept_rule", "str", "greedy, match or rejection (on rows)"),
+    Column("n_predict", "int", "tokens generated per sequence"),
+    Column("warmup", "int", "discarded warm-up runs"),
+    Column("repeats", "int", "timed runs; rates are their median"),
+    Column("tps_std", "float", "standard deviation of tps over the repeats"),
+    Column("tps_min", "float", "lowest tps over the repeats"),
+    Column("tps_max", "float", "highest tps over the repeats"),
+    Column("mean_accept_len", "float", "tau = emitted tokens / rounds, bonus token included (on rows)"),
+    Column("predicted_speedup", "float", "(1 - a^(k+1)) / ((1 - a)(1 + c)) (on rows)"),
+    Column("c_draft", "float", "one draft decode step / one baseline target step (on rows)"),
+    Column("verify_ratio", "float", "T_verify per round / T_step (on rows)"),
+    Column("round_ms", "float", "T_round: mean wall time of a speculative round (on rows)"),
+    Column("step_ms", "float", "T_step: mean wall time of a baseline decode step"),
+    Column("prefill_target_ms", "float", "per run, mean over repeats (a cached shared prefix is not re-prefilled)"),
+    Column("prefill_draft_ms", "float", "per run, mean over repeats (on rows)"),
+    Column("draft_ms", "float", "per run, mean over repeats (on rows)"),
+    Column("verify_ms", "float", "per run, mean over repeats (on rows)"),
+    Column("resample_ms", "float", "acceptance, sampling and rollback, per run, mean over repeats (on rows)"),
+    Column("decode_ms", "float", "baseline decode steps incl. sampling, per run, mean over repeats (off rows)"),
+    Column("total_ms", "float", "wall time of one run, mean over repeats"),
+    Column("drafted", "int", "drafted tokens over the timed repeats (on rows)"),
+    Column("accepted", "int", "accepted drafts over the timed repeats (on rows)"),
+    Column("rounds", "int", "sequence-rounds over the timed repeats (on rows)"),
+    Column("emitted", "int", "tokens emitted by rounds over the timed repeats (on rows)"),
+    Column("accept_at_pos", "str", "acceptance rate of draft positions 1..k, ';'-separated (on rows)"),
+    Column("accept_len_hist", "str", "rounds that accepted 0..k drafts, ';'-separated (on rows)"),
+    Column("lossless_method", "str", "exact-greedy, exact-seed (match) or match-proxy (rejection cells)"),
+    Column("first_divergence", "int", "first generated index where spec and baseline differ (-1: none)"),
+    Column("divergence_margin", "float", "target top-1 minus top-2 logit at the first divergence"),
+    Column("target_model", "str", "target GGUF file name"),
+    Column("target_type", "str", "target file type as llama.cpp names it"),
+    Column("target_sha256", "str", "sha256 of the target file"),
+    Column("draft_model", "str", "draft GGUF file name (on rows)"),
+    Column("draft_type", "str", "draft file type (on rows)"),
+    Column("draft_sha256", "str", "sha256 of the draft file (on rows)"),
+    Column("backend", "str", "CPU or CUDA, with GPU layers"),
+    Column("n_threads", "int", "CPU threads"),
+    Column("flash_attn", "bool", "flash attention on"),
+    Column("cell_id", "str", "stable key of the cell, used by --resume"),
+    Column("run_id", "str", "identifier of the sweep run"),
+)
+
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+REQUIRED: tuple[str, ...] = COLUMN_NAMES[:9]
+DRAFT_ONLY: tuple[str, ...] = (
+    "draft_accept_rate", "verify_cost_c", "k", "accept_rule", "mean_accept_len", "predicted_speedup",
+    "c_draft", "verify_ratio", "round_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms",
+    "drafted", "accepted", "rounds", "emitted", "accept_at_pos", "accept_len_hist", "draft_model",
+    "draft_type", "draft_sha256")
+_PANDAS_TYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
+
+
+def _format(value, dtype: str) -> str:
+    if value is None:
+        return ""
+    if dtype == "float":
+        value = float(value)
+        return "" if math.isnan(value) else f"{value:.6g}"
+    if dtype == "bool":
+        return "true" if value else "false"
+    if dtype == "int":
+        return str(int(value))
+    return str(value)
+
+
+def format_row(row: dict) -> list[str]:
+    """Values in schema order as CSV strings; unknown keys are an error (a schema change)."""
+    unknown = set(row) - set(COLUMN_NAMES)
+    if unknown:
+        raise KeyError(f"not in the traces.csv schema: {sorted(unknown)}")
+    if row.get("spec_decode") == "off":
+        row = {k: v for k, v in row.items() if k not in DRAFT_ONLY}
+    return [_format(row.get(c.name), c.dtype) for c in COLUMNS]
+
+
+def append_rows(path: Path, rows: list[dict]) -> None:
+    """Appends rows (writing the header to a new file) and flushes them to disk."""
+    path = Path(path)
+    new_file = not path.exists() or path.stat().st_size == 0
+    if not new_file:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if tuple(header) != COLUMN_NAMES:
+            raise ValueError(f"{path} has a different header than this specnative's schema; "
+                             f"write to a new output directory")
+    with open(path, "a", newline="") as f:
+        writer = csv.writer(f)
+        if new_file:
+            writer.writerow(COLUMN_NAMES)
+        for row in rows:
+            writer.writerow(format_row(row))
+        f.flush()
+        import os
+        os.fsync(f.fileno())
+
+
+def read_traces(path) -> pd.DataFrame:
+    """traces.csv as a DataFrame with the schema's types (nullable ints, booleans, strings)."""
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    for column in COLUMNS:
+        if column.name not in frame:
+            continue
+        values = frame[column.name].replace("", pd.NA)
+        if column.dtype == "bool":
+            values = values.map({"true": True, "false": False, "True": True, "False": False},
+                                na_action="ignore")
+        elif column.dtype in ("int", "float"):
+            values = pd.to_numeric(values)
+        frame[column.name] = values.astype(_PANDAS_TYPES[column.dtype])
+    return frame
+
+
+def markdown_doc() -> str:
+    lines = ["| column | type | meaning |", "|---|---|---|"]
+    lines += [f"| `{c.name}` | {c.dtype} | {c.doc} |" for c in COLUMNS]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_doc())

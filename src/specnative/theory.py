@@ -1,0 +1,46 @@
+"""Closed forms of speculative decoding (Leviathan et al. 2023) and the measured verify cost.
+
+Every derived quantity the sweep writes and the reports plot is defined here, once.
+"""
+from __future__ import annotations
+
+import math
+
+
+def verify_cost_c(round_ms: float, step_ms: float) -> float:
+    """c = T_round / T_step - 1: how much more a speculative round costs than a baseline step.
+
+    With this definition, measured speedup = tau / (1 + c) holds exactly when every sequence
+    takes part in every round."""
+    if not (step_ms > 0) or not math.isfinite(round_ms):
+        return math.nan
+    return round_ms / step_ms - 1.0
+
+
+def draft_cost_ratio(draft_ms_per_round: float, k: float, step_ms: float) -> float:
+    """Leviathan's c: the time of one draft decode step over one target decode step."""
+    if not (step_ms > 0) or not (k > 0):
+        return math.nan
+    return (draft_ms_per_round / k) / step_ms
+
+
+def expected_tokens_per_round(alpha: float, k: int) -> float:
+    """E[tokens per round] = (1 - alpha^(k+1)) / (1 - alpha) for i.i.d. acceptance alpha."""
+    if not math.isfinite(alpha):
+        return math.nan
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def predicted_speedup(alpha: float, k: int, c: float) -> float:
+    """(1 - alpha^(k+1)) / ((1 - alpha)(1 + c)): the seed's closed form with the measured c."""
+    if not math.isfinite(c) or c <= -1.0:
+        return math.nan
+    return expected_tokens_per_round(alpha, k) / (1.0 + c)
+
+
+def measured_speedup(tps_spec: float, tps_baseline: float) -> float:
+    if not (tps_baseline > 0):
+        return math.nan
+    return tps_spec / tps_baseline
