@@ -179,15 +179,30 @@ void Engine::close() {
     target_model_ = nullptr;
 }
 
-int Engine::n_ctx() const { return static_cast<int>(llama_n_ctx(target_->ctx)); }
-int Engine::n_ctx_seq() const { return static_cast<int>(llama_n_ctx_seq(target_->ctx)); }
-ModelInfo Engine::target_info() const { return describe_model(target_model_, target_path_); }
+void Engine::require_open() const {
+    if (target_ == nullptr) throw std::invalid_argument("the engine is closed");
+}
+
+int Engine::n_ctx() const {
+    require_open();
+    return static_cast<int>(llama_n_ctx(target_->ctx));
+}
+int Engine::n_ctx_seq() const {
+    require_open();
+    return static_cast<int>(llama_n_ctx_seq(target_->ctx));
+}
+ModelInfo Engine::target_info() const {
+    require_open();
+    return describe_model(target_model_, target_path_);
+}
 ModelInfo Engine::draft_info() const {
+    require_open();
     if (draft_model_ == nullptr) throw std::invalid_argument("no draft model loaded");
     return describe_model(draft_model_, draft_path_);
 }
 
 std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special) const {
+    require_open();
     const int n_max = static_cast<int>(text.size()) + 8;
     std::vector<int32_t> tokens(n_max);
     const int n = llama_tokenize(target_->vocab, text.data(), static_cast<int32_t>(text.size()),
@@ -198,6 +213,7 @@ std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special)
 }
 
 std::string Engine::detokenize(const std::vector<int32_t>& tokens) const {
+    require_open();
     std::string text(tokens.size() * 16 + 16, '\0');
     int n = llama_detokenize(target_->vocab, tokens.data(), static_cast<int32_t>(tokens.size()),
                              text.data(), static_cast<int32_t>(text.size()), true, false);
@@ -214,7 +230,7 @@ std::string Engine::detokenize(const std::vector<int32_t>& tokens) const {
 // Validation: everything llama.cpp would abort on is refused here with a clear message.
 // ---------------------------------------------------------------------------------------------
 void Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const {
-    if (target_ == nullptr) throw std::invalid_argument("the engine is closed");
+    require_open();
     const int n_seq = static_cast<int>(prompts.size());
     if (n_seq == 0) throw std::invalid_argument("no prompts given");
     if (n_seq > params_.n_seq_max) {
@@ -595,7 +611,7 @@ std::vector<float> Engine::prompt_logits(const std::vector<int32_t>& tokens) {
 }
 
 std::vector<float> Engine::pending_logits(int seq) {
-    if (target_ == nullptr) throw std::invalid_argument("the engine is closed");
+    require_open();
     if (seq < 0 || seq >= static_cast<int>(last_pending_.size())) {
         throw std::invalid_argument("no sequence " + std::to_string(seq) + " in the last generate()");
     }

@@ -114,6 +114,7 @@ private:
     struct Sequence;
     struct Context;
 
+    void require_open() const;  // throws once close() ran
     void validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const;
     void reset_memory();
     void prefill(Context& ctx, std::vector<Sequence>& seqs, const GenerateParams* sample_first);

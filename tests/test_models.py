@@ -189,6 +189,10 @@ def test_tiny_pair_kinds_and_cache(tmp_path):
 
     target, draft = models.tiny_pair(tmp_path, "shuffled", dtype="f16")
     assert "dtypef16" in target.name and "vocabshuffled" in draft.name
+    target, draft = models.tiny_pair(tmp_path, "small_vocab")
+    assert target.name == base_name
+    assert len(read(draft)[0]["tokenizer.ggml.tokens"]) == models.DEFAULT_VOCAB_SIZE - 64
+
     # A parameter that cannot change a file does not change its name either.
     assert models.tiny_pair(tmp_path, "deep", extra_damping=0.01)[1].name == base_name
 

@@ -139,6 +139,8 @@ class Engine:
         out = []
         for i, prompt in enumerate(prompts):
             if isinstance(prompt, str):
+                if not prompt:
+                    raise ValueError(f"prompt {i} is empty")
                 tokens = self.tokenize(prompt).tolist()
             else:
                 tokens = np.asarray(prompt).reshape(-1).tolist()

@@ -1,0 +1,313 @@
+"""The seed's decision flow (§6): per regime, should speculative decoding be on, off, or measured
+again?
+
+Only measured columns of traces.csv decide. The closed form of theory.py never does: it assumes
+i.i.d. acceptance and is exactly what the measurement is there to check. Structural rules (draft
+too heavy, alpha low, compute saturated, long context) explain an `off` and warn on an `on`; they
+never overturn a speedup that was measured clearly above break-even.
+
+    >>> verdicts = advise(load_traces("runs/x/traces.csv"))
+    >>> verdicts_frame(verdicts)          # one row per regime: decision, rule, why
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import pandas as pd
+
+from specnative import schema, theory
+
+# A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
+# carry no draft columns, so k and accept_rule cannot be part of the join).
+REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule")
+BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature")
+# Off-row columns a regime needs: the baseline's rate, its spread and its timings.
+BASELINE_COLUMNS = ("tps", "tps_std", "tps_min", "tps_max", "repeats", "step_ms", "decode_ms",
+                    "prefill_target_ms", "total_ms")
+
+ON, OFF, MORE = "on", "off", "measure-more"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What the rules compare against. Defaults: the seed's where it gives one, else ours (why
+    beside each)."""
+
+    # seed §5.1: the break-even line of the speedup curve.
+    break_even: float = 1.0
+    # seed §6: "α 偏低(如 < 0.5)". alpha is accepted / drafted, the llama.cpp definition.
+    min_alpha: float = 0.5
+    # ours: a round costs at least 1 + k * c_draft baseline steps, so at c_draft >= 0.5 and k = 4
+    # it needs tau >= 3 (three of four drafts accepted every round) just to break even.
+    heavy_draft_c: float = 0.5
+    # ours: speedup scales as 1 / (1 + c); a 20 % higher (1 + c) at the longest context than at
+    # the shortest costs 20 % of the speedup, well above the few % that repeats vary on a CPU.
+    long_ctx_rise: float = 0.20
+    # ours: speedup must have fallen >= 10 % from its best at a lower concurrency (and be below
+    # break-even) before the fall is blamed on concurrency, not on noise.
+    saturation_drop: float = 0.10
+    # ours, after seed §9.2 (mean of 3 repeats): fewer timed repeats cannot show a spread.
+    min_repeats: int = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str      # one of RULES
+    message: str   # the rule and its numbers, one line
+    values: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    regime: dict             # REGIME_KEYS -> value
+    decision: str            # ON, OFF or MORE
+    rule: str                # the rule that decided ("pays" when none stood in the way)
+    reason: str              # its message
+    findings: tuple = ()     # every rule that fired, deciding one included
+    speedup: float = math.nan
+    speedup_lo: float = math.nan
+    speedup_hi: float = math.nan
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and pairing on-cells with their baselines
+
+def load_traces(source) -> pd.DataFrame:
+    """traces.csv (a path, a run directory, or a DataFrame) with every schema column present;
+    a cell written twice (a resumed sweep) keeps its last row."""
+    if isinstance(source, pd.DataFrame):
+        frame = source.copy()
+    else:
+        path = Path(source)
+        frame = schema.read_traces(path / "traces.csv" if path.is_dir() else path)
+    for column in schema.COLUMNS:
+        if column.name not in frame:
+            frame[column.name] = pd.Series(pd.NA, index=frame.index,
+                                           dtype=schema._PANDAS_TYPES[column.dtype])
+    keyed = frame["cell_id"].notna()
+    frame = pd.concat([frame[keyed].drop_duplicates("cell_id", keep="last"), frame[~keyed]])
+    return frame.sort_index().reset_index(drop=True)
+
+
+def pair_cells(traces: pd.DataFrame) -> pd.DataFrame:
+    """On-rows with their off-row baseline joined (columns suffixed `_off`), the speedup filled
+    in where the CSV lacks it, and its spread over the repeats as [speedup_lo, speedup_hi]."""
+    on = traces[traces["spec_decode"] == "on"].reset_index(drop=True)
+    off = traces[traces["spec_decode"] == "off"]
+    off = off[list(BASELINE_KEYS) + list(BASELINE_COLUMNS)].drop_duplicates(
+        list(BASELINE_KEYS), keep="last")
+    off = off.rename(columns={c: f"{c}_off" for c in BASELINE_COLUMNS})
+    cells = on.merge(off, on=list(BASELINE_KEYS), how="left")
+    cells["speedup"] = [_speedup(r) for r in cells.itertuples()]
+    lo, hi = zip(*[speedup_band(r) for r in cells.itertuples()]) if len(cells) else ((), ())
+    cells["speedup_lo"], cells["speedup_hi"] = list(lo), list(hi)
+    return cells.sort_values(list(REGIME_KEYS), kind="stable").reset_index(drop=True)
+
+
+def _num(value) -> float:
+    return math.nan if value is None or pd.isna(value) else float(value)
+
+
+def _speedup(row) -> float:
+    recorded = _num(row.speedup)
+    if math.isfinite(recorded):
+        return recorded
+    baseline = _num(row.tps_baseline)
+    if not math.isfinite(baseline):
+        baseline = _num(row.tps_off)
+    return theory.measured_speedup(_num(row.tps), baseline)
+
+
+def speedup_band(row) -> tuple[float, float]:
+    """The speedup's range over the repeats: slowest spec run over fastest baseline run, and the
+    reverse. Wider than a standard error on purpose: the advisor only calls a regime settled when
+    even the worst pairing of runs stays on one side of break-even."""
+    return (theory.measured_speedup(_num(row.tps_min), _num(row.tps_max_off)),
+            theory.measured_speedup(_num(row.tps_max), _num(row.tps_min_off)))
+
+
+def regime_of(row) -> dict:
+    return {key: (None if pd.isna(row[key]) else row[key]) for key in REGIME_KEYS}
+
+
+# --------------------------------------------------------------------------------------------
+# Rules on one cell. Each returns a Finding when it fires, else None.
+
+def _rule_lossless(cell, t: Thresholds):
+    ok = cell["lossless_ok"]
+    if pd.isna(ok):
+        return Finding("lossless-unchecked", "lossless check not recorded: cannot recommend")
+    if not ok:
+        return Finding("lossless", (f"output differs from the baseline at token "
+                                    f"{_fmt(cell['first_divergence'])} (top-2 logit margin "
+                                    f"{_fmt(cell['divergence_margin'])}): never use a lossy config"),
+                       {"first_divergence": _num(cell["first_divergence"]),
+                        "divergence_margin": _num(cell["divergence_margin"])})
+    return None
+
+
+def _rule_unmeasured(cell, t: Thresholds):
+    if not math.isfinite(cell["speedup"]):
+        return Finding("unmeasured", "no speedup: the spec-off baseline of this regime is missing")
+    return None
+
+
+def _rule_few_repeats(cell, t: Thresholds):
+    repeats = _num(cell["repeats"])
+    if not repeats >= t.min_repeats:  # also fires on a missing count
+        return Finding("few-repeats", f"{_fmt(repeats)} timed repeats < {t.min_repeats}",
+                       {"repeats": repeats, "min_repeats": t.min_repeats})
+    return None
+
+
+def _rule_noisy(cell, t: Thresholds):
+    lo, hi = cell["speedup_lo"], cell["speedup_hi"]
+    if lo <= t.break_even <= hi:  # NaN compares false: no spread, no finding
+        return Finding("noisy", (f"speedup {cell['speedup']:.2f} but its range over the repeats "
+                                 f"{lo:.2f}–{hi:.2f} straddles {t.break_even:g}"),
+                       {"speedup": cell["speedup"], "speedup_lo": lo, "speedup_hi": hi})
+    return None
+
+
+def _rule_below_break_even(cell, t: Thresholds):
+    if cell["speedup"] < t.break_even:
+        return Finding("below-break-even",
+                       f"speedup {cell['speedup']:.2f} < {t.break_even:g}: slower than the target alone",
+                       {"speedup": cell["speedup"]})
+    return None
+
+
+def _rule_low_alpha(cell, t: Thresholds):
+    alpha = _num(cell["draft_accept_rate"])
+    if alpha < t.min_alpha:
+        return Finding("low-alpha", f"alpha {alpha:.2f} < {t.min_alpha:g}",
+                       {"alpha": alpha, "min_alpha": t.min_alpha})
+    return None
+
+
+def _rule_heavy_draft(cell, t: Thresholds):
+    c_draft = _num(cell["c_draft"])
+    if c_draft >= t.heavy_draft_c:
+        return Finding("heavy-draft", (f"draft step costs {c_draft:.2f} of a target step "
+                                       f"(c_draft >= {t.heavy_draft_c:g}): draft and target "
+                                       f"cost nearly the same"),
+                       {"c_draft": c_draft, "heavy_draft_c": t.heavy_draft_c})
+    return None
+
+
+CELL_RULES = (_rule_lossless, _rule_unmeasured, _rule_few_repeats, _rule_noisy,
+              _rule_below_break_even, _rule_low_alpha, _rule_heavy_draft)
+
+
+# --------------------------------------------------------------------------------------------
+# Rules on a series: the same regime with one axis (concurrency or ctx_len) varied.
+
+def _series(cells: pd.DataFrame, axis: str):
+    """Groups of cells that differ only in `axis`, each sorted along it."""
+    others = [k for k in REGIME_KEYS if k != axis] + ["target_model", "draft_model"]
+    for _, group in cells.groupby(others, dropna=False, sort=False):
+        yield group.sort_values(axis)
+
+
+def _rule_saturation(cells: pd.DataFrame, t: Thresholds):
+    """Speedup below break-even here and fallen from its best at a lower concurrency."""
+    for group in _series(cells, "concurrency"):
+        for position, (index, cell) in enumerate(group.iterrows()):
+            lower = group.iloc[:position]
+            if lower.empty or not lower["speedup"].notna().any():
+                continue
+            best = lower.loc[lower["speedup"].idxmax()]
+            fell = cell["speedup"] <= best["speedup"] * (1.0 - t.saturation_drop)
+            if fell and cell["speedup"] < t.break_even:
+                yield index, Finding(
+                    "saturation",
+                    (f"speedup falls from {best['speedup']:.2f} at concurrency "
+                     f"{int(best['concurrency'])} to {cell['speedup']:.2f} at "
+                     f"{int(cell['concurrency'])}: batching already uses the compute"),
+                    {"speedup": cell["speedup"], "best_speedup": best["speedup"],
+                     "best_concurrency": int(best["concurrency"])})
+
+
+def _rule_long_context(cells: pd.DataFrame, t: Thresholds):
+    """(1 + c) at this context clearly above (1 + c) at the series' shortest context."""
+    for group in _series(cells, "ctx_len"):
+        group = group[group["verify_cost_c"].notna()]
+        if len(group) < 2:
+            continue
+        short = group.iloc[0]
+        for index, cell in group.iloc[1:].iterrows():
+            rise = (1.0 + cell["verify_cost_c"]) / (1.0 + short["verify_cost_c"]) - 1.0
+            if rise >= t.long_ctx_rise:
+                yield index, Finding(
+                    "long-context",
+                    (f"c {cell['verify_cost_c']:.2f} at ctx {int(cell['ctx_len'])} vs "
+                     f"{short['verify_cost_c']:.2f} at ctx {int(short['ctx_len'])}: a round costs "
+                     f"{rise:+.0%} more relative to a step"),
+                    {"c": cell["verify_cost_c"], "c_shortest": short["verify_cost_c"],
+                     "ctx_shortest": int(short["ctx_len"]), "rise": rise})
+
+
+SERIES_RULES = (_rule_saturation, _rule_long_context)
+
+# Why an off regime is off: the most actionable cause first (a lighter draft fixes heavy-draft
+# and low-alpha at every concurrency; saturation and long context are properties of the regime).
+OFF_CAUSES = ("heavy-draft", "low-alpha", "saturation", "long-context", "below-break-even")
+RULES = ("lossless", "lossless-unchecked", "unmeasured", "few-repeats", "noisy") + OFF_CAUSES
+
+
+def _decide(cell, findings: list, t: Thresholds) -> Verdict:
+    fired = {f.rule: f for f in findings}
+
+    def verdict(decision, finding):
+        return Verdict(regime_of(cell), decision, finding.rule, finding.message, tuple(findings),
+                       cell["speedup"], cell["speedup_lo"], cell["speedup_hi"])
+
+    if "lossless" in fired:
+        return verdict(OFF, fired["lossless"])
+    for rule in ("lossless-unchecked", "unmeasured", "few-repeats", "noisy"):
+        if rule in fired:
+            return verdict(MORE, fired[rule])
+    if "below-break-even" in fired:
+        return verdict(OFF, next(fired[r] for r in OFF_CAUSES if r in fired))
+    pays = Finding("pays", (f"speedup {cell['speedup']:.2f} (range {_fmt(cell['speedup_lo'])}–"
+                            f"{_fmt(cell['speedup_hi'])}) above {t.break_even:g}"),
+                   {"speedup": cell["speedup"]})
+    return verdict(ON, pays)
+
+
+def advise(traces, thresholds: Thresholds | None = None) -> list[Verdict]:
+    """One Verdict per on-cell (regime) of `traces` (anything load_traces takes)."""
+    t = thresholds or Thresholds()
+    cells = pair_cells(load_traces(traces))
+    findings = {index: [] for index in cells.index}
+    for index, cell in cells.iterrows():
+        findings[index] += [f for rule in CELL_RULES if (f := rule(cell, t)) is not None]
+    for rule in SERIES_RULES:
+        for index, finding in rule(cells, t):
+            findings[index].append(finding)
+    return [_decide(cells.loc[i], findings[i], t) for i in cells.index]
+
+
+def verdicts_frame(verdicts: list[Verdict]) -> pd.DataFrame:
+    """One row per regime: its keys, decision, deciding rule, why, and every other rule that fired."""
+    rows = []
+    for v in verdicts:
+        others = "; ".join(f.message for f in v.findings if f.rule != v.rule)
+        rows.append({**v.regime, "decision": v.decision, "rule": v.rule, "reason": v.reason,
+                     "speedup": v.speedup, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi,
+                     "also": others})
+    return pd.DataFrame(rows)
+
+
+def threshold_fields() -> list:
+    """(name, default, type) of every threshold, for command-line flags."""
+    return [(f.name, f.default, type(f.default)) for f in fields(Thresholds)]
+
+
+def _fmt(value) -> str:
+    value = _num(value)
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:.0f}" if value == int(value) else f"{value:.2f}"

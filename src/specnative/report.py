@@ -1,0 +1,670 @@
+"""Figures and summary.md for one sweep run directory (traces.csv + provenance.json).
+
+    python -m specnative.report RUN_DIR [--compare OTHER_RUN_DIR_OR_CSV] [--min-alpha 0.5 ...]
+
+writes into RUN_DIR: speedup_curve, timing_breakdown, theory_vs_measured, acceptance_by_position
+(each .png and .pdf), advice.csv and summary.md; with --compare also compare.png/.pdf and
+compare.csv. The sweep calls write_report(run_dir) when it finishes.
+
+Every plotting function takes the data and returns a matplotlib Figure (no pyplot state), so
+tests can read the plotted series back. Spec cells that failed the lossless check are left out
+of every figure and listed in summary.md; off rows are baselines and always kept.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
+
+from specnative import theory
+from specnative.advisor import (REGIME_KEYS, Thresholds, advise, load_traces, pair_cells,
+                                threshold_fields, verdicts_frame)
+
+CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model")  # split lines if varied
+ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
+OFF_STEPS = ("prefill_target_ms", "decode_ms")
+STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "draft_ms": "#f28e2b",
+               "verify_ms": "#4e79a7", "resample_ms": "#e15759", "decode_ms": "#59a14f",
+               "other_ms": "#ffffff"}
+BAND_CAPTION = ("error bars: range over the timed repeats (slowest spec run / fastest baseline run "
+                "to fastest / slowest); points: median tps ratio")
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers
+
+def _num(value) -> float:
+    return math.nan if value is None or pd.isna(value) else float(value)
+
+
+def _fmt(value, digits=2) -> str:
+    value = _num(value)
+    return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _floats(text) -> list[float]:
+    """'0.91;0.85' -> [0.91, 0.85]; empty or missing -> []."""
+    if text is None or pd.isna(text) or not str(text).strip():
+        return []
+    return [float(x) for x in str(text).split(";") if x.strip()]
+
+
+def lossless_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells[cells["lossless_ok"].fillna(False).astype(bool)]
+
+
+def failed_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells[~cells["lossless_ok"].fillna(True).astype(bool)]
+
+
+def varied(cells: pd.DataFrame, dims=CURVE_DIMS) -> list[str]:
+    return [d for d in dims if d in cells and cells[d].nunique(dropna=False) > 1]
+
+
+def _key_text(key: str, value) -> str:
+    if value is None or pd.isna(value):
+        return f"{key} n/a"
+    names = {"quant_bits": "q{}", "ctx_len": "ctx {}", "concurrency": "×{}", "k": "k={}",
+             "temperature": "T={:g}", "accept_rule": "{}", "draft_model": "draft {}"}
+    fmt = names.get(key, key + " {}")
+    return fmt.format(float(value) if key == "temperature" else value)
+
+
+def label(row, keys) -> str:
+    return ", ".join(_key_text(k, row[k]) for k in keys)
+
+
+def _new_figure(width, height, ncols=1) -> tuple[Figure, list]:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    axes = fig.subplots(1, ncols, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def _empty(ax, message):
+    ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes, color="gray")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _caption(fig, text):
+    fig.get_layout_engine().set(h_pad=0.1)
+    fig.supxlabel(text, fontsize=7.5, color="#444444")
+
+
+def save(fig: Figure, stem: Path) -> list[Path]:
+    paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    fig.savefig(paths[0], dpi=150)
+    fig.savefig(paths[1])
+    return paths
+
+
+# --------------------------------------------------------------------------------------------
+# Figure: speedup against concurrency (one line per ctx_len) and against ctx_len
+
+def _errorbar(ax, x, cells, line_label, **style):
+    s = cells["speedup"].to_numpy(float)
+    lo, hi = cells["speedup_lo"].to_numpy(float), cells["speedup_hi"].to_numpy(float)
+    err = np.vstack([np.clip(s - lo, 0, None), np.clip(hi - s, 0, None)])
+    err = np.nan_to_num(err)  # no spread recorded: no bar
+    ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=line_label, **style)
+
+
+def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
+    """(a) speedup vs concurrency, log2 x, one line per ctx_len (and per varied quant/k/T/rule);
+    (b) speedup vs ctx_len, one line per concurrency. Lossless cells only."""
+    cells = lossless_cells(cells)
+    fig, (ax_c, ax_x) = _new_figure(11, 4.6, 2)
+    if cells.empty:
+        for ax in (ax_c, ax_x):
+            _empty(ax, "no lossless spec-on cell")
+        return fig
+    dims = varied(cells)
+    for axis, other, ax in (("concurrency", "ctx_len", ax_c), ("ctx_len", "concurrency", ax_x)):
+        for _, line in cells.groupby([other] + dims, dropna=False, sort=True):
+            line = line.sort_values(axis)
+            _errorbar(ax, line[axis].to_numpy(float), line, label(line.iloc[0], [other] + dims))
+        ax.axhline(1.0, color="black", ls="--", lw=1, label="break-even (1.0)")
+        ax.set_ylabel("speedup  tps(spec on) / tps(spec off)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_c.set_xscale("log", base=2)
+    ax_c.set_xticks(sorted(cells["concurrency"].unique()), labels=None)
+    ax_c.xaxis.set_major_formatter("{x:g}")
+    ax_c.set_xlabel("concurrency (sequences decoded together, log2)")
+    ax_c.set_title("(a) speedup vs concurrency")
+    ax_x.set_xticks(sorted(cells["ctx_len"].unique()))
+    ax_x.set_xlabel("context length (prompt tokens)")
+    ax_x.set_title("(b) speedup vs context length")
+    _caption(fig, f"{BAND_CAPTION}; lossless cells only. {note}")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Figure: per-step timing breakdown
+
+ORDER_KEYS = ["quant_bits", "ctx_len", "concurrency", "temperature", "_on", "k", "accept_rule"]
+
+
+def ordered(rows: pd.DataFrame) -> pd.DataFrame:
+    """Rows by regime, each off row first and its on rows after it."""
+    rows = rows.assign(_on=(rows["spec_decode"] == "on").astype(int))
+    return rows.sort_values(ORDER_KEYS, kind="stable").drop(columns="_on").reset_index(drop=True)
+
+
+def _bar_rows(traces: pd.DataFrame) -> pd.DataFrame:
+    """One row per bar: each off row, followed by its regime's lossless on rows."""
+    keep = (traces["spec_decode"] == "off") | traces["lossless_ok"].fillna(False).astype(bool)
+    return ordered(traces[keep])
+
+
+def step_parts(row) -> dict:
+    """Step times of one run (ms) by step, plus what the timers leave of total_ms."""
+    steps = ON_STEPS if row["spec_decode"] == "on" else OFF_STEPS
+    parts = {s: np.nan_to_num(_num(row[s])) for s in steps}
+    parts["other_ms"] = _num(row["total_ms"]) - sum(parts.values())
+    return parts
+
+
+def _bar_label(row, dims) -> str:
+    regime = label(row, ["quant_bits", "ctx_len", "concurrency"] + dims)
+    if row["spec_decode"] == "off":
+        return f"{regime} | off"
+    return f"{regime} | on k={_fmt(row['k'], 0)}"
+
+
+def _shade_regimes(ax, rows, y):
+    """Alternate a light band behind each regime so its off and on bars read as one group."""
+    regime = rows[["quant_bits", "ctx_len", "concurrency", "temperature"]].astype(str).agg("|".join, axis=1)
+    group = (regime != regime.shift()).cumsum().to_numpy()
+    for g in np.unique(group)[::2]:
+        members = y[group == g]
+        ax.axhspan(members.min() - 0.5, members.max() + 0.5, color="#f0f0f0", zorder=0)
+
+
+def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
+    """Stacked horizontal bars of the step timers of one run, each spec-off row beside its
+    spec-on rows: (a) the whole run, (b) generation only (prefill left out)."""
+    rows = _bar_rows(traces)
+    fig, axes = _new_figure(12, 2.0 + 0.3 * max(len(rows), 1), 2)
+    if rows.empty:
+        for ax in axes:
+            _empty(ax, "no cell")
+        return fig
+    parts = pd.DataFrame([step_parts(r) for _, r in rows.iterrows()])
+    dims = varied(rows[rows["spec_decode"] == "on"], ("temperature", "accept_rule", "draft_model"))
+    labels = [_bar_label(r, dims) for _, r in rows.iterrows()]
+    y = np.arange(len(rows))[::-1]
+    panels = ((axes[0], list(STEP_COLORS), "(a) one run, prefill included"),
+              (axes[1], [s for s in STEP_COLORS if not s.startswith("prefill")],
+               "(b) generation only (what the speedup measures)"))
+    for ax, steps, title in panels:
+        _shade_regimes(ax, rows, y)
+        left = np.zeros(len(rows))
+        for step in steps:
+            width = parts[step].fillna(0).clip(lower=0).to_numpy()  # negative other: timers overlap
+            ax.barh(y, width, left=left, height=0.7, color=STEP_COLORS[step], edgecolor="#555555",
+                    linewidth=0.4, label=step.removesuffix("_ms").replace("_", " "), zorder=2)
+            left += width
+        ax.set_yticks(y, labels if ax is axes[0] else [""] * len(y), fontsize=8)
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        ax.set_xlabel("ms per run (mean over repeats)")
+        ax.set_title(title)
+        ax.grid(axis="x", alpha=0.3)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center",
+               ncol=len(STEP_COLORS), fontsize=8)
+    _caption(fig, "white 'other': total_ms not covered by the step timers. "
+                  f"Failed lossless cells left out. {note}")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Theory against measurement
+
+def per_token_alpha(accept_len_hist) -> float:
+    """Leviathan's alpha (chance that a reached draft position is accepted) from the histogram of
+    accepted drafts per round: accepted drafts over accepted drafts plus rounds that stopped on a
+    rejection (< k accepted). accepted / drafted (the schema's alpha) is lower by construction:
+    drafts behind a rejection count as drafted but were never tried.
+    Slightly low where rounds were cut short (k_eff < k near n_predict, or an accepted EOG)."""
+    hist = _floats(accept_len_hist)
+    if len(hist) < 2:
+        return math.nan
+    accepted = sum(i * n for i, n in enumerate(hist))
+    rejected = sum(hist[:-1])
+    return accepted / (accepted + rejected) if accepted + rejected > 0 else math.nan
+
+
+def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per lossless cell: the closed forms of theory.py with the measured alpha, k and c, beside
+    the measured speedup and tau; also with the per-token alpha from the histogram."""
+    rows = []
+    for _, cell in lossless_cells(cells).iterrows():
+        alpha, alpha_tok = _num(cell["draft_accept_rate"]), per_token_alpha(cell["accept_len_hist"])
+        k, c = _num(cell["k"]), _num(cell["verify_cost_c"])
+        k = int(k) if math.isfinite(k) else 0
+        rows.append({**{key: cell[key] for key in REGIME_KEYS},
+                     "alpha": alpha, "alpha_token": alpha_tok, "c": c,
+                     "speedup": cell["speedup"],
+                     "predicted": theory.predicted_speedup(alpha, k, c),
+                     "predicted_token": theory.predicted_speedup(alpha_tok, k, c),
+                     "tau": _num(cell["mean_accept_len"]),
+                     "tau_expected": theory.expected_tokens_per_round(alpha, k),
+                     "tau_expected_token": theory.expected_tokens_per_round(alpha_tok, k)})
+    return pd.DataFrame(rows)
+
+
+def _identity_panel(ax, table, x_cols, y_col, title, unit):
+    series = ((x_cols[0], "o", "#4e79a7", "alpha = accepted / drafted (schema)"),
+              (x_cols[1], "s", "#f28e2b", "alpha per reached position (histogram)"))
+    for x_col, marker, color, name in series:
+        ax.scatter(table[x_col], table[y_col], marker=marker, color=color, label=name, zorder=3)
+    values = pd.concat([table[x_cols[0]], table[x_cols[1]], table[y_col]]).dropna()
+    lo, hi = (values.min(), values.max()) if len(values) else (0.0, 1.0)
+    pad = 0.08 * (hi - lo or 1.0)
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="black", lw=1, ls="--", label="y = x")
+    ax.set_xlabel(f"closed form (theory.py), {unit}")
+    ax.set_ylabel(f"measured, {unit}")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_theory(table: pd.DataFrame, note: str = "") -> Figure:
+    """(a) predicted_speedup(alpha, k, c) vs measured speedup; (b) expected_tokens_per_round
+    vs measured tau. One point per lossless cell, for both definitions of alpha."""
+    fig, (ax_s, ax_t) = _new_figure(11, 4.6, 2)
+    if table.empty:
+        for ax in (ax_s, ax_t):
+            _empty(ax, "no lossless spec-on cell")
+        return fig
+    _identity_panel(ax_s, table, ("predicted", "predicted_token"), "speedup",
+                    "(a) speedup: (1-a^(k+1)) / ((1-a)(1+c))", "speedup")
+    _identity_panel(ax_t, table, ("tau_expected", "tau_expected_token"), "tau",
+                    "(b) tokens per round: (1-a^(k+1)) / (1-a)", "tau")
+    _caption(fig, "points off y = x: acceptance is not i.i.d. across positions (see "
+                  f"acceptance_by_position), or alpha's definition. {note}")
+    return fig
+
+
+def conditional_acceptance(accept_at_pos) -> list[float]:
+    """accept_at_pos[i] counts rounds that accepted position i+1, so it includes every earlier
+    rejection; the chance of accepting position i+1 once reached is the ratio to position i."""
+    reached = [1.0] + _floats(accept_at_pos)
+    return [a / r if r > 0 else math.nan for r, a in zip(reached, reached[1:])]
+
+
+def plot_acceptance_by_position(cells: pd.DataFrame, note: str = "") -> Figure:
+    """(a) accept_at_pos as recorded, (b) acceptance of a position once reached: flat if alpha
+    does not decay with draft position. One line per lossless cell."""
+    cells = lossless_cells(cells)
+    cells = cells[cells["accept_at_pos"].notna()]
+    fig, (ax_a, ax_c) = _new_figure(11, 4.6, 2)
+    if cells.empty:
+        for ax in (ax_a, ax_c):
+            _empty(ax, "no per-position acceptance recorded")
+        return fig
+    keys = ["ctx_len", "concurrency"] + varied(cells)
+    for _, cell in cells.iterrows():
+        raw = _floats(cell["accept_at_pos"])
+        positions = np.arange(1, len(raw) + 1)
+        name = label(cell, keys)
+        ax_a.plot(positions, raw, marker="o", label=name)
+        ax_c.plot(positions, conditional_acceptance(cell["accept_at_pos"]), marker="o", label=name)
+    ax_a.set_title("(a) share of rounds that accepted draft position i")
+    ax_c.set_title("(b) acceptance at position i once position i-1 was accepted")
+    for ax in (ax_a, ax_c):
+        ax.set_xlabel("draft position i")
+        ax.set_ylabel("acceptance rate")
+        ax.set_ylim(-0.03, 1.03)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+    ax_c.legend(fontsize=7, ncol=1 + len(cells) // 12, loc="lower left")
+    _caption(fig, f"(b) is flat when acceptance is i.i.d., the closed form's assumption. {note}")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# Slope of speedup against concurrency at high concurrency (seed §9.3)
+
+def speedup_slope(cells: pd.DataFrame, min_concurrency: int = 4) -> list[dict]:
+    """linregress(concurrency, speedup) over lossless cells with concurrency >= min_concurrency,
+    per curve (ctx_len and varied dims) and pooled; needs >= 3 distinct concurrencies."""
+    cells = lossless_cells(cells)
+    cells = cells[(cells["concurrency"] >= min_concurrency) & cells["speedup"].notna()]
+    keys = ["ctx_len"] + varied(cells)
+    groups = [(label(g.iloc[0], keys), g) for _, g in cells.groupby(keys, dropna=False)]
+    return [_slope(name, g) for name, g in groups + [("all cells pooled", cells)]]
+
+
+def _slope(name: str, cells: pd.DataFrame) -> dict:
+    distinct = cells["concurrency"].nunique()
+    result = {"series": name, "n": len(cells), "concurrencies": distinct,
+              "slope": math.nan, "p_value": math.nan, "note": ""}
+    if distinct < 3:
+        result["note"] = f"not enough points ({distinct} distinct concurrencies >= 4; need 3)"
+        return result
+    from scipy import stats  # only needed here; a test dependency in pyproject
+    fit = stats.linregress(cells["concurrency"].astype(float), cells["speedup"].astype(float))
+    result.update(slope=fit.slope, p_value=fit.pvalue,
+                  note="falls with concurrency" if fit.slope < 0 and fit.pvalue < 0.05 else
+                  "no significant trend (p >= 0.05)" if fit.pvalue >= 0.05 else "rises with concurrency")
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Compare mode: run A against run B (another quant or another machine)
+
+COMPARE_COLUMNS = ("tps", "tps_off", "speedup", "speedup_lo", "speedup_hi", "draft_accept_rate",
+                   "verify_cost_c", "c_draft", "decision", "rule")
+
+
+def compare_runs(cells_a: pd.DataFrame, cells_b: pd.DataFrame, verdicts_a=None, verdicts_b=None):
+    """Lossless cells of A and B joined on the regime keys they share values of. A key whose
+    values do not overlap (quant 4 vs 8) is what the comparison is about: it is left out of the
+    join and shown for each side. Returns (joined frame, join keys)."""
+    sides = []
+    for cells, verdicts in ((cells_a, verdicts_a), (cells_b, verdicts_b)):
+        cells = lossless_cells(cells).reset_index(drop=True)
+        if verdicts is not None:
+            cells = cells.merge(verdicts[list(REGIME_KEYS) + ["decision", "rule"]],
+                                on=list(REGIME_KEYS), how="left")
+        else:
+            cells = cells.assign(decision=pd.NA, rule=pd.NA)
+        sides.append(cells)
+    a, b = sides
+    keys = [k for k in REGIME_KEYS
+            if set(a[k].dropna().unique()) & set(b[k].dropna().unique())
+            or (a[k].isna().all() and b[k].isna().all())]
+    differing = [k for k in REGIME_KEYS if k not in keys]
+    columns = lambda frame: frame[keys + differing + list(COMPARE_COLUMNS)]
+    joined = columns(a).merge(columns(b), on=keys, suffixes=("_a", "_b"))
+    return joined.sort_values(keys).reset_index(drop=True), keys
+
+
+def plot_compare(joined: pd.DataFrame, keys: list, label_a: str, label_b: str) -> Figure:
+    """Grouped bars per joined regime: (a) speedup of A and B with their ranges, (b) spec-on tps."""
+    fig, (ax_s, ax_t) = _new_figure(12, 1.8 + 0.45 * max(len(joined), 1), 2)
+    if joined.empty:
+        for ax in (ax_s, ax_t):
+            _empty(ax, "no regime in common")
+        return fig
+    y = np.arange(len(joined))[::-1].astype(float)
+    names = [label(r, keys) for _, r in joined.iterrows()]
+    for side, offset, color, name in (("a", 0.2, "#4e79a7", label_a), ("b", -0.2, "#f28e2b", label_b)):
+        s = joined[f"speedup_{side}"].to_numpy(float)
+        err = np.nan_to_num(np.vstack([s - joined[f"speedup_lo_{side}"].to_numpy(float),
+                                       joined[f"speedup_hi_{side}"].to_numpy(float) - s]).clip(0))
+        ax_s.barh(y + offset, s, height=0.4, xerr=err, color=color, label=name, capsize=2)
+        ax_t.barh(y + offset, joined[f"tps_{side}"].to_numpy(float), height=0.4, color=color,
+                  label=name)
+    ax_s.axvline(1.0, color="black", ls="--", lw=1, label="break-even (1.0)")
+    ax_s.set_yticks(y, names, fontsize=8)
+    ax_t.set_yticks(y, [""] * len(y))
+    ax_s.set_xlabel("speedup tps(on) / tps(off)")
+    ax_t.set_xlabel("tps with speculation (tokens/s, all sequences)")
+    ax_s.set_title("(a) speedup")
+    ax_t.set_title("(b) spec-on throughput")
+    for ax in (ax_s, ax_t):
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    _caption(fig, f"{BAND_CAPTION}. Both runs self-measured on their own hardware.")
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# summary.md
+
+def md_table(headers: list, rows: list) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def load_provenance(run_dir: Path) -> dict:
+    path = Path(run_dir) / "provenance.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def hardware(prov: dict) -> str:
+    gpu = prov.get("gpu")
+    if gpu:
+        return (f"GPU {gpu.get('name', '?')} ({gpu.get('memory_gb', '?')} GB, driver "
+                f"{gpu.get('driver', '?')}), {prov.get('backend') or 'backend not recorded'}")
+    cpu = prov.get("cpu_model") or "CPU not recorded"
+    return (f"CPU {cpu} ({prov.get('cpu_count', '?')} cores, {prov.get('memory_gb', '?')} GB), "
+            f"{prov.get('backend') or 'backend not recorded'}")
+
+
+def _value(prov, key):
+    value = prov.get(key)
+    return "not recorded" if value is None or value == "" else value
+
+
+def provenance_md(prov: dict) -> str:
+    if not prov:
+        return "**provenance.json is missing: these numbers cannot be reproduced or attributed.**"
+    rows = [("specnative", _value(prov, "specnative_version")),
+            ("llama.cpp commit", f"`{_value(prov, 'llama_cpp_commit')}`"),
+            ("build flags", f"`{_value(prov, 'build_flags')}`"),
+            ("backend", _value(prov, "backend")),
+            ("hardware", hardware(prov)),
+            ("system info", f"`{_value(prov, 'system_info')}`"),
+            ("OS / Python", f"{_value(prov, 'os')} / {_value(prov, 'python')}"),
+            ("threads / GPU layers / flash attn",
+             f"{_value(prov, 'n_threads')} / {_value(prov, 'n_gpu_layers')} / {_value(prov, 'flash_attn')}"),
+            ("warm-up / repeats",
+             f"{_value(prov, 'warmup')} discarded / {_value(prov, 'repeats')} timed; rates are medians"),
+            ("grid", "; ".join(f"{k}: {v}" for k, v in (prov.get("grid") or {}).items()) or "not recorded"),
+            ("date", _value(prov, "date")),
+            ("run id", _value(prov, "run_id"))]
+    models = [(m.get("role"), m.get("name"), f"`{m.get('path')}`", m.get("type"), m.get("quant_bits"),
+               m.get("n_params"), m.get("size_bytes"), f"`{m.get('sha256')}`")
+              for m in prov.get("models") or []]
+    return "\n\n".join([
+        md_table(["", ""], rows),
+        "Command:\n\n```\n" + str(_value(prov, "command")) + "\n```",
+        md_table(["role", "name", "file", "type", "bits", "params", "bytes", "sha256"], models)
+        if models else "Models: not recorded."])
+
+
+def notes_md(prov: dict) -> str:
+    notes = prov.get("notes") or []
+    return "\n".join(f"- **{n}**" for n in notes) if notes else "- (no notes recorded)"
+
+
+def _tps(row) -> str:
+    return f"{_fmt(row['tps'])} ± {_fmt(row['tps_std'])}"
+
+
+def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
+    """llama-bench-style table: every off row and every on cell (with its speedup); rates carry
+    the self-measured tag."""
+    rows = []
+    for _, r in ordered(pd.concat([traces[traces["spec_decode"] == "off"], cells])).iterrows():
+        on = r["spec_decode"] == "on"
+        draft_cols = [_fmt(r["k"], 0), _fmt(r["temperature"]), r["accept_rule"], _tps(r),
+                      _fmt(r["speedup"]), _fmt(r["draft_accept_rate"]), _fmt(r["mean_accept_len"]),
+                      _fmt(r["verify_cost_c"]), _fmt(r["c_draft"]),
+                      {True: "yes", False: "**NO**"}.get(r["lossless_ok"], "?")]
+        if not on:
+            draft_cols = ["", _fmt(r["temperature"]), "", _tps(r)] + [""] * 6
+        model = f"{r['target_model']} + {r['draft_model']}" if on else str(r["target_model"])
+        rows.append([model, r["target_type"], r["backend"], r["n_threads"],
+                     f"tg{_fmt(r['n_predict'], 0)} @ d{r['ctx_len']}", r["concurrency"],
+                     r["spec_decode"]] + draft_cols)
+    head = ["model", "type", "backend", "threads", "test", "conc", "spec", "k", "T", "rule",
+            "t/s [self-measured]", "speedup [self-measured]", "α", "τ", "c", "c_draft", "lossless"]
+    where = hardware(prov) if prov else "unrecorded hardware"
+    intro = (f"Every rate below is **[self-measured]** on {where}, run {prov.get('run_id', 'n/a')}; "
+             "it does not carry to other hardware. t/s: median ± sd over the timed repeats, "
+             "decoding only (prefill excluded), all sequences together.")
+    return intro + "\n\n" + md_table(head, rows)
+
+
+def verdicts_md(verdicts: pd.DataFrame) -> str:
+    if verdicts.empty:
+        return "No spec-on cell to judge."
+    keys = [k for k in REGIME_KEYS if verdicts[k].nunique(dropna=False) > 1] or ["concurrency"]
+    rows = [[label(r, [k]) for k in keys] +
+            [f"**{r['decision']}**", f"{_fmt(r['speedup'])} ({_fmt(r['speedup_lo'])}–{_fmt(r['speedup_hi'])})",
+             r["rule"], r["reason"], r["also"]] for _, r in verdicts.iterrows()]
+    return md_table(keys + ["decision", "speedup (range)", "rule", "why", "also fired"], rows)
+
+
+def failures_md(cells: pd.DataFrame) -> str:
+    failed = failed_cells(cells)
+    if failed.empty:
+        methods = ", ".join(sorted(cells["lossless_method"].dropna().unique())) or "not recorded"
+        return f"All {len(cells)} spec-on cells passed the lossless check (method: {methods})."
+    rows = [[label(r, REGIME_KEYS), r["lossless_method"], _fmt(r["first_divergence"], 0),
+             _fmt(r["divergence_margin"], 3)] for _, r in failed.iterrows()]
+    return (f"{len(failed)} of {len(cells)} spec-on cells **failed** and are left out of every "
+            "figure. A small top-2 margin at the first divergence can be a numeric near-tie "
+            "(logits differ across batch shapes), a large one is a bug.\n\n"
+            + md_table(["cell", "method", "first divergence", "top-2 margin"], rows))
+
+
+def timing_md(traces: pd.DataFrame) -> str:
+    shares = [(1 - step_parts(r)["other_ms"] / _num(r["total_ms"]))
+              for _, r in traces.iterrows() if _num(r["total_ms"]) > 0]
+    if not shares:
+        return "Step timers: total_ms not recorded."
+    return (f"Step timers account for {min(shares):.1%}–{max(shares):.1%} of each run's total_ms "
+            "(the rest is 'other' in the breakdown).")
+
+
+def theory_md(table: pd.DataFrame) -> str:
+    if table.empty:
+        return "No lossless spec-on cell."
+    keys = [k for k in REGIME_KEYS if table[k].nunique(dropna=False) > 1] or ["concurrency"]
+    rows = [[label(r, keys), _fmt(r["alpha"]), _fmt(r["alpha_token"]), _fmt(r["c"]),
+             _fmt(r["speedup"]), _fmt(r["predicted"]), _fmt(r["predicted_token"]),
+             _fmt(r["tau"]), _fmt(r["tau_expected"]), _fmt(r["tau_expected_token"])]
+            for _, r in table.iterrows()]
+    return md_table(["cell", "α", "α per position", "c", "speedup", "predicted (α)",
+                     "predicted (α per position)", "τ", "E[τ] (α)", "E[τ] (α per position)"], rows)
+
+
+def slope_md(results: list[dict]) -> str:
+    rows = [[r["series"], r["n"], r["concurrencies"], _fmt(r["slope"], 4), _fmt(r["p_value"], 3),
+             r["note"]] for r in results]
+    return ("Linear fit of speedup on concurrency over the lossless cells with concurrency ≥ 4 "
+            "(seed §9.3).\n\n" + md_table(["series", "cells", "distinct conc.", "slope per unit "
+                                           "concurrency", "p", "reading"], rows))
+
+
+def compare_md(joined: pd.DataFrame, keys: list, label_a: str, label_b: str) -> str:
+    if joined.empty:
+        return f"A = {label_a}, B = {label_b}: no lossless regime in common."
+    differing = [c.removesuffix("_a") for c in joined if c.endswith("_a")
+                 and c.removesuffix("_a") in REGIME_KEYS]
+    rows = []
+    for _, r in joined.iterrows():
+        row = [label(r, keys)] + [f"{r[d + '_a']} / {r[d + '_b']}" for d in differing]
+        for col in ("tps", "speedup", "draft_accept_rate", "verify_cost_c", "decision"):
+            row.append(f"{_fmt(r[col + '_a']) if col != 'decision' else r[col + '_a']} / "
+                       f"{_fmt(r[col + '_b']) if col != 'decision' else r[col + '_b']}")
+        rows.append(row)
+    head = (["regime"] + [f"{d} A / B" for d in differing]
+            + ["t/s A / B [self-measured]", "speedup A / B", "α A / B", "c A / B", "advice A / B"])
+    return (f"A = {label_a}; B = {label_b}. Joined on {', '.join(keys)}; lossless cells only.\n\n"
+            + md_table(head, rows) + "\n\n![compare](compare.png)")
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+def _compare_source(other) -> tuple[pd.DataFrame, str]:
+    path = Path(other)
+    prov = load_provenance(path if path.is_dir() else path.parent)
+    name = prov.get("run_id") or (path.name if path.is_dir() else path.parent.name + "/" + path.name)
+    where = hardware(prov) if prov else "hardware not recorded"
+    return load_traces(path), f"{name} ({where})"
+
+
+def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) -> dict:
+    """Writes figures, advice.csv and summary.md into run_dir; returns {artifact: path}."""
+    run_dir = Path(run_dir)
+    prov = load_provenance(run_dir)
+    traces = load_traces(run_dir / "traces.csv")
+    cells = pair_cells(traces)
+    verdicts = verdicts_frame(advise(traces, thresholds))
+    note = f"Self-measured on {hardware(prov)}." if prov else "Hardware not recorded."
+    table = theory_table(cells)
+    figures = {"speedup_curve": plot_speedup_curve(cells, note),
+               "timing_breakdown": plot_timing_breakdown(traces, note),
+               "theory_vs_measured": plot_theory(table, note),
+               "acceptance_by_position": plot_acceptance_by_position(cells, note)}
+    out = {}
+    for name, fig in figures.items():
+        out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
+    out["advice.csv"] = run_dir / "advice.csv"
+    verdicts.to_csv(out["advice.csv"], index=False)
+    sections = _sections(traces, cells, verdicts, table, prov)
+    if compare is not None:
+        sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
+                                                    thresholds, out)))
+    out["summary.md"] = run_dir / "summary.md"
+    out["summary.md"].write_text(_render(prov, sections, list(figures)))
+    return out
+
+
+def _write_compare(run_dir, prov, cells, verdicts, compare, thresholds, out) -> str:
+    traces_b, label_b = _compare_source(compare)
+    label_a = f"{prov.get('run_id') or run_dir.name} ({hardware(prov) if prov else 'hardware not recorded'})"
+    joined, keys = compare_runs(cells, pair_cells(traces_b), verdicts,
+                                verdicts_frame(advise(traces_b, thresholds)))
+    out["compare.png"], out["compare.pdf"] = save(plot_compare(joined, keys, "A", "B"),
+                                                  run_dir / "compare")
+    out["compare.csv"] = run_dir / "compare.csv"
+    joined.to_csv(out["compare.csv"], index=False)
+    return compare_md(joined, keys, label_a, label_b)
+
+
+def _sections(traces, cells, verdicts, table, prov) -> list:
+    return [("Read first: notes from the sweep", notes_md(prov)),
+            ("Cells", cells_md(traces, cells, prov)),
+            ("Advice per regime (seed §6)", verdicts_md(verdicts)),
+            ("Lossless check", failures_md(cells)),
+            ("Speedup against concurrency: slope", slope_md(speedup_slope(cells))),
+            ("Theory against measurement", theory_md(table)),
+            ("Timing", timing_md(traces))]
+
+
+FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
+                 "timing_breakdown": "Per-step timing breakdown",
+                 "theory_vs_measured": "Closed form against measurement",
+                 "acceptance_by_position": "Acceptance by draft position"}
+
+
+def _render(prov: dict, sections: list, figures: list) -> str:
+    title = f"# specnative report: run {prov.get('run_id', 'n/a')}"
+    parts = [title, "## Reproducibility record (seed §8)", provenance_md(prov)]
+    for heading, body in sections:
+        parts += [f"## {heading}", body]
+    parts.append("## Figures")
+    parts += [f"### {FIGURE_TITLES[f]}\n\n![{f}]({f}.png)\n\n[PDF]({f}.pdf)" for f in figures]
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specnative.report", description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", type=Path, help="directory holding traces.csv (and provenance.json)")
+    parser.add_argument("--compare", type=Path, help="another run directory or traces.csv (B)")
+    for name, default, kind in threshold_fields():
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, default=default,
+                            help=f"advisor threshold (default {default})")
+    args = parser.parse_args(argv)
+    thresholds = Thresholds(**{name: getattr(args, name) for name, _, _ in threshold_fields()})
+    written = write_report(args.run_dir, args.compare, thresholds)
+    print(written["summary.md"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

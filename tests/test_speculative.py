@@ -1,0 +1,213 @@
+"""The speculative loop: losslessness under each rule, exact counts, rollback, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from specnative import Engine, _core
+from specnative.models import tiny_pair
+
+from conftest import PROMPTS
+
+# Statistical tests use fixed seeds, so their outcome is deterministic; the threshold says how
+# unlikely a correct implementation is to fail them (were the seed varied).
+P_VALUE_THRESHOLD = 1e-3
+
+
+def assert_same_tokens(a, b):
+    assert len(a.tokens) == len(b.tokens)
+    for x, y in zip(a.tokens, b.tokens):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+@pytest.mark.parametrize("n_seq", [1, 3])
+def test_greedy_spec_equals_baseline(noisy_engine, k, n_seq):
+    prompts = PROMPTS[:n_seq]
+    base = noisy_engine.generate(prompts, n_predict=40)
+    spec = noisy_engine.generate(prompts, n_predict=40, spec=True, k=k)
+    assert_same_tokens(base, spec)
+    assert 0 < spec.draft_accept_rate < 1
+
+
+def test_exact_copy_draft_accepts_everything(copy_engine):
+    k, n_predict = 4, 42
+    spec = copy_engine.generate(PROMPTS, n_predict=n_predict, spec=True, k=k)
+    assert spec.draft_accept_rate == 1.0
+    for counts, tokens in zip(spec.counts, spec.tokens):
+        assert len(tokens) == n_predict
+        # first token comes from prefill; 41 more in rounds of k+1 = 5, the last round shorter
+        full_rounds, rest = divmod(n_predict - 1, k + 1)
+        assert counts["accept_len_hist"][k] == full_rounds
+        assert counts["rounds"] == full_rounds + (rest > 0)
+        assert counts["emitted"] == n_predict - 1
+    assert spec.mean_accept_len == pytest.approx((n_predict - 1) / spec.counts[0]["rounds"])
+
+
+def test_noisy_draft_counts_are_consistent(noisy_engine):
+    k = 4
+    spec = noisy_engine.generate(PROMPTS, n_predict=48, spec=True, k=k)
+    totals = spec.totals
+    assert 0 < spec.draft_accept_rate < 1
+    for c, tokens in zip(spec.counts, spec.tokens):
+        assert c["emitted"] == c["accepted"] + c["rounds"]      # one corrected/bonus per round
+        assert c["emitted"] == len(tokens) - 1                  # the first token is prefill's
+        assert c["accept_len_hist"].sum() == c["rounds"]
+        assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
+        assert c["drafted_at"].sum() == c["drafted"]
+        assert c["accepted_at"].sum() == c["accepted"]
+        # a position is only accepted if all earlier ones were
+        assert np.all(np.diff(c["accepted_at"]) <= 0)
+    assert spec.draft_accept_rate == totals["accepted"] / totals["drafted"]
+    assert spec.mean_accept_len == totals["emitted"] / totals["rounds"]
+    rates = spec.per_position_accept_rate
+    assert rates.shape == (k,) and np.all((rates >= 0) & (rates <= 1))
+
+
+def test_spec_timers_account_for_wall_time(noisy_engine):
+    spec = noisy_engine.generate(PROMPTS, n_predict=40, spec=True, k=4)
+    t = spec.times
+    parts = ["prefill_target", "prefill_draft", "draft", "verify", "resample"]
+    assert all(t[p] > 0 for p in parts) and t["decode"] == 0
+    assert sum(t[p] for p in parts) >= 0.99 * t["total"]
+    assert spec.round_ms == pytest.approx((t["draft"] + t["verify"] + t["resample"]) / spec.steps)
+
+
+def test_match_rule_reproduces_seeded_sampling(noisy_engine):
+    for seed in (1, 2, 3):
+        base = noisy_engine.generate(PROMPTS, n_predict=40, temperature=0.8, seed=seed)
+        spec = noisy_engine.generate(PROMPTS, n_predict=40, temperature=0.8, seed=seed, spec=True,
+                                     k=4, accept_rule="match")
+        assert_same_tokens(base, spec)
+    other_seed = noisy_engine.generate(PROMPTS, n_predict=40, temperature=0.8, seed=99)
+    assert any(not np.array_equal(a, b) for a, b in zip(base.tokens, other_seed.tokens))
+
+
+def test_rollback_leaves_caches_as_a_fresh_context_would(noisy_pair, noisy_engine):
+    spec = noisy_engine.generate(PROMPTS, n_predict=30, spec=True, k=6)
+    assert (spec.totals["accept_len_hist"][:-1]).sum() > 0  # some rounds had rejections
+    target, _ = noisy_pair
+    with Engine(target, n_ctx=1024, n_seq_max=1, n_threads=1) as fresh:
+        for s, (prompt, tokens) in enumerate(zip(PROMPTS, spec.tokens)):
+            fed = noisy_engine.tokenize(prompt).tolist() + tokens.tolist()
+            expected = fresh.prompt_logits(fed)
+            np.testing.assert_allclose(noisy_engine.pending_logits(s), expected, rtol=1e-3, atol=1e-3)
+
+
+# --- the rejection rule ----------------------------------------------------------------------
+def _chi_square_p_value(counts, probs):
+    """Goodness of fit of counts to probs, pooling cells with expected counts below 5."""
+    n = counts.sum()
+    expected = probs * n
+    order = np.argsort(expected)
+    pooled_counts, pooled_expected, acc_c, acc_e = [], [], 0.0, 0.0
+    for i in order:
+        acc_c += counts[i]
+        acc_e += expected[i]
+        if acc_e >= 5:
+            pooled_counts.append(acc_c)
+            pooled_expected.append(acc_e)
+            acc_c = acc_e = 0.0
+    if acc_e > 0:
+        pooled_counts[-1] += acc_c
+        pooled_expected[-1] += acc_e
+    pooled_expected = np.array(pooled_expected) * (n / np.sum(pooled_expected))  # exact sums
+    return stats.chisquare(pooled_counts, pooled_expected).pvalue
+
+
+def _distribution(rng, n, concentration):
+    return rng.dirichlet(np.full(n, concentration)).astype(np.float32)
+
+
+@pytest.mark.parametrize("case", ["random", "disjoint", "equal", "peaked-vs-flat"])
+def test_rejection_kernel_reproduces_p(case):
+    rng = np.random.default_rng(12345)
+    n = 40
+    p = _distribution(rng, n, 0.5)
+    if case == "random":
+        q = _distribution(rng, n, 0.5)
+    elif case == "disjoint":  # q only where p is 0: every draft rejected, residual = p
+        p[n // 2:] = 0
+        q = np.zeros(n, np.float32)
+        q[n // 2:] = _distribution(rng, n - n // 2, 1.0)
+        p /= p.sum()
+    elif case == "equal":     # q = p: every draft accepted
+        q = p.copy()
+    else:
+        q = np.full(n, 1.0 / n, np.float32)
+        p = _distribution(rng, n, 0.1)
+    n_draws = 200_000
+    hist, accepted = _core.rejection_histogram(p, q, n_draws, seed=7)
+    assert hist.sum() == n_draws
+    assert np.all(hist[p == 0] == 0)
+    assert _chi_square_p_value(hist, p.astype(np.float64) / p.sum()) > P_VALUE_THRESHOLD
+    expected_accept = np.minimum(p, q).sum()  # P(accept) = sum_x min(p, q)
+    assert accepted / n_draws == pytest.approx(expected_accept, abs=0.01)
+    if case == "equal":
+        assert accepted == n_draws
+    if case == "disjoint":
+        assert accepted == 0
+
+
+def test_rejection_kernel_detects_a_wrong_rule():
+    """Control: sampling from q alone (no correction) fails the same test, so it has power."""
+    rng = np.random.default_rng(12345)
+    p, q = _distribution(rng, 40, 0.5), _distribution(rng, 40, 0.5)
+    hist, _ = _core.rejection_histogram(q, q, 200_000, seed=7)
+    assert _chi_square_p_value(hist, p.astype(np.float64) / p.sum()) < P_VALUE_THRESHOLD
+
+
+def test_rejection_rule_matches_baseline_distribution_end_to_end(noisy_engine):
+    """Second generated token (the first one speculation decides) over many seeds and
+    sequences: spec with the rejection rule vs the baseline, two-sample chi-square."""
+    prompts = ["The city of"] * 8
+    base_tokens, spec_tokens, accepted = [], [], 0
+    for seed in range(150):
+        base = noisy_engine.generate(prompts, n_predict=3, temperature=1.0, seed=seed)
+        spec = noisy_engine.generate(prompts, n_predict=3, temperature=1.0, seed=seed, spec=True,
+                                     k=1, accept_rule="rejection")
+        base_tokens += [int(t[1]) for t in base.tokens]
+        spec_tokens += [int(t[1]) for t in spec.tokens]
+        accepted += spec.totals["accepted"]
+    assert 0 < accepted < len(spec_tokens)  # both paths (accept, resample) were exercised
+    values = sorted(set(base_tokens) | set(spec_tokens))
+    table = np.array([[base_tokens.count(v) for v in values], [spec_tokens.count(v) for v in values]])
+    # pool rare tokens into one column so the chi-square approximation holds
+    common = table.sum(axis=0) >= 10
+    pooled = np.column_stack([table[:, common], table[:, ~common].sum(axis=1)])
+    pooled = pooled[:, pooled.sum(axis=0) > 0]
+    assert pooled.shape[1] >= 3
+    assert stats.chi2_contingency(pooled).pvalue > P_VALUE_THRESHOLD
+
+
+def test_rejection_rule_accepts_more_than_match(noisy_engine):
+    kwargs = dict(n_predict=40, temperature=1.0, seed=5, spec=True, k=4)
+    match = noisy_engine.generate(PROMPTS, accept_rule="match", **kwargs)
+    rejection = noisy_engine.generate(PROMPTS, accept_rule="rejection", **kwargs)
+    assert rejection.draft_accept_rate > match.draft_accept_rate
+
+
+# --- bad input -------------------------------------------------------------------------------
+def test_incompatible_vocabulary_is_refused(model_dir):
+    target, _ = tiny_pair(model_dir, "copy")
+    shuffled, _ = tiny_pair(model_dir, "copy", vocab="shuffled")
+    with pytest.raises(ValueError, match="cannot speculate.*token"):
+        Engine(target, shuffled, n_ctx=256, n_seq_max=1)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 0}, "k must be"),
+    ({"k": -2}, "k must be"),
+    ({"k": 100}, "too large"),
+    ({"temperature": 0.5}, "greedy"),
+])
+def test_bad_spec_arguments_raise(noisy_engine, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        noisy_engine.generate(PROMPTS, n_predict=8, spec=True, **kwargs)
+
+
+def test_spec_without_a_draft_is_refused(noisy_pair):
+    with Engine(noisy_pair[0], n_ctx=256, n_seq_max=1, n_threads=1) as engine:
+        with pytest.raises(ValueError, match="draft"):
+            engine.generate("The", n_predict=8, spec=True)
