@@ -33,7 +33,12 @@ std::string vocab_incompatibility(const llama_model* target, const llama_model* 
         return "vocabulary sizes differ too much (target " + std::to_string(n_target) +
                ", draft " + std::to_string(n_draft) + ")";
     }
-    const int n_common = n_target < n_draft ? n_target : n_draft;
+    // The draft must be able to consume every token the target emits.
+    if (n_draft < n_target) {
+        return "the draft vocabulary (" + std::to_string(n_draft) + " tokens) is smaller than the target's (" +
+               std::to_string(n_target) + "): target tokens beyond it cannot be fed to the draft";
+    }
+    const int n_common = n_target;
     for (int id = kFirstComparedToken; id < n_common; ++id) {
         if (std::strcmp(llama_vocab_get_text(vt, id), llama_vocab_get_text(vd, id)) != 0) {
             return "token " + std::to_string(id) + " differs (target '" +

@@ -211,3 +211,9 @@ def test_spec_without_a_draft_is_refused(noisy_pair):
     with Engine(noisy_pair[0], n_ctx=256, n_seq_max=1, n_threads=1) as engine:
         with pytest.raises(ValueError, match="draft"):
             engine.generate("The", n_predict=8, spec=True)
+
+
+def test_draft_with_a_smaller_vocabulary_is_refused(model_dir):
+    target, small = tiny_pair(model_dir, "small_vocab")
+    with pytest.raises(ValueError, match="smaller than the target"):
+        Engine(target, small, n_ctx=256, n_seq_max=1)

@@ -205,7 +205,9 @@ CELL_RULES = (_rule_lossless, _rule_unmeasured, _rule_few_repeats, _rule_noisy,
 # Rules on a series: the same regime with one axis (concurrency or ctx_len) varied.
 
 def _series(cells: pd.DataFrame, axis: str):
-    """Groups of cells that differ only in `axis`, each sorted along it."""
+    """Lossless cells that differ only in `axis`, grouped and sorted along it (a lossy cell's
+    speed is no reference for anything)."""
+    cells = cells[cells["lossless_ok"].fillna(False).astype(bool)]
     others = [k for k in REGIME_KEYS if k != axis] + ["target_model", "draft_model"]
     for _, group in cells.groupby(others, dropna=False, sort=False):
         yield group.sort_values(axis)
@@ -244,7 +246,7 @@ def _rule_long_context(cells: pd.DataFrame, t: Thresholds):
                     "long-context",
                     (f"c {cell['verify_cost_c']:.2f} at ctx {int(cell['ctx_len'])} vs "
                      f"{short['verify_cost_c']:.2f} at ctx {int(short['ctx_len'])}: a round costs "
-                     f"{rise:+.0%} more relative to a step"),
+                     f"{rise:.0%} more relative to a step"),
                     {"c": cell["verify_cost_c"], "c_shortest": short["verify_cost_c"],
                      "ctx_shortest": int(short["ctx_len"]), "rise": rise})
 

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_VOCAB_SIZE",
     "EOS_ID",
     "FIRST_NORMAL_ID",
+    "FORMAT_VERSION",
     "PAIR_KINDS",
     "tiny_pair",
     "tiny_vocab",
@@ -325,7 +326,7 @@ def tiny_pair(directory, kind: str = "copy", **params) -> tuple[Path, Path]:
     `params` are write_tiny_llama arguments applied to both models (e.g. seed, n_embd,
     dtype); "noise" applies to the draft only and "extra_layers" to the target only.
     Files are cached in `directory` under names such as tiny-llama-v1.gguf or
-    tiny-llama-v1-noise0.5.gguf.
+    tiny-llama-v1-noise0.1.gguf.
     """
     if kind not in PAIR_KINDS:
         raise ValueError(f"unknown kind {kind!r}: use one of {sorted(PAIR_KINDS)}")

@@ -79,6 +79,16 @@ def label(row, keys) -> str:
     return ", ".join(_key_text(k, row[k]) for k in keys)
 
 
+def colors(n: int) -> list:
+    """n distinguishable colors: tab10 up to 10 lines, tab20 up to 20, then a continuous map."""
+    from matplotlib import colormaps
+    if n <= 10:
+        return [colormaps["tab10"](i) for i in range(n)]
+    if n <= 20:
+        return [colormaps["tab20"](i) for i in range(n)]
+    return [colormaps["viridis"](i / (n - 1)) for i in range(n)]
+
+
 def _new_figure(width, height, ncols=1) -> tuple[Figure, list]:
     fig = Figure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
@@ -125,9 +135,11 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
         return fig
     dims = varied(cells)
     for axis, other, ax in (("concurrency", "ctx_len", ax_c), ("ctx_len", "concurrency", ax_x)):
-        for _, line in cells.groupby([other] + dims, dropna=False, sort=True):
+        lines = list(cells.groupby([other] + dims, dropna=False, sort=True))
+        for color, (_, line) in zip(colors(len(lines)), lines):
             line = line.sort_values(axis)
-            _errorbar(ax, line[axis].to_numpy(float), line, label(line.iloc[0], [other] + dims))
+            _errorbar(ax, line[axis].to_numpy(float), line, label(line.iloc[0], [other] + dims),
+                      color=color)
         ax.axhline(1.0, color="black", ls="--", lw=1, label="break-even (1.0)")
         ax.set_ylabel("speedup  tps(spec on) / tps(spec off)")
         ax.grid(alpha=0.3)
@@ -259,8 +271,8 @@ def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _identity_panel(ax, table, x_cols, y_col, title, unit):
-    series = ((x_cols[0], "o", "#4e79a7", "alpha = accepted / drafted (schema)"),
-              (x_cols[1], "s", "#f28e2b", "alpha per reached position (histogram)"))
+    series = ((x_cols[0], "o", "#4e79a7", "α = accepted / drafted (schema)"),
+              (x_cols[1], "s", "#f28e2b", "α per reached position (accept_len_hist)"))
     for x_col, marker, color, name in series:
         ax.scatter(table[x_col], table[y_col], marker=marker, color=color, label=name, zorder=3)
     values = pd.concat([table[x_cols[0]], table[x_cols[1]], table[y_col]]).dropna()
@@ -283,9 +295,9 @@ def plot_theory(table: pd.DataFrame, note: str = "") -> Figure:
             _empty(ax, "no lossless spec-on cell")
         return fig
     _identity_panel(ax_s, table, ("predicted", "predicted_token"), "speedup",
-                    "(a) speedup: (1-a^(k+1)) / ((1-a)(1+c))", "speedup")
+                    r"(a) speedup $\frac{1-\alpha^{k+1}}{(1-\alpha)(1+c)}$", "speedup")
     _identity_panel(ax_t, table, ("tau_expected", "tau_expected_token"), "tau",
-                    "(b) tokens per round: (1-a^(k+1)) / (1-a)", "tau")
+                    r"(b) tokens per round $\tau$ vs $\frac{1-\alpha^{k+1}}{1-\alpha}$", "tau")
     _caption(fig, "points off y = x: acceptance is not i.i.d. across positions (see "
                   f"acceptance_by_position), or alpha's definition. {note}")
     return fig
@@ -309,14 +321,15 @@ def plot_acceptance_by_position(cells: pd.DataFrame, note: str = "") -> Figure:
             _empty(ax, "no per-position acceptance recorded")
         return fig
     keys = ["ctx_len", "concurrency"] + varied(cells)
-    for _, cell in cells.iterrows():
+    for color, (_, cell) in zip(colors(len(cells)), cells.iterrows()):
         raw = _floats(cell["accept_at_pos"])
         positions = np.arange(1, len(raw) + 1)
         name = label(cell, keys)
-        ax_a.plot(positions, raw, marker="o", label=name)
-        ax_c.plot(positions, conditional_acceptance(cell["accept_at_pos"]), marker="o", label=name)
+        ax_a.plot(positions, raw, marker="o", color=color, label=name)
+        ax_c.plot(positions, conditional_acceptance(cell["accept_at_pos"]), marker="o",
+                  color=color, label=name)
     ax_a.set_title("(a) share of rounds that accepted draft position i")
-    ax_c.set_title("(b) acceptance at position i once position i-1 was accepted")
+    ax_c.set_title("(b) acceptance at position i, given i-1 accepted")
     for ax in (ax_a, ax_c):
         ax.set_xlabel("draft position i")
         ax.set_ylabel("acceptance rate")
@@ -411,8 +424,8 @@ def plot_compare(joined: pd.DataFrame, keys: list, label_a: str, label_b: str) -
     ax_t.set_title("(b) spec-on throughput")
     for ax in (ax_s, ax_t):
         ax.grid(axis="x", alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
-    _caption(fig, f"{BAND_CAPTION}. Both runs self-measured on their own hardware.")
+    fig.legend(*ax_s.get_legend_handles_labels(), loc="outside upper center", ncol=3, fontsize=8)
+    _caption(fig, BAND_CAPTION.replace("points", "bars") + ". Each run self-measured on its own hardware.")
     return fig
 
 
@@ -487,17 +500,17 @@ def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
     rows = []
     for _, r in ordered(pd.concat([traces[traces["spec_decode"] == "off"], cells])).iterrows():
         on = r["spec_decode"] == "on"
-        draft_cols = [_fmt(r["k"], 0), _fmt(r["temperature"]), r["accept_rule"], _tps(r),
+        draft_cols = [_fmt(r["k"], 0), _key_text("temperature", r["temperature"]), r["accept_rule"], _tps(r),
                       _fmt(r["speedup"]), _fmt(r["draft_accept_rate"]), _fmt(r["mean_accept_len"]),
                       _fmt(r["verify_cost_c"]), _fmt(r["c_draft"]),
                       {True: "yes", False: "**NO**"}.get(r["lossless_ok"], "?")]
         if not on:
-            draft_cols = ["", _fmt(r["temperature"]), "", _tps(r)] + [""] * 6
+            draft_cols = ["", _key_text("temperature", r["temperature"]), "", _tps(r)] + [""] * 6
         model = f"{r['target_model']} + {r['draft_model']}" if on else str(r["target_model"])
-        rows.append([model, r["target_type"], r["backend"], r["n_threads"],
+        rows.append([model, r["target_type"], r["quant_bits"], r["backend"], r["n_threads"],
                      f"tg{_fmt(r['n_predict'], 0)} @ d{r['ctx_len']}", r["concurrency"],
                      r["spec_decode"]] + draft_cols)
-    head = ["model", "type", "backend", "threads", "test", "conc", "spec", "k", "T", "rule",
+    head = ["model", "type", "bits", "backend", "threads", "test", "conc", "spec", "k", "T", "rule",
             "t/s [self-measured]", "speedup [self-measured]", "α", "τ", "c", "c_draft", "lossless"]
     where = hardware(prov) if prov else "unrecorded hardware"
     intro = (f"Every rate below is **[self-measured]** on {where}, run {prov.get('run_id', 'n/a')}; "
@@ -619,7 +632,11 @@ def _write_compare(run_dir, prov, cells, verdicts, compare, thresholds, out) -> 
     label_a = f"{prov.get('run_id') or run_dir.name} ({hardware(prov) if prov else 'hardware not recorded'})"
     joined, keys = compare_runs(cells, pair_cells(traces_b), verdicts,
                                 verdicts_frame(advise(traces_b, thresholds)))
-    out["compare.png"], out["compare.pdf"] = save(plot_compare(joined, keys, "A", "B"),
+    short = [f"{side}: {name.split(' (')[0]}" + "".join(
+                 f", {_key_text(k, v[0])}" for k in REGIME_KEYS if k not in keys
+                 and len(v := joined[f"{k}_{side.lower()}"].unique()) == 1)
+             for side, name in (("A", label_a), ("B", label_b))]
+    out["compare.png"], out["compare.pdf"] = save(plot_compare(joined, keys, *short),
                                                   run_dir / "compare")
     out["compare.csv"] = run_dir / "compare.csv"
     joined.to_csv(out["compare.csv"], index=False)
