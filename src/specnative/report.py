@@ -121,7 +121,8 @@ def _errorbar(ax, x, cells, line_label, **style):
     lo, hi = cells["speedup_lo"].to_numpy(float), cells["speedup_hi"].to_numpy(float)
     err = np.vstack([np.clip(s - lo, 0, None), np.clip(hi - s, 0, None)])
     err = np.nan_to_num(err)  # no spread recorded: no bar
-    ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=line_label, **style)
+    ax.plot(x, s, marker="o", label=line_label, **style)
+    ax.errorbar(x, s, yerr=err, fmt="none", capsize=3, label=f"_range {line_label}", **style)
 
 
 def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
@@ -407,7 +408,8 @@ def plot_compare(joined: pd.DataFrame, keys: list, label_a: str, label_b: str) -
             _empty(ax, "no regime in common")
         return fig
     y = np.arange(len(joined))[::-1].astype(float)
-    names = [label(r, keys) for _, r in joined.iterrows()]
+    shown = [k for k in keys if joined[k].nunique(dropna=False) > 1] or keys
+    names = [label(r, shown) for _, r in joined.iterrows()]
     for side, offset, color, name in (("a", 0.2, "#4e79a7", label_a), ("b", -0.2, "#f28e2b", label_b)):
         s = joined[f"speedup_{side}"].to_numpy(float)
         err = np.nan_to_num(np.vstack([s - joined[f"speedup_lo_{side}"].to_numpy(float),

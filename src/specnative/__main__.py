@@ -1,0 +1,4 @@
+from specnative.sweep import main
+import sys
+
+sys.exit(main())

@@ -1,0 +1,524 @@
+"""`python -m specnative.sweep`: measure speculative decoding over a grid of regimes.
+
+For every cell (target quantization x ctx_len x concurrency x temperature) the sweep
+  1. checks losslessness: spec output against the baseline's (greedy: token equality; sampling
+     with the `match` rule: per-seed equality; the `rejection` rule is lossless only in
+     distribution, so its cells are checked with `match` at the same seed as a proxy);
+  2. runs `warmup` discarded runs, then `repeats` timed runs, spec off and on interleaved;
+  3. appends one `off` row and one `on` row per k to traces.csv (schema.py) and flushes it.
+Ctrl-C stops after writing every finished cell; `--resume` skips cells already in the file.
+
+Memory: all sequences of a cell share one KV cache (llama.cpp's unified cache). The ctx_len
+filler is a prefix common to all sequences, so its cells are computed once and shared (and kept
+between runs and cells: a repeat does not prefill it again); each sequence adds only its own
+suffix, n_predict and k+1 look-ahead cells. A cell whose prompt does not fit the model's training
+context, or whose KV cache would exceed --max-kv-gib, is refused with the reason.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import shlex
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specnative import theory
+from specnative.engine import ACCEPT_RULES, Engine, default_threads
+from specnative.provenance import environment, model_record, now_iso, write_json
+from specnative.schema import append_rows, read_traces
+
+# Distinct openings, one per sequence (cycled beyond eight), after the shared filler.
+SEQUENCE_PROMPTS = (
+    "Once upon a time, in a small village by the sea, there lived",
+    "The most important thing to know about the history of the city is",
+    "Here is a short explanation of how a computer works:",
+    "Dear friend, I am writing to tell you about the day when",
+    "The three main reasons why people move to another country are",
+    "In the morning the market was already full of people who",
+    "A good teacher always remembers that every student",
+    "The report of the committee says that the new government",
+)
+# Deterministic filler text repeated up to ctx_len tokens.
+FILLER_TEXT = (
+    "The river ran through the old part of the town, past the school, the church and the market "
+    "square, where people met every morning to talk about the weather, the news from the city and "
+    "the work that had to be done before the winter came. "
+)
+
+
+@dataclass
+class SweepConfig:
+    targets: list
+    draft: Path
+    ctx_lens: list = field(default_factory=lambda: [0, 8192, 32768])
+    concurrencies: list = field(default_factory=lambda: [1, 4, 8])
+    ks: list = field(default_factory=lambda: [4])
+    temperatures: list = field(default_factory=lambda: [0.0])
+    accept_rule: str = "greedy"
+    n_predict: int = 32
+    warmup: int = 1
+    repeats: int = 3
+    seed: int = 0
+    threads: int = field(default_factory=default_threads)
+    gpu_layers: int = 0
+    flash_attn: bool = False
+    n_batch: int = 512
+    max_kv_gib: float = 8.0
+    out_dir: Path = Path("runs/latest")
+    resume: bool = False
+    report: bool = True
+    preset: str | None = None
+    notes: list = field(default_factory=list)
+    command: str = ""
+    # Testing aid: run the lossless check's spec run with another seed, which must fail it (the
+    # way the seed note says real comparisons go wrong: two runs that differ in seed).
+    check_seed_offset: int = 0
+
+
+@dataclass(frozen=True)
+class Cell:
+    target: Path
+    ctx_len: int
+    concurrency: int
+    temperature: float
+
+    def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
+        base = f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
+        return base if k is None else f"{base}|k{k}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------------------------
+def build_prompts(engine: Engine, ctx_len: int, concurrency: int) -> list[list[int]]:
+    """One prompt per sequence: BOS + shared filler + its own opening, ctx_len tokens in all
+    (ctx_len 0: the opening alone)."""
+    openings = [engine.tokenize(SEQUENCE_PROMPTS[i % len(SEQUENCE_PROMPTS)], add_special=False).tolist()
+                for i in range(concurrency)]
+    head = engine.tokenize("", add_special=True).tolist()  # BOS where the model wants one
+    if ctx_len == 0:
+        return [head + o for o in openings]
+    longest = max(len(o) for o in openings)
+    n_filler = ctx_len - len(head) - longest
+    if n_filler < 0:
+        raise ValueError(f"ctx_len {ctx_len} is shorter than the prompt openings ({longest + len(head)} tokens)")
+    piece = engine.tokenize(FILLER_TEXT, add_special=False).tolist()
+    filler = (piece * (n_filler // len(piece) + 1))[:n_filler]
+    # pad every opening on the left with filler so all prompts are exactly ctx_len long
+    return [head + filler + piece[: longest - len(o)] + o for o in openings]
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring one cell
+# ---------------------------------------------------------------------------------------------
+def first_divergence(base, spec) -> tuple[int, float]:
+    """First generated index where any sequence differs, and the baseline target's top-1 minus
+    top-2 logit there (a small margin suggests a numeric near-tie rather than a bug)."""
+    best = (-1, math.nan)
+    for s, (a, b) in enumerate(zip(base.tokens, spec.tokens)):
+        n = min(len(a), len(b))
+        diff = np.flatnonzero(a[:n] != b[:n])
+        index = int(diff[0]) if diff.size else (n if len(a) != len(b) else -1)
+        if index >= 0 and (best[0] < 0 or index < best[0]):
+            margin = float(base.margins[s][index]) if index < len(base.margins[s]) else math.nan
+            best = (index, margin)
+    return best
+
+
+def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float) -> dict:
+    if temperature == 0:
+        method, rule = "exact-greedy", "greedy"
+    elif cfg.accept_rule == "match":
+        method, rule = "exact-seed", "match"
+    else:
+        method, rule = "match-proxy", "match"
+    common = dict(n_predict=cfg.n_predict, temperature=temperature)
+    base = engine.generate(prompts, seed=cfg.seed, **common)
+    spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
+                           accept_rule=rule, **common)
+    index, margin = first_divergence(base, spec)
+    return {"lossless_ok": index < 0, "lossless_method": method, "first_divergence": index,
+            "divergence_margin": margin}
+
+
+def _median_row(results) -> dict:
+    tps = [r.tps for r in results]
+    mean_time = lambda name: statistics.fmean(r.times[name] for r in results)
+    return {
+        "tps": statistics.median(tps),
+        "tps_std": statistics.stdev(tps) if len(tps) > 1 else 0.0,
+        "tps_min": min(tps), "tps_max": max(tps),
+        "prefill_target_ms": mean_time("prefill_target"), "prefill_draft_ms": mean_time("prefill_draft"),
+        "draft_ms": mean_time("draft"), "verify_ms": mean_time("verify"),
+        "resample_ms": mean_time("resample"), "decode_ms": mean_time("decode"),
+        "total_ms": mean_time("total"),
+    }
+
+
+def _spec_row(results, base_row: dict, k: int) -> dict:
+    row = _median_row(results)
+    drafted = sum(r.totals["drafted"] for r in results)
+    accepted = sum(r.totals["accepted"] for r in results)
+    rounds = sum(r.totals["rounds"] for r in results)
+    emitted = sum(r.totals["emitted"] for r in results)
+    drafted_at = sum(r.totals["drafted_at"] for r in results)
+    accepted_at = sum(r.totals["accepted_at"] for r in results)
+    hist = sum(r.totals["accept_len_hist"] for r in results)
+    alpha = accepted / drafted if drafted else math.nan
+    round_ms = statistics.fmean(r.round_ms for r in results)
+    step_ms = base_row["step_ms"]
+    c = theory.verify_cost_c(round_ms, step_ms)
+    engine_rounds = sum(r.steps for r in results)
+    row.update({
+        "draft_accept_rate": alpha, "verify_cost_c": c, "k": k,
+        "mean_accept_len": emitted / rounds if rounds else math.nan,
+        "predicted_speedup": theory.predicted_speedup(alpha, k, c),
+        "c_draft": theory.draft_cost_ratio(sum(r.times["draft"] for r in results) / engine_rounds, k, step_ms),
+        "verify_ratio": (sum(r.times["verify"] for r in results) / engine_rounds) / step_ms,
+        "round_ms": round_ms, "step_ms": step_ms,
+        "drafted": drafted, "accepted": accepted, "rounds": rounds, "emitted": emitted,
+        "accept_at_pos": ";".join(f"{a / d:.4f}" if d else "" for a, d in zip(accepted_at, drafted_at)),
+        "accept_len_hist": ";".join(str(int(h)) for h in hist),
+        "tps_baseline": base_row["tps"],
+        "speedup": theory.measured_speedup(row["tps"], base_row["tps"]),
+    })
+    return row
+
+
+def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: None) -> list[dict]:
+    """Rows (one off, one on per k) of one cell, without the identity columns."""
+    prompts = build_prompts(engine, cell.ctx_len, cell.concurrency)
+    common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed)
+    checks = {}
+    for k in cfg.ks:
+        on_progress(f"lossless check k={k}")
+        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature)
+    runs = {"off": []} | {k: [] for k in cfg.ks}
+    for i in range(cfg.warmup + cfg.repeats):
+        on_progress(f"{'warm-up' if i < cfg.warmup else 'repeat'} {i + 1}/{cfg.warmup + cfg.repeats}")
+        timed = i >= cfg.warmup
+        base = engine.generate(prompts, **common)
+        if timed:
+            runs["off"].append(base)
+        for k in cfg.ks:  # spec runs right beside the baseline run they are compared with
+            spec = engine.generate(prompts, spec=True, k=k, accept_rule=cfg.accept_rule, **common)
+            if timed:
+                runs[k].append(spec)
+    off = _median_row(runs["off"])
+    off.update({"step_ms": statistics.fmean(r.step_ms for r in runs["off"]), "speedup": 1.0,
+                "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
+    off["tps_baseline"] = off["tps"]
+    rows = [{"spec_decode": "off", **off}]
+    for k in cfg.ks:
+        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **_spec_row(runs[k], off, k), **checks[k]})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid
+# ---------------------------------------------------------------------------------------------
+def cells_of(cfg: SweepConfig) -> list[Cell]:
+    # ctx ascending per target: the prefix cache grows from one cell to the next
+    return [Cell(Path(t), ctx, conc, temp) for t, ctx, conc, temp in
+            itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures)]
+
+
+def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int) -> int:
+    per_sequence = 64 + cfg.n_predict + max(cfg.ks) + 1  # own opening + generation + look-ahead
+    return ctx_len + concurrency * per_sequence
+
+
+def gguf_shape(path: Path) -> dict:
+    """Training context and KV bytes per cell (f16 K and V) from a GGUF header, read before
+    any model is loaded so that impossible cells are refused up front."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    arch = reader.get_field("general.architecture").contents()
+    value = lambda key, default=None: (reader.get_field(f"{arch}.{key}").contents()
+                                       if reader.get_field(f"{arch}.{key}") is not None else default)
+    n_head = value("attention.head_count")
+    n_head = max(n_head) if isinstance(n_head, list) else n_head
+    n_head_kv = value("attention.head_count_kv", n_head)
+    n_head_kv = max(n_head_kv) if isinstance(n_head_kv, list) else n_head_kv
+    head_dim = value("embedding_length") // n_head
+    k_len, v_len = value("attention.key_length", head_dim), value("attention.value_length", head_dim)
+    return {"n_ctx_train": int(value("context_length")),
+            "kv_bytes_per_cell": 2 * int(value("block_count")) * int(n_head_kv) * (int(k_len) + int(v_len))}
+
+
+def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict]) -> str | None:
+    """Why a cell cannot run with these models (target and draft shapes), or None."""
+    need = ctx_len + cfg.n_predict + max(cfg.ks) + 1
+    n_ctx_train = min(s["n_ctx_train"] for s in shapes)
+    if need > n_ctx_train:
+        return (f"ctx_len {ctx_len} + n_predict + k + 1 = {need} exceeds the models' training "
+                f"context {n_ctx_train}")
+    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
+    if kv_gib > cfg.max_kv_gib:
+        return f"its KV caches would take {kv_gib:.1f} GiB, over --max-kv-gib {cfg.max_kv_gib:g}"
+    return None
+
+
+class ProgressLine:
+    """One status line per step on stderr: cell i/n, what runs, ETA from finished cells."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.started, self.spent = total, 0, time.monotonic(), 0.0
+
+    def eta(self) -> str:
+        if self.done == 0:
+            return "ETA --"
+        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
+
+    def show(self, cell: Cell, what: str) -> None:
+        print(f"\r[{self.done + 1}/{self.total}] {cell.target.name} ctx={cell.ctx_len} "
+              f"conc={cell.concurrency} T={cell.temperature:g}: {what:<22} {self.eta()}   ",
+              end="", file=sys.stderr, flush=True)
+
+    def finish(self, cell: Cell, rows: list[dict]) -> None:
+        self.done += 1
+        on = [r for r in rows if r["spec_decode"] == "on"]
+        summary = ", ".join(f"k={r['k']} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f}"
+                            f"{'' if r['lossless_ok'] else ' LOSSY'}" for r in on)
+        print(f"\r[{self.done}/{self.total}] {cell.target.name} ctx={cell.ctx_len} conc={cell.concurrency} "
+              f"T={cell.temperature:g}: base {rows[0]['tps']:.1f} t/s; {summary}" + " " * 10,
+              file=sys.stderr, flush=True)
+
+
+def done_cell_ids(traces: Path) -> set:
+    if not traces.exists() or traces.stat().st_size == 0:
+        return set()
+    return set(read_traces(traces)["cell_id"].dropna())
+
+
+def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell]) -> Engine:
+    """One engine per target for all its cells, sized for the largest, so the shared prefix
+    stays cached from cell to cell."""
+    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency) for c in cells)
+    return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
+                  n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
+                  flash_attn=cfg.flash_attn, kv_unified=True)
+
+
+def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
+    return {
+        "quant_bits": target_rec["quant_bits"], "concurrency": cell.concurrency, "ctx_len": cell.ctx_len,
+        "seed": cfg.seed, "temperature": cell.temperature, "n_predict": cfg.n_predict,
+        "warmup": cfg.warmup, "repeats": cfg.repeats,
+        "target_model": target_rec["name"], "target_type": target_rec["type"],
+        "target_sha256": target_rec["sha256"], "draft_model": draft_rec["name"],
+        "draft_type": draft_rec["type"], "draft_sha256": draft_rec["sha256"],
+        "backend": backend, "n_threads": cfg.threads, "flash_attn": cfg.flash_attn, "run_id": run_id,
+    }
+
+
+def run_sweep(cfg: SweepConfig) -> Path:
+    """Runs the grid; returns the traces.csv path. KeyboardInterrupt propagates after the
+    finished cells are on disk."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    traces = out / "traces.csv"
+    if traces.exists() and traces.stat().st_size > 0 and not cfg.resume:
+        raise SystemExit(f"error: {traces} exists; pass --resume to continue it or choose another --out")
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+    env = environment()
+    backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "")
+    done = done_cell_ids(traces) if cfg.resume else set()
+    cells = cells_of(cfg)
+    progress = ProgressLine(len(cells))
+    provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
+                  "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
+                  "n_threads": cfg.threads, "n_gpu_layers": cfg.gpu_layers, "flash_attn": cfg.flash_attn,
+                  "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
+                           "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
+                           "n_predict": cfg.n_predict},
+                  "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
+    draft_shape = gguf_shape(cfg.draft)
+    for target in map(Path, cfg.targets):
+        shapes = [gguf_shape(target), draft_shape]
+        runnable = []
+        for cell in (c for c in cells if c.target == target):
+            reason = refusal(cfg, cell.ctx_len, cell.concurrency, shapes)
+            if reason:
+                print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",
+                      file=sys.stderr)
+                provenance["refused_cells"].append({"target": target.name, "ctx_len": cell.ctx_len,
+                                                    "concurrency": cell.concurrency, "reason": reason})
+                progress.done += 1
+            else:
+                runnable.append(cell)
+        if not runnable:
+            continue
+        with engine_for(cfg, target, runnable) as engine:
+            target_rec = model_record(engine.target_info, "target")
+            draft_rec = model_record(engine.draft_info, "draft")
+            provenance["models"] += [target_rec] + ([draft_rec] if not any(
+                m["role"] == "draft" for m in provenance["models"]) else [])
+            write_json(out / "provenance.json", provenance)
+            for cell in runnable:
+                if cell.key(target_rec["sha256"], cfg.accept_rule) in done:
+                    progress.done += 1
+                    continue
+                rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what))
+                ident = identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend)
+                for row in rows:
+                    row.update(ident)
+                    row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
+                                              row["k"] if row["spec_decode"] == "on" else None)
+                append_rows(traces, rows)
+                progress.finish(cell, rows)
+    provenance["completed"] = True
+    write_json(out / "provenance.json", provenance)
+    return traces
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError("empty list")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip() != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values:
+        raise argparse.ArgumentTypeError("empty list")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m specnative.sweep",
+        description="Measure speculative decoding (spec on vs off) over concurrency x context length x "
+                    "target quantization, check it is lossless, and write traces.csv + provenance.json + "
+                    "a report. With no model arguments it runs the embedded tiny preset (no GPU, no network).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    models = p.add_argument_group("models (like llama-speculative-simple's -m / -md)")
+    models.add_argument("-m", "--target", action="append", type=Path, metavar="GGUF",
+                        help="target model; repeat once per quantization (e.g. a Q4_K_M and a Q8_0 file)")
+    models.add_argument("-md", "--draft", type=Path, metavar="GGUF", help="draft model")
+    models.add_argument("--preset", choices=["tiny", "gemma3-270m"],
+                        help="a ready model set instead of -m/-md (default when neither is given: tiny)")
+    grid = p.add_argument_group("grid")
+    grid.add_argument("--ctx-len", type=_int_list, default=[0, 8192, 32768], metavar="N,N,...",
+                      help="prompt tokens per sequence (shared filler prefix)")
+    grid.add_argument("-np", "--concurrency", type=_int_list, default=[1, 4, 8], metavar="N,N,...",
+                      help="sequences decoded together")
+    grid.add_argument("--draft-max", "-k", dest="k", type=_int_list, default=[4], metavar="K,K,...",
+                      help="draft tokens per round (llama.cpp's --spec-draft-n-max)")
+    grid.add_argument("--temp", "--temperature", dest="temperature", type=_float_list, default=[0.0],
+                      metavar="T,T,...", help="sampling temperature (0 = greedy)")
+    grid.add_argument("--accept-rule", choices=ACCEPT_RULES, default=None,
+                      help="acceptance rule (default: greedy at temperature 0, else rejection)")
+    grid.add_argument("-n", "--n-predict", type=int, default=None, help="tokens generated per sequence "
+                      "(default: the preset's, else 64)")
+    runs = p.add_argument_group("runs")
+    runs.add_argument("--warmup", type=int, default=1, help="discarded warm-up runs per cell")
+    runs.add_argument("-r", "--repeats", type=int, default=3, help="timed runs per cell (median reported)")
+    runs.add_argument("-s", "--seed", type=int, default=0, help="sampling seed")
+    runs.add_argument("-t", "--threads", type=int, default=default_threads(), help="CPU threads")
+    runs.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to the GPU (-1: all)")
+    runs.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off", help="flash attention")
+    runs.add_argument("-b", "--batch-size", type=int, default=512, help="n_batch: most tokens per llama_decode")
+    runs.add_argument("--max-kv-gib", type=float, default=8.0, help="refuse cells whose KV cache would exceed this")
+    output = p.add_argument_group("output")
+    output.add_argument("-o", "--out", type=Path, default=None, help="run directory (default runs/<date-time>)")
+    output.add_argument("--resume", action="store_true", help="continue --out, skipping cells already in traces.csv")
+    output.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    return p
+
+
+def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
+    """Validates the flags together (before any work) and resolves the models."""
+    errors = []
+    if args.preset and (args.target or args.draft):
+        errors.append("--preset cannot be combined with -m/--target or -md/--draft")
+    if (args.target is None) != (args.draft is None):
+        errors.append("give both -m/--target and -md/--draft (speculation needs a draft)")
+    for name, values, low in (("--ctx-len", args.ctx_len, 0), ("--concurrency", args.concurrency, 1),
+                              ("--draft-max", args.k, 1)):
+        if min(values) < low:
+            errors.append(f"{name} values must be >= {low}")
+        if len(set(values)) != len(values):
+            errors.append(f"{name} has duplicates")
+    if min(args.temperature) < 0:
+        errors.append("--temp values must be >= 0")
+    if args.accept_rule == "greedy" and max(args.temperature) > 0:
+        errors.append("--accept-rule greedy needs --temp 0; use match or rejection for sampling")
+    if args.n_predict is not None and args.n_predict < 1:
+        errors.append("--n-predict must be >= 1")
+    if args.warmup < 0 or args.repeats < 1:
+        errors.append("--warmup must be >= 0 and --repeats >= 1")
+    if args.threads < 1:
+        errors.append("--threads must be >= 1")
+    if max(args.concurrency) * (max(args.k) + 1) > args.batch_size:
+        errors.append(f"concurrency x (k+1) = {max(args.concurrency) * (max(args.k) + 1)} exceeds "
+                      f"--batch-size {args.batch_size}")
+    if args.resume and args.out is None:
+        errors.append("--resume needs --out (the run directory to continue)")
+    for path in (args.target or []) + ([args.draft] if args.draft else []):
+        if not Path(path).is_file():
+            errors.append(f"model file not found: {path}")
+    if errors:
+        raise SystemExit("error: " + "\n       ".join(errors))
+
+    from specnative.presets import load_preset
+    preset = load_preset(args.preset or "tiny") if args.target is None else None
+    rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
+    return SweepConfig(
+        targets=[Path(t) for t in (preset.targets if preset else args.target)],
+        draft=Path(preset.draft if preset else args.draft),
+        ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
+        accept_rule=rule,
+        n_predict=args.n_predict or (preset.defaults.get("n_predict", 64) if preset else 64),
+        warmup=args.warmup, repeats=args.repeats, seed=args.seed, threads=args.threads,
+        gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
+        max_kv_gib=args.max_kv_gib,
+        out_dir=args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"),
+        resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
+        notes=preset.notes if preset else [],
+        command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    cfg = config_from_args(args, argv)
+    print(f"specnative sweep -> {cfg.out_dir}\n  targets: {', '.join(Path(t).name for t in cfg.targets)}\n"
+          f"  draft: {Path(cfg.draft).name}\n  ctx_len {cfg.ctx_lens} x concurrency {cfg.concurrencies} x "
+          f"k {cfg.ks} x temperature {cfg.temperatures} ({cfg.accept_rule}), n_predict {cfg.n_predict}, "
+          f"warm-up {cfg.warmup}, repeats {cfg.repeats}, threads {cfg.threads}", file=sys.stderr)
+    try:
+        traces = run_sweep(cfg)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished cells are in {cfg.out_dir / 'traces.csv'}; "
+              f"continue with --resume --out {cfg.out_dir}", file=sys.stderr)
+        return 130
+    if cfg.report:
+        from specnative.report import write_report
+        summary = write_report(cfg.out_dir)
+        print(f"report: {summary}", file=sys.stderr)
+    print(traces)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""Reports from synthetic traces: the figures carry the CSV's series, the closed forms match hand
+computation, lossless failures stay out of the curves and into summary.md, compare mode joins."""
+import copy
+import json
+import re
+
+import numpy as np
+import pytest
+
+from specnative import report
+from specnative.advisor import load_traces, pair_cells
+from synthetic_traces import PROVENANCE, cell, grid_rows, off_row, on_row, write_run
+
+SPEEDUPS = {(0, 1): 1.8, (0, 4): 1.3, (0, 8): 0.85, (8192, 1): 1.4, (8192, 4): 1.1, (8192, 8): 0.7}
+
+
+def lines_by_label(ax):
+    return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def cells_of(rows, tmp_path):
+    write_run(tmp_path, rows, provenance=None)
+    return pair_cells(load_traces(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A written report: q4 grid, one cell (ctx 0, x4) failing the lossless check."""
+    rows = grid_rows(4, speedups=SPEEDUPS, c_by_ctx={0: 0.6, 8192: 1.1})
+    failing = next(r for r in rows if r["spec_decode"] == "on" and r["ctx_len"] == 0
+                   and r["concurrency"] == 4)
+    failing.update(lossless_ok=False, first_divergence=12, divergence_margin=0.0213)
+    directory = write_run(tmp_path_factory.mktemp("run"), rows)
+    return directory, report.write_report(directory)
+
+
+def test_every_artifact_is_written(run):
+    directory, written = run
+    for stem in ("speedup_curve", "timing_breakdown", "theory_vs_measured", "acceptance_by_position"):
+        for suffix in (".png", ".pdf"):
+            path = directory / (stem + suffix)
+            assert written[stem + suffix] == path and path.stat().st_size > 1000
+    assert (directory / "summary.md").is_file() and (directory / "advice.csv").is_file()
+
+
+def test_speedup_curve_carries_the_csv_series(run):
+    directory, _ = run
+    fig = report.plot_speedup_curve(pair_cells(load_traces(directory)))
+    ax_conc, ax_ctx = fig.axes
+    lines = lines_by_label(ax_conc)
+    assert set(lines) == {"ctx 0", "ctx 8192", "break-even (1.0)"}
+    # the failing cell (ctx 0, x4) is left out of its line
+    assert list(lines["ctx 0"].get_xdata()) == [1, 8]
+    assert list(lines["ctx 0"].get_ydata()) == pytest.approx([1.8, 0.85])
+    assert list(lines["ctx 8192"].get_xdata()) == [1, 4, 8]
+    assert list(lines["ctx 8192"].get_ydata()) == pytest.approx([1.4, 1.1, 0.7])
+    assert list(lines["break-even (1.0)"].get_ydata()) == [1.0, 1.0]
+    assert ax_conc.get_xscale() == "log"
+    assert list(lines_by_label(ax_ctx)["×8"].get_ydata()) == pytest.approx([0.85, 0.7])
+
+
+def test_speedup_curve_error_bars_are_the_repeat_range(tmp_path):
+    cells = cells_of(cell(speedup=1.5), tmp_path)
+    ax = report.plot_speedup_curve(cells).axes[0]
+    (bars,) = [c for c in ax.containers if c.get_label() == "_range ctx 0"]
+    segment = bars.lines[2][0].get_segments()[0]  # the vertical bar at concurrency 1
+    assert segment[:, 1] == pytest.approx([1.5 * 0.98 / 1.02, 1.5 * 1.02 / 0.98])
+
+
+def test_curves_split_by_quant_when_the_sweep_varied_it(tmp_path):
+    rows = grid_rows(4, speedups=SPEEDUPS) + grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()})
+    for r in rows:
+        r["cell_id"] += f"-{r['quant_bits']}"
+    ax = report.plot_speedup_curve(cells_of(rows, tmp_path)).axes[0]
+    lines = lines_by_label(ax)
+    assert {"ctx 0, q4", "ctx 0, q8", "ctx 8192, q4", "ctx 8192, q8"} <= set(lines)
+    assert list(lines["ctx 8192, q8"].get_ydata()) == pytest.approx([1.26, 0.99, 0.63])
+
+
+def test_timing_breakdown_stacks_the_csv_step_times(run):
+    directory, _ = run
+    traces = load_traces(directory)
+    fig = report.plot_timing_breakdown(traces)
+    ax_run, ax_gen = fig.axes
+    bars = {c.get_label(): c for c in ax_run.containers}
+    shown = report._bar_rows(traces)
+    assert len(shown) == len(traces) - 1  # the failing on-cell is left out, off rows kept
+    for step in ("prefill_target", "draft", "verify", "resample", "decode"):
+        widths = [p.get_width() for p in bars[step.replace("_", " ")]]
+        assert widths == pytest.approx(shown[step + "_ms"].fillna(0).to_numpy())
+    # off bars sit beside their on bars: off first, then on, per regime
+    assert list(shown["spec_decode"][:2]) == ["off", "on"]
+    # 'other' closes the gap to total_ms; generation panel has no prefill
+    total = np.sum([[p.get_width() for p in c] for c in ax_run.containers], axis=0)
+    assert total == pytest.approx(shown["total_ms"].to_numpy())
+    assert not any(c.get_label().startswith("prefill") for c in ax_gen.containers)
+
+
+def test_closed_forms_against_hand_computed_numbers(tmp_path):
+    # alpha 0.5, k 3, c 0.5: E[tau] = (1 - 0.5^4) / 0.5 = 1.875, predicted = 1.875 / 1.5 = 1.25
+    row = on_row(k=3, speedup=1.2, c=0.5, mean_accept_len=1.8, draft_accept_rate=0.5,
+                 accept_len_hist="10;5;3;2", accept_at_pos="0.5;0.25;0.1")
+    cells = cells_of([off_row(), row], tmp_path)
+    (t,) = report.theory_table(cells).to_dict("records")
+    assert t["tau_expected"] == pytest.approx(1.875)
+    assert t["predicted"] == pytest.approx(1.25)
+    # hist 10;5;3;2 (k = 3): accepted 5 + 6 + 6 = 17, rounds stopped by a rejection 18
+    assert t["alpha_token"] == pytest.approx(17 / 35)
+    a = 17 / 35
+    assert t["tau_expected_token"] == pytest.approx((1 - a ** 4) / (1 - a))
+    assert (t["speedup"], t["tau"]) == pytest.approx((1.2, 1.8))
+
+    fig = report.plot_theory(report.theory_table(cells))
+    ax_speed, ax_tau = fig.axes
+    schema_points = ax_speed.collections[0].get_offsets()
+    assert schema_points.tolist() == pytest.approx([[1.25, 1.2]])
+    assert ax_tau.collections[0].get_offsets().tolist() == pytest.approx([[1.875, 1.8]])
+    assert "y = x" in lines_by_label(ax_speed)
+
+
+def test_per_token_alpha_of_iid_acceptance_is_exact(tmp_path):
+    cells = cells_of(cell(k=5, alpha=0.7), tmp_path)
+    (t,) = report.theory_table(cells).to_dict("records")
+    assert t["alpha_token"] == pytest.approx(0.7, rel=1e-4)
+    # accepted/drafted of the same draft is mean(0.7^i): lower, by construction
+    assert t["alpha"] == pytest.approx(np.mean([0.7 ** i for i in range(1, 6)]), rel=1e-4)
+
+
+def test_acceptance_by_position(tmp_path):
+    assert report.conditional_acceptance("0.8;0.4;0.1") == pytest.approx([0.8, 0.5, 0.25])
+    assert report.conditional_acceptance("") == []
+    rows = cell(ctx=0, accept_at_pos="0.8;0.4;0.1", k=3) + cell(ctx=8192, k=3, alpha=0.6)
+    fig = report.plot_acceptance_by_position(cells_of(rows, tmp_path))
+    raw, conditional = (lines_by_label(ax) for ax in fig.axes)
+    assert list(raw["ctx 0, ×1"].get_ydata()) == pytest.approx([0.8, 0.4, 0.1])
+    assert list(conditional["ctx 0, ×1"].get_ydata()) == pytest.approx([0.8, 0.5, 0.25])
+    assert list(conditional["ctx 8192, ×1"].get_ydata()) == pytest.approx([0.6] * 3, rel=1e-4)
+
+
+def test_slope_over_high_concurrency(tmp_path):
+    speedups = {1: 2.0, 4: 1.4, 8: 1.2, 16: 1.0, 32: 0.6}  # x >= 4: speedup = 1.5 - 0.028 x, ~
+    rows = [r for conc, s in speedups.items() for r in cell(conc=conc, speedup=s)]
+    results = report.speedup_slope(cells_of(rows, tmp_path))
+    pooled = results[-1]
+    from scipy import stats
+    fit = stats.linregress([4, 8, 16, 32], [1.4, 1.2, 1.0, 0.6])
+    assert (pooled["n"], pooled["concurrencies"]) == (4, 4)
+    assert pooled["slope"] == pytest.approx(fit.slope)
+    assert pooled["p_value"] == pytest.approx(fit.pvalue)
+    assert pooled["note"] == "falls with concurrency"
+
+
+def test_slope_needs_three_concurrencies(run):
+    directory, _ = run
+    results = report.speedup_slope(pair_cells(load_traces(directory)))
+    assert all(r["note"].startswith("not enough points") for r in results)
+    assert "not enough points" in (directory / "summary.md").read_text()
+
+
+def test_summary_lists_lossless_failures_and_provenance(run):
+    directory, _ = run
+    text = (directory / "summary.md").read_text()
+    # provenance first, with what seed §8 asks for
+    assert text.index("Reproducibility record") < text.index("## Cells")
+    for needle in ("0c1e57098", "-DGGML_NATIVE=OFF", "Synthetic CPU", "ab" * 32, "cd" * 32,
+                   "python -m specnative.sweep --out runs/synthetic", "1 discarded / 3 timed"):
+        assert needle in text
+    assert PROVENANCE["notes"][0] in text
+    # the failure, listed with its divergence, and left out
+    section = text[text.index("## Lossless check"):text.index("## Speedup against")]
+    assert "1 of 6 spec-on cells **failed**" in section
+    assert re.search(r"\| q4, ctx 0, ×4.*\| exact-greedy \| 12 \| 0.021 \|", section)
+    # every rate column is tagged, advice per regime is there
+    assert "t/s [self-measured]" in text and "speedup [self-measured]" in text
+    assert "| **off** |" in text and "lossless" in text
+
+
+def test_summary_embeds_figures_by_relative_path(run):
+    directory, _ = run
+    text = (directory / "summary.md").read_text()
+    embedded = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert set(embedded) == {"speedup_curve.png", "timing_breakdown.png", "theory_vs_measured.png",
+                             "acceptance_by_position.png"}
+    assert all((directory / path).is_file() for path in embedded)
+
+
+def test_cells_table_has_every_row(run):
+    directory, _ = run
+    text = (directory / "summary.md").read_text()
+    table = text[text.index("## Cells"):text.index("## Advice")]
+    assert table.count("| off |") == 6 and table.count("| on |") == 6
+    assert "| 72.00 ± 0.72 | 1.80 |" in table  # ctx 0, x1: 40 t/s x 1.8
+
+
+def test_missing_provenance_and_spec_rows_still_report(tmp_path):
+    write_run(tmp_path, [off_row(), off_row(conc=4, cell_id="x4")], provenance=None)
+    written = report.write_report(tmp_path)
+    text = written["summary.md"].read_text()
+    assert "provenance.json is missing" in text
+    assert "No spec-on cell to judge." in text
+
+
+def test_cli_passes_thresholds(run, tmp_path):
+    rows = cell(speedup=1.3, draft_accept_rate=0.6)
+    write_run(tmp_path, rows)
+    assert report.main([str(tmp_path)]) == 0
+    assert "low-alpha" not in (tmp_path / "advice.csv").read_text()
+    assert report.main([str(tmp_path), "--min-alpha", "0.7"]) == 0
+    assert "alpha 0.60 < 0.7" in (tmp_path / "advice.csv").read_text()
+
+
+def test_compare_joins_two_quants(tmp_path):
+    a = write_run(tmp_path / "a", grid_rows(4, speedups=SPEEDUPS))
+    prov_b = copy.deepcopy(PROVENANCE)
+    prov_b.update(run_id="run-b", cpu_model="Other CPU")
+    b = write_run(tmp_path / "b", grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()}), prov_b)
+    written = report.write_report(a, compare=b / "traces.csv")
+    joined, keys = report.compare_runs(pair_cells(load_traces(a)), pair_cells(load_traces(b)))
+    assert "quant_bits" not in keys and {"ctx_len", "concurrency"} <= set(keys)
+    assert len(joined) == 6
+    row = joined[(joined["ctx_len"] == 8192) & (joined["concurrency"] == 4)].iloc[0]
+    assert (row["quant_bits_a"], row["quant_bits_b"]) == (4, 8)
+    assert (row["speedup_a"], row["speedup_b"]) == pytest.approx((1.1, 0.99))
+
+    fig = report.plot_compare(joined, keys, "A", "B")
+    bars = {c.get_label(): [p.get_width() for p in c] for c in fig.axes[0].containers}
+    assert bars["A"] == pytest.approx(joined["speedup_a"].to_list())
+    assert bars["B"] == pytest.approx(joined["speedup_b"].to_list())
+
+    assert written["compare.png"].is_file() and written["compare.csv"].is_file()
+    text = written["summary.md"].read_text()
+    section = text[text.index("## Compare"):]
+    assert "run-b (CPU Other CPU" in section and "| 4 / 8 |" in section
+    assert "![compare](compare.png)" in section
+
+
+def test_compare_same_quant_other_machine_joins_on_quant(tmp_path):
+    a = grid_rows(4, speedups=SPEEDUPS)
+    a[1]["lossless_ok"] = False  # ctx 0, x1 on: left out of the comparison
+    cells_a, cells_b = cells_of(a, tmp_path / "a"), cells_of(grid_rows(4), tmp_path / "b")
+    joined, keys = report.compare_runs(cells_a, cells_b)
+    assert "quant_bits" in keys
+    assert len(joined) == 5
+    assert not ((joined["ctx_len"] == 0) & (joined["concurrency"] == 1)).any()
