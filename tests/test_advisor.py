@@ -2,7 +2,6 @@
 it should, and the decision follows measured values only."""
 import dataclasses
 
-import pandas as pd
 import pytest
 
 from specnative import advisor
@@ -68,6 +67,15 @@ def test_noisy_when_the_spread_straddles_break_even(tmp_path, speedup, spread, f
         assert v.speedup_lo < 1.0 < v.speedup_hi
 
 
+def test_noisy_when_one_run_was_far_off(tmp_path):
+    """A spread that stays below 1 but spans most of the speedup: c and the step times are means
+    over the same runs, so nothing derived from them can be trusted either."""
+    rows = [off_row(), on_row(speedup=0.65, tps_min=40 * 0.03, c_draft=1.9)]
+    v = only(rows, tmp_path / "a")
+    assert (v.decision, v.rule) == (MORE, "noisy") and "far off" in v.reason
+    assert "noisy" not in fired(only(cell(speedup=0.65, spread=0.1), tmp_path / "b"))
+
+
 @pytest.mark.parametrize("speedup, fires", [(0.8, True), (1.2, False)])
 def test_below_break_even(tmp_path, speedup, fires):
     v = only(cell(speedup=speedup), tmp_path)
@@ -119,6 +127,13 @@ def test_saturation_silent(tmp_path, speedups):
 def test_saturation_ignores_a_lossy_reference(tmp_path):
     rows = cell(conc=1, speedup=1.6, lossless=False) + cell(conc=8, speedup=0.8)
     verdicts = judge(rows, tmp_path)
+    assert "saturation" not in fired(verdicts[(4, 0, 8)])
+
+
+def test_saturation_ignores_a_noisy_reference(tmp_path):
+    rows = [off_row(), on_row(speedup=1.6, tps_max=40 * 1.6 * 3)] + cell(conc=8, speedup=0.8)
+    verdicts = judge(rows, tmp_path)
+    assert verdicts[(4, 0, 1)].rule == "noisy"
     assert "saturation" not in fired(verdicts[(4, 0, 8)])
 
 

@@ -1,14 +1,14 @@
 """Reports from synthetic traces: the figures carry the CSV's series, the closed forms match hand
 computation, lossless failures stay out of the curves and into summary.md, compare mode joins."""
 import copy
-import json
 import re
 
 import numpy as np
 import pytest
+from matplotlib.container import BarContainer
 
 from specnative import report
-from specnative.advisor import load_traces, pair_cells
+from specnative.advisor import advise, load_traces, pair_cells
 from synthetic_traces import PROVENANCE, cell, grid_rows, off_row, on_row, write_run
 
 SPEEDUPS = {(0, 1): 1.8, (0, 4): 1.3, (0, 8): 0.85, (8192, 1): 1.4, (8192, 4): 1.1, (8192, 8): 0.7}
@@ -31,7 +31,7 @@ def run(tmp_path_factory):
                    and r["concurrency"] == 4)
     failing.update(lossless_ok=False, first_divergence=12, divergence_margin=0.0213)
     directory = write_run(tmp_path_factory.mktemp("run"), rows)
-    return directory, report.write_report(directory)
+    return directory, report.write_artifacts(directory)
 
 
 def test_every_artifact_is_written(run):
@@ -112,9 +112,10 @@ def test_closed_forms_against_hand_computed_numbers(tmp_path):
 
     fig = report.plot_theory(report.theory_table(cells))
     ax_speed, ax_tau = fig.axes
-    schema_points = ax_speed.collections[0].get_offsets()
-    assert schema_points.tolist() == pytest.approx([[1.25, 1.2]])
-    assert ax_tau.collections[0].get_offsets().tolist() == pytest.approx([[1.875, 1.8]])
+    assert list(np.asarray(ax_speed.collections[0].get_offsets())[0]) == pytest.approx([1.25, 1.2])
+    assert list(np.asarray(ax_tau.collections[0].get_offsets())[0]) == pytest.approx([1.875, 1.8])
+    tau_token = (1 - a ** 4) / (1 - a)
+    assert list(np.asarray(ax_tau.collections[1].get_offsets())[0]) == pytest.approx([tau_token, 1.8])
     assert "y = x" in lines_by_label(ax_speed)
 
 
@@ -194,19 +195,17 @@ def test_cells_table_has_every_row(run):
 
 def test_missing_provenance_and_spec_rows_still_report(tmp_path):
     write_run(tmp_path, [off_row(), off_row(conc=4, cell_id="x4")], provenance=None)
-    written = report.write_report(tmp_path)
-    text = written["summary.md"].read_text()
+    text = report.write_report(tmp_path).read_text()
     assert "provenance.json is missing" in text
     assert "No spec-on cell to judge." in text
 
 
-def test_cli_passes_thresholds(run, tmp_path):
-    rows = cell(speedup=1.3, draft_accept_rate=0.6)
-    write_run(tmp_path, rows)
-    assert report.main([str(tmp_path)]) == 0
-    assert "low-alpha" not in (tmp_path / "advice.csv").read_text()
+def test_cli_passes_thresholds(tmp_path, capsys):
+    write_run(tmp_path, cell(speedup=1.3, draft_accept_rate=0.6))
+    assert not any(f.rule == "low-alpha" for f in advise(tmp_path)[0].findings)  # default 0.5
     assert report.main([str(tmp_path), "--min-alpha", "0.7"]) == 0
     assert "alpha 0.60 < 0.7" in (tmp_path / "advice.csv").read_text()
+    assert capsys.readouterr().out.strip() == str(tmp_path / "summary.md")
 
 
 def test_compare_joins_two_quants(tmp_path):
@@ -214,7 +213,7 @@ def test_compare_joins_two_quants(tmp_path):
     prov_b = copy.deepcopy(PROVENANCE)
     prov_b.update(run_id="run-b", cpu_model="Other CPU")
     b = write_run(tmp_path / "b", grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()}), prov_b)
-    written = report.write_report(a, compare=b / "traces.csv")
+    written = report.write_artifacts(a, compare=b / "traces.csv")
     joined, keys = report.compare_runs(pair_cells(load_traces(a)), pair_cells(load_traces(b)))
     assert "quant_bits" not in keys and {"ctx_len", "concurrency"} <= set(keys)
     assert len(joined) == 6
@@ -223,7 +222,8 @@ def test_compare_joins_two_quants(tmp_path):
     assert (row["speedup_a"], row["speedup_b"]) == pytest.approx((1.1, 0.99))
 
     fig = report.plot_compare(joined, keys, "A", "B")
-    bars = {c.get_label(): [p.get_width() for p in c] for c in fig.axes[0].containers}
+    bars = {c.get_label(): [p.get_width() for p in c] for c in fig.axes[0].containers
+            if isinstance(c, BarContainer)}
     assert bars["A"] == pytest.approx(joined["speedup_a"].to_list())
     assert bars["B"] == pytest.approx(joined["speedup_b"].to_list())
 
@@ -242,3 +242,14 @@ def test_compare_same_quant_other_machine_joins_on_quant(tmp_path):
     assert "quant_bits" in keys
     assert len(joined) == 5
     assert not ((joined["ctx_len"] == 0) & (joined["concurrency"] == 1)).any()
+
+
+def test_unfinished_sweep_and_refused_cells_are_said(tmp_path):
+    prov = dict(PROVENANCE, completed=False, preset="tiny",
+                refused_cells=[{"target": "t.gguf", "ctx_len": 32768, "concurrency": 8,
+                                "reason": "KV cache over --max-kv-gib"}])
+    write_run(tmp_path, cell(), prov)
+    text = report.write_report(tmp_path).read_text()
+    assert "The sweep did not finish" in text
+    assert "| t.gguf | 32768 | 8 | KV cache over --max-kv-gib |" in text
+    assert "| preset | tiny |" in text

@@ -50,11 +50,14 @@ class Thresholds:
     saturation_drop: float = 0.10
     # ours, after seed §9.2 (mean of 3 repeats): fewer timed repeats cannot show a spread.
     min_repeats: int = 3
+    # ours: a speedup range wider than half the speedup itself means at least one run was far
+    # off (a quiet machine spreads a few %); the step times and c are means over those same runs.
+    max_rel_spread: float = 0.5
 
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str      # one of RULES
+    rule: str      # one of RULES ("pays" only as a Verdict's rule: nothing stood in the way)
     message: str   # the rule and its numbers, one line
     values: dict = field(default_factory=dict)
 
@@ -106,26 +109,27 @@ def pair_cells(traces: pd.DataFrame) -> pd.DataFrame:
     return cells.sort_values(list(REGIME_KEYS), kind="stable").reset_index(drop=True)
 
 
-def _num(value) -> float:
+def as_float(value) -> float:
+    """A CSV cell as a float; missing (None, NA, NaN) -> NaN."""
     return math.nan if value is None or pd.isna(value) else float(value)
 
 
 def _speedup(row) -> float:
-    recorded = _num(row.speedup)
+    recorded = as_float(row.speedup)
     if math.isfinite(recorded):
         return recorded
-    baseline = _num(row.tps_baseline)
+    baseline = as_float(row.tps_baseline)
     if not math.isfinite(baseline):
-        baseline = _num(row.tps_off)
-    return theory.measured_speedup(_num(row.tps), baseline)
+        baseline = as_float(row.tps_off)
+    return theory.measured_speedup(as_float(row.tps), baseline)
 
 
 def speedup_band(row) -> tuple[float, float]:
     """The speedup's range over the repeats: slowest spec run over fastest baseline run, and the
     reverse. Wider than a standard error on purpose: the advisor only calls a regime settled when
     even the worst pairing of runs stays on one side of break-even."""
-    return (theory.measured_speedup(_num(row.tps_min), _num(row.tps_max_off)),
-            theory.measured_speedup(_num(row.tps_max), _num(row.tps_min_off)))
+    return (theory.measured_speedup(as_float(row.tps_min), as_float(row.tps_max_off)),
+            theory.measured_speedup(as_float(row.tps_max), as_float(row.tps_min_off)))
 
 
 def regime_of(row) -> dict:
@@ -143,8 +147,8 @@ def _rule_lossless(cell, t: Thresholds):
         return Finding("lossless", (f"output differs from the baseline at token "
                                     f"{_fmt(cell['first_divergence'])} (top-2 logit margin "
                                     f"{_fmt(cell['divergence_margin'])}): never use a lossy config"),
-                       {"first_divergence": _num(cell["first_divergence"]),
-                        "divergence_margin": _num(cell["divergence_margin"])})
+                       {"first_divergence": as_float(cell["first_divergence"]),
+                        "divergence_margin": as_float(cell["divergence_margin"])})
     return None
 
 
@@ -155,7 +159,7 @@ def _rule_unmeasured(cell, t: Thresholds):
 
 
 def _rule_few_repeats(cell, t: Thresholds):
-    repeats = _num(cell["repeats"])
+    repeats = as_float(cell["repeats"])
     if not repeats >= t.min_repeats:  # also fires on a missing count
         return Finding("few-repeats", f"{_fmt(repeats)} timed repeats < {t.min_repeats}",
                        {"repeats": repeats, "min_repeats": t.min_repeats})
@@ -163,11 +167,14 @@ def _rule_few_repeats(cell, t: Thresholds):
 
 
 def _rule_noisy(cell, t: Thresholds):
-    lo, hi = cell["speedup_lo"], cell["speedup_hi"]
+    s, lo, hi = cell["speedup"], cell["speedup_lo"], cell["speedup_hi"]
+    values = {"speedup": s, "speedup_lo": lo, "speedup_hi": hi}
     if lo <= t.break_even <= hi:  # NaN compares false: no spread, no finding
-        return Finding("noisy", (f"speedup {cell['speedup']:.2f} but its range over the repeats "
-                                 f"{lo:.2f}–{hi:.2f} straddles {t.break_even:g}"),
-                       {"speedup": cell["speedup"], "speedup_lo": lo, "speedup_hi": hi})
+        return Finding("noisy", (f"speedup {s:.2f} but its range over the repeats {lo:.2f}–{hi:.2f} "
+                                 f"straddles {t.break_even:g}"), values)
+    if (hi - lo) > t.max_rel_spread * s:
+        return Finding("noisy", (f"speedup {s:.2f} ranges {lo:.2f}–{hi:.2f} over the repeats, wider "
+                                 f"than {t.max_rel_spread:.0%} of itself: a run was far off"), values)
     return None
 
 
@@ -180,7 +187,7 @@ def _rule_below_break_even(cell, t: Thresholds):
 
 
 def _rule_low_alpha(cell, t: Thresholds):
-    alpha = _num(cell["draft_accept_rate"])
+    alpha = as_float(cell["draft_accept_rate"])
     if alpha < t.min_alpha:
         return Finding("low-alpha", f"alpha {alpha:.2f} < {t.min_alpha:g}",
                        {"alpha": alpha, "min_alpha": t.min_alpha})
@@ -188,11 +195,11 @@ def _rule_low_alpha(cell, t: Thresholds):
 
 
 def _rule_heavy_draft(cell, t: Thresholds):
-    c_draft = _num(cell["c_draft"])
+    c_draft = as_float(cell["c_draft"])
     if c_draft >= t.heavy_draft_c:
-        return Finding("heavy-draft", (f"draft step costs {c_draft:.2f} of a target step "
-                                       f"(c_draft >= {t.heavy_draft_c:g}): draft and target "
-                                       f"cost nearly the same"),
+        return Finding("heavy-draft", (f"a draft step costs {c_draft:.2f} of a target step "
+                                       f"(c_draft >= {t.heavy_draft_c:g}): the draft is too "
+                                       f"heavy next to the target"),
                        {"c_draft": c_draft, "heavy_draft_c": t.heavy_draft_c})
     return None
 
@@ -205,9 +212,7 @@ CELL_RULES = (_rule_lossless, _rule_unmeasured, _rule_few_repeats, _rule_noisy,
 # Rules on a series: the same regime with one axis (concurrency or ctx_len) varied.
 
 def _series(cells: pd.DataFrame, axis: str):
-    """Lossless cells that differ only in `axis`, grouped and sorted along it (a lossy cell's
-    speed is no reference for anything)."""
-    cells = cells[cells["lossless_ok"].fillna(False).astype(bool)]
+    """Cells that differ only in `axis`, grouped and sorted along it."""
     others = [k for k in REGIME_KEYS if k != axis] + ["target_model", "draft_model"]
     for _, group in cells.groupby(others, dropna=False, sort=False):
         yield group.sort_values(axis)
@@ -256,7 +261,8 @@ SERIES_RULES = (_rule_saturation, _rule_long_context)
 # Why an off regime is off: the most actionable cause first (a lighter draft fixes heavy-draft
 # and low-alpha at every concurrency; saturation and long context are properties of the regime).
 OFF_CAUSES = ("heavy-draft", "low-alpha", "saturation", "long-context", "below-break-even")
-RULES = ("lossless", "lossless-unchecked", "unmeasured", "few-repeats", "noisy") + OFF_CAUSES
+UNSETTLED = ("lossless", "lossless-unchecked", "unmeasured", "few-repeats", "noisy")
+RULES = UNSETTLED + OFF_CAUSES
 
 
 def _decide(cell, findings: list, t: Thresholds) -> Verdict:
@@ -268,7 +274,7 @@ def _decide(cell, findings: list, t: Thresholds) -> Verdict:
 
     if "lossless" in fired:
         return verdict(OFF, fired["lossless"])
-    for rule in ("lossless-unchecked", "unmeasured", "few-repeats", "noisy"):
+    for rule in UNSETTLED[1:]:
         if rule in fired:
             return verdict(MORE, fired[rule])
     if "below-break-even" in fired:
@@ -286,8 +292,11 @@ def advise(traces, thresholds: Thresholds | None = None) -> list[Verdict]:
     findings = {index: [] for index in cells.index}
     for index, cell in cells.iterrows():
         findings[index] += [f for rule in CELL_RULES if (f := rule(cell, t)) is not None]
+    # Series rules compare cells with each other: only cells that are lossless and measured
+    # well enough take part (a lossy or noisy cell is no reference for anything).
+    trusted = [i for i in cells.index if not {f.rule for f in findings[i]} & set(UNSETTLED)]
     for rule in SERIES_RULES:
-        for index, finding in rule(cells, t):
+        for index, finding in rule(cells.loc[trusted], t):
             findings[index].append(finding)
     return [_decide(cells.loc[i], findings[i], t) for i in cells.index]
 
@@ -309,7 +318,7 @@ def threshold_fields() -> list:
 
 
 def _fmt(value) -> str:
-    value = _num(value)
+    value = as_float(value)
     if not math.isfinite(value):
         return "n/a"
     return f"{value:.0f}" if value == int(value) else f"{value:.2f}"

@@ -22,8 +22,8 @@ import pandas as pd
 from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
 
 from specnative import theory
-from specnative.advisor import (REGIME_KEYS, Thresholds, advise, load_traces, pair_cells,
-                                threshold_fields, verdicts_frame)
+from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, load_traces,
+                                pair_cells, threshold_fields, verdicts_frame)
 
 CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model")  # split lines if varied
 ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
@@ -38,12 +38,8 @@ BAND_CAPTION = ("error bars: range over the timed repeats (slowest spec run / fa
 # --------------------------------------------------------------------------------------------
 # Small helpers
 
-def _num(value) -> float:
-    return math.nan if value is None or pd.isna(value) else float(value)
-
-
 def _fmt(value, digits=2) -> str:
-    value = _num(value)
+    value = as_float(value)
     return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"
 
 
@@ -101,9 +97,9 @@ def _empty(ax, message):
     ax.set_yticks([])
 
 
-def _caption(fig, text):
-    fig.get_layout_engine().set(h_pad=0.1)
-    fig.supxlabel(text, fontsize=7.5, color="#444444")
+def _caption(fig, *lines):
+    """Small grey text under the panels: what the marks mean, where the numbers come from."""
+    fig.supxlabel("\n".join(line for line in lines if line), fontsize=7.5, color="#444444")
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
@@ -129,7 +125,7 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
     """(a) speedup vs concurrency, log2 x, one line per ctx_len (and per varied quant/k/T/rule);
     (b) speedup vs ctx_len, one line per concurrency. Lossless cells only."""
     cells = lossless_cells(cells)
-    fig, (ax_c, ax_x) = _new_figure(11, 4.6, 2)
+    fig, (ax_c, ax_x) = _new_figure(13, 4.6, 2)
     if cells.empty:
         for ax in (ax_c, ax_x):
             _empty(ax, "no lossless spec-on cell")
@@ -144,7 +140,7 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
         ax.axhline(1.0, color="black", ls="--", lw=1, label="break-even (1.0)")
         ax.set_ylabel("speedup  tps(spec on) / tps(spec off)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # never over a point
     ax_c.set_xscale("log", base=2)
     ax_c.set_xticks(sorted(cells["concurrency"].unique()), labels=None)
     ax_c.xaxis.set_major_formatter("{x:g}")
@@ -153,7 +149,7 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
     ax_x.set_xticks(sorted(cells["ctx_len"].unique()))
     ax_x.set_xlabel("context length (prompt tokens)")
     ax_x.set_title("(b) speedup vs context length")
-    _caption(fig, f"{BAND_CAPTION}; lossless cells only. {note}")
+    _caption(fig, f"{BAND_CAPTION}; lossless cells only.", note)
     return fig
 
 
@@ -178,8 +174,8 @@ def _bar_rows(traces: pd.DataFrame) -> pd.DataFrame:
 def step_parts(row) -> dict:
     """Step times of one run (ms) by step, plus what the timers leave of total_ms."""
     steps = ON_STEPS if row["spec_decode"] == "on" else OFF_STEPS
-    parts = {s: np.nan_to_num(_num(row[s])) for s in steps}
-    parts["other_ms"] = _num(row["total_ms"]) - sum(parts.values())
+    parts = {s: np.nan_to_num(as_float(row[s])) for s in steps}
+    parts["other_ms"] = as_float(row["total_ms"]) - sum(parts.values())
     return parts
 
 
@@ -208,7 +204,7 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
         for ax in axes:
             _empty(ax, "no cell")
         return fig
-    parts = pd.DataFrame([step_parts(r) for _, r in rows.iterrows()])
+    parts = pd.DataFrame([step_parts(r) for _, r in rows.iterrows()]).reindex(columns=list(STEP_COLORS))
     dims = varied(rows[rows["spec_decode"] == "on"], ("temperature", "accept_rule", "draft_model"))
     labels = [_bar_label(r, dims) for _, r in rows.iterrows()]
     y = np.arange(len(rows))[::-1]
@@ -225,13 +221,14 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
             left += width
         ax.set_yticks(y, labels if ax is axes[0] else [""] * len(y), fontsize=8)
         ax.set_ylim(-0.6, len(rows) - 0.4)
+        ax.set_xlim(0, 1.03 * max(left.max(), 1e-9))
         ax.set_xlabel("ms per run (mean over repeats)")
         ax.set_title(title)
         ax.grid(axis="x", alpha=0.3)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center",
                ncol=len(STEP_COLORS), fontsize=8)
-    _caption(fig, "white 'other': total_ms not covered by the step timers. "
-                  f"Failed lossless cells left out. {note}")
+    _caption(fig, "white 'other': total_ms not covered by the step timers. Failed lossless cells "
+                  "left out.", note)
     return fig
 
 
@@ -243,7 +240,9 @@ def per_token_alpha(accept_len_hist) -> float:
     accepted drafts per round: accepted drafts over accepted drafts plus rounds that stopped on a
     rejection (< k accepted). accepted / drafted (the schema's alpha) is lower by construction:
     drafts behind a rejection count as drafted but were never tried.
-    Slightly low where rounds were cut short (k_eff < k near n_predict, or an accepted EOG)."""
+    Biased low where rounds were cut short: near the end of n_predict the engine drafts fewer
+    than k (or none), and such a round lands in a lower bin as if a rejection had stopped it.
+    An exact count of rejections in the CSV would remove the bias."""
     hist = _floats(accept_len_hist)
     if len(hist) < 2:
         return math.nan
@@ -257,15 +256,15 @@ def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
     the measured speedup and tau; also with the per-token alpha from the histogram."""
     rows = []
     for _, cell in lossless_cells(cells).iterrows():
-        alpha, alpha_tok = _num(cell["draft_accept_rate"]), per_token_alpha(cell["accept_len_hist"])
-        k, c = _num(cell["k"]), _num(cell["verify_cost_c"])
+        alpha, alpha_tok = as_float(cell["draft_accept_rate"]), per_token_alpha(cell["accept_len_hist"])
+        k, c = as_float(cell["k"]), as_float(cell["verify_cost_c"])
         k = int(k) if math.isfinite(k) else 0
         rows.append({**{key: cell[key] for key in REGIME_KEYS},
                      "alpha": alpha, "alpha_token": alpha_tok, "c": c,
                      "speedup": cell["speedup"],
                      "predicted": theory.predicted_speedup(alpha, k, c),
                      "predicted_token": theory.predicted_speedup(alpha_tok, k, c),
-                     "tau": _num(cell["mean_accept_len"]),
+                     "tau": as_float(cell["mean_accept_len"]),
                      "tau_expected": theory.expected_tokens_per_round(alpha, k),
                      "tau_expected_token": theory.expected_tokens_per_round(alpha_tok, k)})
     return pd.DataFrame(rows)
@@ -300,13 +299,15 @@ def plot_theory(table: pd.DataFrame, note: str = "") -> Figure:
     _identity_panel(ax_t, table, ("tau_expected", "tau_expected_token"), "tau",
                     r"(b) tokens per round $\tau$ vs $\frac{1-\alpha^{k+1}}{1-\alpha}$", "tau")
     _caption(fig, "points off y = x: acceptance is not i.i.d. across positions (see "
-                  f"acceptance_by_position), or alpha's definition. {note}")
+                  "acceptance_by_position), or alpha's definition.", note)
     return fig
 
 
 def conditional_acceptance(accept_at_pos) -> list[float]:
     """accept_at_pos[i] counts rounds that accepted position i+1, so it includes every earlier
-    rejection; the chance of accepting position i+1 once reached is the ratio to position i."""
+    rejection; the chance of accepting position i+1 once reached is the ratio to position i.
+    Approximate where the last rounds drafted fewer than k (the rates then have different
+    denominators; a ratio can even pass 1)."""
     reached = [1.0] + _floats(accept_at_pos)
     return [a / r if r > 0 else math.nan for r, a in zip(reached, reached[1:])]
 
@@ -334,11 +335,13 @@ def plot_acceptance_by_position(cells: pd.DataFrame, note: str = "") -> Figure:
     for ax in (ax_a, ax_c):
         ax.set_xlabel("draft position i")
         ax.set_ylabel("acceptance rate")
-        ax.set_ylim(-0.03, 1.03)
+        ax.set_ylim(-0.03, max(1.03, ax.get_ylim()[1]))
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
     ax_c.legend(fontsize=7, ncol=1 + len(cells) // 12, loc="lower left")
-    _caption(fig, f"(b) is flat when acceptance is i.i.d., the closed form's assumption. {note}")
+    _caption(fig, "(b) is flat when acceptance is i.i.d., the closed form's assumption; its last "
+                  "positions are biased where rounds near the end of n_predict drafted fewer than k.",
+             note)
     return fig
 
 
@@ -362,7 +365,11 @@ def _slope(name: str, cells: pd.DataFrame) -> dict:
     if distinct < 3:
         result["note"] = f"not enough points ({distinct} distinct concurrencies >= 4; need 3)"
         return result
-    from scipy import stats  # only needed here; a test dependency in pyproject
+    try:
+        from scipy import stats  # only this test needs scipy (pyproject lists it under [test])
+    except ImportError:
+        result["note"] = "scipy not installed: no slope test"
+        return result
     fit = stats.linregress(cells["concurrency"].astype(float), cells["speedup"].astype(float))
     result.update(slope=fit.slope, p_value=fit.pvalue,
                   note="falls with concurrency" if fit.slope < 0 and fit.pvalue < 0.05 else
@@ -395,8 +402,8 @@ def compare_runs(cells_a: pd.DataFrame, cells_b: pd.DataFrame, verdicts_a=None, 
             if set(a[k].dropna().unique()) & set(b[k].dropna().unique())
             or (a[k].isna().all() and b[k].isna().all())]
     differing = [k for k in REGIME_KEYS if k not in keys]
-    columns = lambda frame: frame[keys + differing + list(COMPARE_COLUMNS)]
-    joined = columns(a).merge(columns(b), on=keys, suffixes=("_a", "_b"))
+    wanted = keys + differing + list(COMPARE_COLUMNS)
+    joined = a[wanted].merge(b[wanted], on=keys, suffixes=("_a", "_b"))
     return joined.sort_values(keys).reset_index(drop=True), keys
 
 
@@ -475,16 +482,31 @@ def provenance_md(prov: dict) -> str:
             ("warm-up / repeats",
              f"{_value(prov, 'warmup')} discarded / {_value(prov, 'repeats')} timed; rates are medians"),
             ("grid", "; ".join(f"{k}: {v}" for k, v in (prov.get("grid") or {}).items()) or "not recorded"),
+            ("preset", prov.get("preset") or "none (models given)"),
             ("date", _value(prov, "date")),
             ("run id", _value(prov, "run_id"))]
     models = [(m.get("role"), m.get("name"), f"`{m.get('path')}`", m.get("type"), m.get("quant_bits"),
                m.get("n_params"), m.get("size_bytes"), f"`{m.get('sha256')}`")
               for m in prov.get("models") or []]
     return "\n\n".join([
+        *_incomplete(prov),
         md_table(["", ""], rows),
         "Command:\n\n```\n" + str(_value(prov, "command")) + "\n```",
         md_table(["role", "name", "file", "type", "bits", "params", "bytes", "sha256"], models)
         if models else "Models: not recorded."])
+
+
+def _incomplete(prov: dict) -> list:
+    """Warnings that the grid is not all there: an unfinished sweep, cells it refused to run."""
+    said = []
+    if prov.get("completed") is False:
+        said.append("**The sweep did not finish: this report covers the cells written so far.**")
+    refused = prov.get("refused_cells") or []
+    if refused:
+        said.append("Cells the sweep refused to run (not measured):\n\n" + md_table(
+            ["target", "ctx_len", "concurrency", "reason"],
+            [[r.get("target"), r.get("ctx_len"), r.get("concurrency"), r.get("reason")] for r in refused]))
+    return said
 
 
 def notes_md(prov: dict) -> str:
@@ -496,24 +518,37 @@ def _tps(row) -> str:
     return f"{_fmt(row['tps'])} ± {_fmt(row['tps_std'])}"
 
 
+def _size(n_bytes) -> str:
+    n = as_float(n_bytes)
+    return "" if not math.isfinite(n) else f"{n / 2**20:.2f} MiB" if n < 2**30 else f"{n / 2**30:.2f} GiB"
+
+
+def _params(n) -> str:
+    n = as_float(n)
+    return "" if not math.isfinite(n) else f"{n / 1e6:.2f} M" if n < 1e9 else f"{n / 1e9:.2f} B"
+
+
 def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
     """llama-bench-style table: every off row and every on cell (with its speedup); rates carry
-    the self-measured tag."""
+    the self-measured tag. Size and params are the target's, from provenance."""
+    files = {m.get("name"): m for m in prov.get("models") or []}
     rows = []
     for _, r in ordered(pd.concat([traces[traces["spec_decode"] == "off"], cells])).iterrows():
         on = r["spec_decode"] == "on"
-        draft_cols = [_fmt(r["k"], 0), _key_text("temperature", r["temperature"]), r["accept_rule"], _tps(r),
+        draft_cols = [_fmt(r["k"], 0), f"{as_float(r['temperature']):g}", r["accept_rule"], _tps(r),
                       _fmt(r["speedup"]), _fmt(r["draft_accept_rate"]), _fmt(r["mean_accept_len"]),
                       _fmt(r["verify_cost_c"]), _fmt(r["c_draft"]),
                       {True: "yes", False: "**NO**"}.get(r["lossless_ok"], "?")]
         if not on:
-            draft_cols = ["", _key_text("temperature", r["temperature"]), "", _tps(r)] + [""] * 6
+            draft_cols = ["", f"{as_float(r['temperature']):g}", "", _tps(r)] + [""] * 6
         model = f"{r['target_model']} + {r['draft_model']}" if on else str(r["target_model"])
-        rows.append([model, r["target_type"], r["quant_bits"], r["backend"], r["n_threads"],
+        target = files.get(r["target_model"], {})
+        rows.append([model, r["target_type"], r["quant_bits"], _size(target.get("size_bytes")),
+                     _params(target.get("n_params")), r["backend"], r["n_threads"],
                      f"tg{_fmt(r['n_predict'], 0)} @ d{r['ctx_len']}", r["concurrency"],
                      r["spec_decode"]] + draft_cols)
-    head = ["model", "type", "bits", "backend", "threads", "test", "conc", "spec", "k", "T", "rule",
-            "t/s [self-measured]", "speedup [self-measured]", "α", "τ", "c", "c_draft", "lossless"]
+    head = ["model", "type", "bits", "size", "params", "backend", "threads", "test", "conc", "spec",
+            "k", "T", "rule", "t/s [self-measured]", "speedup [self-measured]", "α", "τ", "c", "c_draft", "lossless"]
     where = hardware(prov) if prov else "unrecorded hardware"
     intro = (f"Every rate below is **[self-measured]** on {where}, run {prov.get('run_id', 'n/a')}; "
              "it does not carry to other hardware. t/s: median ± sd over the timed repeats, "
@@ -521,14 +556,22 @@ def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
     return intro + "\n\n" + md_table(head, rows)
 
 
-def verdicts_md(verdicts: pd.DataFrame) -> str:
+def _speedup_range(r) -> str:
+    return f"{_fmt(r['speedup'])} ({_fmt(r['speedup_lo'])}–{_fmt(r['speedup_hi'])})"
+
+
+def verdicts_md(verdicts: pd.DataFrame, thresholds: Thresholds) -> str:
     if verdicts.empty:
         return "No spec-on cell to judge."
+    used = ", ".join(f"{name}={getattr(thresholds, name)}" for name, _, _ in threshold_fields())
     keys = [k for k in REGIME_KEYS if verdicts[k].nunique(dropna=False) > 1] or ["concurrency"]
-    rows = [[label(r, [k]) for k in keys] +
-            [f"**{r['decision']}**", f"{_fmt(r['speedup'])} ({_fmt(r['speedup_lo'])}–{_fmt(r['speedup_hi'])})",
-             r["rule"], r["reason"], r["also"]] for _, r in verdicts.iterrows()]
-    return md_table(keys + ["decision", "speedup (range)", "rule", "why", "also fired"], rows)
+    rows = [[label(r, [k]) for k in keys]
+            + [f"**{r['decision']}**", _speedup_range(r), r["rule"], r["reason"], r["also"]]
+            for _, r in verdicts.iterrows()]
+    return (f"From measured values only (advisor.py; thresholds: {used}). A lossless failure is "
+            "always off; a noisy or unrepeated cell is measure-more; an off names its most "
+            "actionable cause.\n\n"
+            + md_table(keys + ["decision", "speedup (range)", "rule", "why", "also fired"], rows))
 
 
 def failures_md(cells: pd.DataFrame) -> str:
@@ -545,8 +588,8 @@ def failures_md(cells: pd.DataFrame) -> str:
 
 
 def timing_md(traces: pd.DataFrame) -> str:
-    shares = [(1 - step_parts(r)["other_ms"] / _num(r["total_ms"]))
-              for _, r in traces.iterrows() if _num(r["total_ms"]) > 0]
+    shares = [(1 - step_parts(r)["other_ms"] / as_float(r["total_ms"]))
+              for _, r in traces.iterrows() if as_float(r["total_ms"]) > 0]
     if not shares:
         return "Step timers: total_ms not recorded."
     return (f"Step timers account for {min(shares):.1%}–{max(shares):.1%} of each run's total_ms "
@@ -602,8 +645,13 @@ def _compare_source(other) -> tuple[pd.DataFrame, str]:
     return load_traces(path), f"{name} ({where})"
 
 
-def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) -> dict:
-    """Writes figures, advice.csv and summary.md into run_dir; returns {artifact: path}."""
+def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) -> Path:
+    """Writes the report into run_dir (see write_artifacts); returns the summary.md path."""
+    return write_artifacts(run_dir, compare, thresholds)["summary.md"]
+
+
+def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None) -> dict:
+    """Writes figures, advice.csv and summary.md into run_dir; returns {file name: path}."""
     run_dir = Path(run_dir)
     prov = load_provenance(run_dir)
     traces = load_traces(run_dir / "traces.csv")
@@ -620,7 +668,7 @@ def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) ->
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
     verdicts.to_csv(out["advice.csv"], index=False)
-    sections = _sections(traces, cells, verdicts, table, prov)
+    sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
     if compare is not None:
         sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
@@ -645,10 +693,10 @@ def _write_compare(run_dir, prov, cells, verdicts, compare, thresholds, out) -> 
     return compare_md(joined, keys, label_a, label_b)
 
 
-def _sections(traces, cells, verdicts, table, prov) -> list:
+def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
     return [("Read first: notes from the sweep", notes_md(prov)),
             ("Cells", cells_md(traces, cells, prov)),
-            ("Advice per regime (seed §6)", verdicts_md(verdicts)),
+            ("Advice per regime (seed §6)", verdicts_md(verdicts, thresholds)),
             ("Lossless check", failures_md(cells)),
             ("Speedup against concurrency: slope", slope_md(speedup_slope(cells))),
             ("Theory against measurement", theory_md(table)),
@@ -680,8 +728,7 @@ def main(argv=None) -> int:
                             help=f"advisor threshold (default {default})")
     args = parser.parse_args(argv)
     thresholds = Thresholds(**{name: getattr(args, name) for name, _, _ in threshold_fields()})
-    written = write_report(args.run_dir, args.compare, thresholds)
-    print(written["summary.md"])
+    print(write_report(args.run_dir, args.compare, thresholds))
     return 0
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from specnative import theory
 from specnative.engine import ACCEPT_RULES, Engine, default_threads
+from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative.provenance import environment, model_record, now_iso, write_json
 from specnative.schema import append_rows, read_traces
 
@@ -415,13 +416,14 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("-m", "--target", action="append", type=Path, metavar="GGUF",
                         help="target model; repeat once per quantization (e.g. a Q4_K_M and a Q8_0 file)")
     models.add_argument("-md", "--draft", type=Path, metavar="GGUF", help="draft model")
-    models.add_argument("--preset", choices=["tiny", "gemma3-270m"],
+    models.add_argument("--preset", choices=sorted(PRESET_DEFAULTS),
                         help="a ready model set instead of -m/-md (default when neither is given: tiny)")
     grid = p.add_argument_group("grid")
-    grid.add_argument("--ctx-len", type=_int_list, default=[0, 8192, 32768], metavar="N,N,...",
-                      help="prompt tokens per sequence (shared filler prefix)")
-    grid.add_argument("-np", "--concurrency", type=_int_list, default=[1, 4, 8], metavar="N,N,...",
-                      help="sequences decoded together")
+    grid.add_argument("--ctx-len", type=_int_list, default=None, metavar="N,N,...",
+                      help="prompt tokens per sequence, a filler prefix shared by all sequences "
+                           "(default 0,8192,32768; the gemma3-270m preset: 0,2048)")
+    grid.add_argument("-np", "--concurrency", type=_int_list, default=None, metavar="N,N,...",
+                      help="sequences decoded together (default 1,4,8)")
     grid.add_argument("--draft-max", "-k", dest="k", type=_int_list, default=[4], metavar="K,K,...",
                       help="draft tokens per round (llama.cpp's --spec-draft-n-max)")
     grid.add_argument("--temp", "--temperature", dest="temperature", type=_float_list, default=[0.0],
@@ -449,6 +451,10 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     """Validates the flags together (before any work) and resolves the models."""
     errors = []
+    preset_name = args.preset or ("tiny" if args.target is None and args.draft is None else None)
+    preset_defaults = PRESET_DEFAULTS.get(preset_name, {})
+    args.ctx_len = args.ctx_len or preset_defaults.get("ctx_lens", [0, 8192, 32768])
+    args.concurrency = args.concurrency or preset_defaults.get("concurrencies", [1, 4, 8])
     if args.preset and (args.target or args.draft):
         errors.append("--preset cannot be combined with -m/--target or -md/--draft")
     if (args.target is None) != (args.draft is None):
@@ -480,15 +486,14 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
-    from specnative.presets import load_preset
-    preset = load_preset(args.preset or "tiny") if args.target is None else None
+    preset = load_preset(preset_name) if preset_name else None
     rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
     return SweepConfig(
         targets=[Path(t) for t in (preset.targets if preset else args.target)],
         draft=Path(preset.draft if preset else args.draft),
         ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
         accept_rule=rule,
-        n_predict=args.n_predict or (preset.defaults.get("n_predict", 64) if preset else 64),
+        n_predict=args.n_predict or preset_defaults.get("n_predict", 64),
         warmup=args.warmup, repeats=args.repeats, seed=args.seed, threads=args.threads,
         gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
         max_kv_gib=args.max_kv_gib,
