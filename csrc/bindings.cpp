@@ -27,6 +27,7 @@ py::dict counts_dict(const SeqCounts& c) {
     d["drafted"] = c.drafted;
     d["accepted"] = c.accepted;
     d["rounds"] = c.rounds;
+    d["rejected"] = c.rejected;
     d["emitted"] = c.emitted;
     d["drafted_at"] = to_numpy(c.drafted_at);
     d["accepted_at"] = to_numpy(c.accepted_at);
@@ -154,6 +155,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("steps", &GenerateResult::steps)
         .def_readonly("decode_tokens", &GenerateResult::decode_tokens)
         .def_property_readonly("draft_accept_rate", &GenerateResult::draft_accept_rate)
+        .def_property_readonly("token_accept_rate", &GenerateResult::token_accept_rate)
         .def_property_readonly("mean_accept_len", &GenerateResult::mean_accept_len)
         .def_property_readonly("round_ms", &GenerateResult::round_ms)
         .def_property_readonly("step_ms", &GenerateResult::step_ms)

@@ -543,6 +543,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const Genera
                 seq.margins.push_back(margin);
                 if (target_token != x) {
                     correction = target_token;
+                    seq.counts.rejected += 1;
                     break;
                 }
                 seq.counts.accepted_at[i] += 1;
@@ -641,6 +642,7 @@ SeqCounts GenerateResult::totals() const {
         sum.drafted += c.drafted;
         sum.accepted += c.accepted;
         sum.rounds += c.rounds;
+        sum.rejected += c.rejected;
         sum.emitted += c.emitted;
         auto add = [](std::vector<int64_t>& into, const std::vector<int64_t>& from) {
             if (into.size() < from.size()) into.resize(from.size(), 0);
@@ -656,6 +658,12 @@ SeqCounts GenerateResult::totals() const {
 double GenerateResult::draft_accept_rate() const {
     const SeqCounts sum = totals();
     return sum.drafted > 0 ? static_cast<double>(sum.accepted) / sum.drafted : std::nan("");
+}
+
+double GenerateResult::token_accept_rate() const {
+    const SeqCounts sum = totals();
+    const int64_t reached = sum.accepted + sum.rejected;
+    return reached > 0 ? static_cast<double>(sum.accepted) / reached : std::nan("");
 }
 
 double GenerateResult::mean_accept_len() const {

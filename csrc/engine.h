@@ -45,6 +45,7 @@ struct SeqCounts {
     int64_t drafted = 0;
     int64_t accepted = 0;
     int64_t rounds = 0;    // rounds this sequence took part in
+    int64_t rejected = 0;  // rounds that ended on a rejected draft (the others accepted all)
     int64_t emitted = 0;   // tokens emitted by rounds (accepted + one corrected/bonus each)
     std::vector<int64_t> drafted_at;   // [k]: rounds that drafted position j+1
     std::vector<int64_t> accepted_at;  // [k]: rounds that accepted position j+1
@@ -74,6 +75,9 @@ struct GenerateResult {
     // Derived quantities, defined here and nowhere else.
     SeqCounts totals() const;         // counts summed over sequences
     double draft_accept_rate() const; // alpha = accepted / drafted (NaN without drafts)
+    // Leviathan's per-token alpha: accepted / (accepted + rejected), i.e. the chance that a draft
+    // the acceptance walk reached was accepted (drafts behind a rejection are never tried).
+    double token_accept_rate() const;
     double mean_accept_len() const;   // tau = emitted / rounds, rounds summed over sequences
     double round_ms() const;          // T_round: mean wall time of one speculative round
     double step_ms() const;           // T_step: mean wall time of one baseline decode step

@@ -34,7 +34,8 @@ def test_greedy_spec_equals_baseline(noisy_engine, k, n_seq):
 def test_exact_copy_draft_accepts_everything(copy_engine):
     k, n_predict = 4, 42
     spec = copy_engine.generate(PROMPTS, n_predict=n_predict, spec=True, k=k)
-    assert spec.draft_accept_rate == 1.0
+    assert spec.draft_accept_rate == 1.0 and spec.token_accept_rate == 1.0
+    assert spec.totals["rejected"] == 0
     for counts, tokens in zip(spec.counts, spec.tokens):
         assert len(tokens) == n_predict
         # first token comes from prefill; 41 more in rounds of k+1 = 5, the last round shorter
@@ -52,6 +53,9 @@ def test_noisy_draft_counts_are_consistent(noisy_engine):
     assert 0 < spec.draft_accept_rate < 1
     for c, tokens in zip(spec.counts, spec.tokens):
         assert c["emitted"] == c["accepted"] + c["rounds"]      # one corrected/bonus per round
+        # every round that accepted fewer than k ended on a rejection, except possibly the last
+        # (shortened to fit n_predict, all its drafts accepted)
+        assert c["accept_len_hist"][:k].sum() - 1 <= c["rejected"] <= c["accept_len_hist"][:k].sum()
         assert c["emitted"] == len(tokens) - 1                  # the first token is prefill's
         assert c["accept_len_hist"].sum() == c["rounds"]
         assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
@@ -60,6 +64,8 @@ def test_noisy_draft_counts_are_consistent(noisy_engine):
         # a position is only accepted if all earlier ones were
         assert np.all(np.diff(c["accepted_at"]) <= 0)
     assert spec.draft_accept_rate == totals["accepted"] / totals["drafted"]
+    assert spec.token_accept_rate == totals["accepted"] / (totals["accepted"] + totals["rejected"])
+    assert spec.token_accept_rate > spec.draft_accept_rate
     assert spec.mean_accept_len == totals["emitted"] / totals["rounds"]
     rates = spec.per_position_accept_rate
     assert rates.shape == (k,) and np.all((rates >= 0) & (rates <= 1))

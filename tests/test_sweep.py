@@ -61,7 +61,9 @@ def test_derived_columns_follow_their_definitions(small_run):
         assert row.mean_accept_len == pytest.approx(row.emitted / row.rounds, rel=1e-5)
         hist = [int(v) for v in row.accept_len_hist.split(";")]
         assert len(hist) == 4 and sum(hist) == row.rounds
-        alpha, k, c = row.draft_accept_rate, 3, row.verify_cost_c
+        assert row.token_accept_rate == pytest.approx(row.accepted / (row.accepted + row.rejected), rel=1e-5)
+        assert row.token_accept_rate >= row.draft_accept_rate
+        alpha, k, c = row.token_accept_rate, 3, row.verify_cost_c
         per_round = k + 1 if alpha == 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
         assert row.predicted_speedup == pytest.approx(per_round / (1 + c), rel=1e-4)
     assert (frame[frame.spec_decode == "off"]["speedup"] == 1).all()

@@ -88,7 +88,7 @@ def load_traces(source) -> pd.DataFrame:
     for column in schema.COLUMNS:
         if column.name not in frame:
             frame[column.name] = pd.Series(pd.NA, index=frame.index,
-                                           dtype=schema._PANDAS_TYPES[column.dtype])
+                                           dtype=schema.PANDAS_DTYPES[column.dtype])
     keyed = frame["cell_id"].notna()
     frame = pd.concat([frame[keyed].drop_duplicates("cell_id", keep="last"), frame[~keyed]])
     return frame.sort_index().reset_index(drop=True)

@@ -53,6 +53,7 @@ class GenerationResult:
     tps: float              # decode_tokens per second of decoding (prefill excluded)
     speculative: bool
     draft_accept_rate: float = float("nan")  # alpha = accepted / drafted
+    token_accept_rate: float = float("nan")  # accepted / (accepted + rejected): per reached draft
     mean_accept_len: float = float("nan")    # tau = emitted / rounds (bonus token included)
     round_ms: float = float("nan")           # T_round, speculative runs
     step_ms: float = float("nan")            # T_step, baseline runs
@@ -168,6 +169,7 @@ class Engine:
             tokens=raw.tokens, texts=[self.detokenize(t) for t in raw.tokens], times=raw.times,
             steps=raw.steps, decode_tokens=raw.decode_tokens, tps=raw.tps,
             speculative=raw.speculative, draft_accept_rate=raw.draft_accept_rate,
+            token_accept_rate=raw.token_accept_rate,
             mean_accept_len=raw.mean_accept_len, round_ms=raw.round_ms, step_ms=raw.step_ms,
             totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
             margins=raw.margins)

@@ -235,15 +235,13 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
 # --------------------------------------------------------------------------------------------
 # Theory against measurement
 
-def per_token_alpha(accept_len_hist) -> float:
-    """Leviathan's alpha (chance that a reached draft position is accepted) from the histogram of
-    accepted drafts per round: accepted drafts over accepted drafts plus rounds that stopped on a
-    rejection (< k accepted). accepted / drafted (the schema's alpha) is lower by construction:
-    drafts behind a rejection count as drafted but were never tried.
-    Biased low where rounds were cut short: near the end of n_predict the engine drafts fewer
-    than k (or none), and such a round lands in a lower bin as if a rejection had stopped it.
-    An exact count of rejections in the CSV would remove the bias."""
-    hist = _floats(accept_len_hist)
+def token_alpha(cell) -> float:
+    """Leviathan's per-token alpha (the closed form's): the exact count from the engine when the
+    CSV has it, else estimated from accept_len_hist (rounds with fewer than k accepted counted as
+    ended by a rejection, which biases it low where the last rounds were cut short)."""
+    if "token_accept_rate" in cell and pd.notna(cell["token_accept_rate"]):
+        return float(cell["token_accept_rate"])
+    hist = _floats(cell["accept_len_hist"])
     if len(hist) < 2:
         return math.nan
     accepted = sum(i * n for i, n in enumerate(hist))
@@ -256,7 +254,7 @@ def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
     the measured speedup and tau; also with the per-token alpha from the histogram."""
     rows = []
     for _, cell in lossless_cells(cells).iterrows():
-        alpha, alpha_tok = as_float(cell["draft_accept_rate"]), per_token_alpha(cell["accept_len_hist"])
+        alpha, alpha_tok = as_float(cell["draft_accept_rate"]), token_alpha(cell)
         k, c = as_float(cell["k"]), as_float(cell["verify_cost_c"])
         k = int(k) if math.isfinite(k) else 0
         rows.append({**{key: cell[key] for key in REGIME_KEYS},

@@ -44,12 +44,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("tps_std", "float", "standard deviation of tps over the repeats"),
     Column("tps_min", "float", "lowest tps over the repeats"),
     Column("tps_max", "float", "highest tps over the repeats"),
+    Column("token_accept_rate", "float", "accepted / (accepted + rounds ended by a rejection): Leviathan's "
+           "per-token alpha, what the closed form assumes (on rows)"),
     Column("mean_accept_len", "float", "tau = emitted tokens / rounds, bonus token included (on rows)"),
-    Column("predicted_speedup", "float", "(1 - a^(k+1)) / ((1 - a)(1 + c)) (on rows)"),
+    Column("predicted_speedup", "float", "(1 - a^(k+1)) / ((1 - a)(1 + c)) with a = token_accept_rate (on rows)"),
     Column("c_draft", "float", "one draft decode step / one baseline target step (on rows)"),
     Column("verify_ratio", "float", "T_verify per round / T_step (on rows)"),
-    Column("round_ms", "float", "T_round: mean wall time of a speculative round (on rows)"),
-    Column("step_ms", "float", "T_step: mean wall time of a baseline decode step"),
+    Column("round_ms", "float", "T_round: mean wall time of a speculative round, median over repeats (on rows)"),
+    Column("step_ms", "float", "T_step: mean wall time of a baseline decode step, median over repeats"),
     Column("prefill_target_ms", "float", "per run, mean over repeats (a cached shared prefix is not re-prefilled)"),
     Column("prefill_draft_ms", "float", "per run, mean over repeats (on rows)"),
     Column("draft_ms", "float", "per run, mean over repeats (on rows)"),
@@ -61,6 +63,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("accepted", "int", "accepted drafts over the timed repeats (on rows)"),
     Column("rounds", "int", "sequence-rounds over the timed repeats (on rows)"),
     Column("emitted", "int", "tokens emitted by rounds over the timed repeats (on rows)"),
+    Column("rejected", "int", "rounds that ended on a rejected draft, over the timed repeats (on rows)"),
     Column("accept_at_pos", "str", "acceptance rate of draft positions 1..k, ';'-separated (on rows)"),
     Column("accept_len_hist", "str", "rounds that accepted 0..k drafts, ';'-separated (on rows)"),
     Column("lossless_method", "str", "exact-greedy, exact-seed (match) or match-proxy (rejection cells)"),
@@ -82,11 +85,11 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 REQUIRED: tuple[str, ...] = COLUMN_NAMES[:9]
 DRAFT_ONLY: tuple[str, ...] = (
-    "draft_accept_rate", "verify_cost_c", "k", "accept_rule", "mean_accept_len", "predicted_speedup",
+    "draft_accept_rate", "verify_cost_c", "k", "accept_rule", "token_accept_rate", "mean_accept_len", "predicted_speedup",
     "c_draft", "verify_ratio", "round_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms",
-    "drafted", "accepted", "rounds", "emitted", "accept_at_pos", "accept_len_hist", "draft_model",
+    "drafted", "accepted", "rounds", "emitted", "rejected", "accept_at_pos", "accept_len_hist", "draft_model",
     "draft_type", "draft_sha256")
-_PANDAS_TYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
+PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 
 def _format(value, dtype: str) -> str:
@@ -145,7 +148,7 @@ def read_traces(path) -> pd.DataFrame:
                                 na_action="ignore")
         elif column.dtype in ("int", "float"):
             values = pd.to_numeric(values)
-        frame[column.name] = values.astype(_PANDAS_TYPES[column.dtype])
+        frame[column.name] = values.astype(PANDAS_DTYPES[column.dtype])
     return frame
 
 

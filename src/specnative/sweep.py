@@ -169,22 +169,24 @@ def _spec_row(results, base_row: dict, k: int) -> dict:
     accepted = sum(r.totals["accepted"] for r in results)
     rounds = sum(r.totals["rounds"] for r in results)
     emitted = sum(r.totals["emitted"] for r in results)
+    rejected = sum(r.totals["rejected"] for r in results)
     drafted_at = sum(r.totals["drafted_at"] for r in results)
     accepted_at = sum(r.totals["accepted_at"] for r in results)
     hist = sum(r.totals["accept_len_hist"] for r in results)
     alpha = accepted / drafted if drafted else math.nan
-    round_ms = statistics.fmean(r.round_ms for r in results)
+    token_alpha = accepted / (accepted + rejected) if accepted + rejected else math.nan
+    round_ms = statistics.median(r.round_ms for r in results)  # medians: robust to one slow run
     step_ms = base_row["step_ms"]
     c = theory.verify_cost_c(round_ms, step_ms)
     engine_rounds = sum(r.steps for r in results)
     row.update({
-        "draft_accept_rate": alpha, "verify_cost_c": c, "k": k,
+        "draft_accept_rate": alpha, "token_accept_rate": token_alpha, "verify_cost_c": c, "k": k,
         "mean_accept_len": emitted / rounds if rounds else math.nan,
-        "predicted_speedup": theory.predicted_speedup(alpha, k, c),
+        "predicted_speedup": theory.predicted_speedup(token_alpha, k, c),
         "c_draft": theory.draft_cost_ratio(sum(r.times["draft"] for r in results) / engine_rounds, k, step_ms),
         "verify_ratio": (sum(r.times["verify"] for r in results) / engine_rounds) / step_ms,
         "round_ms": round_ms, "step_ms": step_ms,
-        "drafted": drafted, "accepted": accepted, "rounds": rounds, "emitted": emitted,
+        "drafted": drafted, "accepted": accepted, "rounds": rounds, "emitted": emitted, "rejected": rejected,
         "accept_at_pos": ";".join(f"{a / d:.4f}" if d else "" for a, d in zip(accepted_at, drafted_at)),
         "accept_len_hist": ";".join(str(int(h)) for h in hist),
         "tps_baseline": base_row["tps"],
@@ -213,7 +215,7 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
             if timed:
                 runs[k].append(spec)
     off = _median_row(runs["off"])
-    off.update({"step_ms": statistics.fmean(r.step_ms for r in runs["off"]), "speedup": 1.0,
+    off.update({"step_ms": statistics.median(r.step_ms for r in runs["off"]), "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
     off["tps_baseline"] = off["tps"]
     rows = [{"spec_decode": "off", **off}]
