@@ -85,10 +85,7 @@ def load_traces(source) -> pd.DataFrame:
     else:
         path = Path(source)
         frame = schema.read_traces(path / "traces.csv" if path.is_dir() else path)
-    for column in schema.COLUMNS:
-        if column.name not in frame:
-            frame[column.name] = pd.Series(pd.NA, index=frame.index,
-                                           dtype=schema.PANDAS_DTYPES[column.dtype])
+    frame = schema.with_all_columns(frame)
     keyed = frame["cell_id"].notna()
     frame = pd.concat([frame[keyed].drop_duplicates("cell_id", keep="last"), frame[~keyed]])
     return frame.sort_index().reset_index(drop=True)

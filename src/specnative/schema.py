@@ -136,8 +136,17 @@ def append_rows(path: Path, rows: list[dict]) -> None:
         os.fsync(f.fileno())
 
 
+def with_all_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """Adds any schema column a frame lacks (a file from an older specnative), empty."""
+    for column in COLUMNS:
+        if column.name not in frame:
+            frame[column.name] = pd.Series(index=frame.index, dtype=PANDAS_DTYPES[column.dtype])
+    return frame
+
+
 def read_traces(path) -> pd.DataFrame:
-    """traces.csv as a DataFrame with the schema's types (nullable ints, booleans, strings)."""
+    """traces.csv as a DataFrame with the schema's types (nullable ints, booleans, strings);
+    columns a file lacks (written by an older specnative) are present and empty."""
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     for column in COLUMNS:
         if column.name not in frame:
@@ -149,7 +158,7 @@ def read_traces(path) -> pd.DataFrame:
         elif column.dtype in ("int", "float"):
             values = pd.to_numeric(values)
         frame[column.name] = values.astype(PANDAS_DTYPES[column.dtype])
-    return frame
+    return with_all_columns(frame)
 
 
 def markdown_doc() -> str:
