@@ -1,12 +1,18 @@
 """Shared fixtures: tiny generated models (written once per test session) and engines."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from specnative import Engine
 from specnative.models import tiny_pair
 
 PROMPTS = ["The city of", "Once upon a time there was a", "Hello"]
+# One thread: robust on a shared 2-core machine. SPECNATIVE_TEST_NGL=-1 runs the suite with every
+# layer offloaded to the GPU (bench/gpu_check.sh).
+TEST_NGL = int(os.environ.get("SPECNATIVE_TEST_NGL", "0"))
+ENGINE_KW = {"n_threads": 1, "n_gpu_layers": TEST_NGL}
 
 
 @pytest.fixture(scope="session")
@@ -29,12 +35,12 @@ def noisy_pair(model_dir):
 @pytest.fixture(scope="session")
 def noisy_engine(noisy_pair):
     target, draft = noisy_pair
-    with Engine(target, draft, n_ctx=4096, n_batch=256, n_seq_max=8, n_threads=1) as engine:
+    with Engine(target, draft, n_ctx=4096, n_batch=256, n_seq_max=8, **ENGINE_KW) as engine:
         yield engine
 
 
 @pytest.fixture(scope="session")
 def copy_engine(copy_pair):
     target, draft = copy_pair
-    with Engine(target, draft, n_ctx=2048, n_batch=256, n_seq_max=4, n_threads=1) as engine:
+    with Engine(target, draft, n_ctx=2048, n_batch=256, n_seq_max=4, **ENGINE_KW) as engine:
         yield engine

@@ -11,7 +11,7 @@ import pytest
 from specnative import Engine
 from specnative.models import write_tiny_llama
 
-from conftest import PROMPTS
+from conftest import ENGINE_KW, PROMPTS
 
 
 def test_loads_and_describes_the_model(noisy_engine):
@@ -71,8 +71,8 @@ def test_timers_account_for_wall_time(noisy_engine):
 def test_long_prompt_is_chunked_to_n_batch(noisy_pair):
     target, _ = noisy_pair
     prompt = (np.arange(300) % 700 + 300).tolist()  # 300 tokens, n_batch 64
-    with Engine(target, n_threads=1, n_ctx=1024, n_batch=64, n_seq_max=2) as small, \
-            Engine(target, n_threads=1, n_ctx=1024, n_batch=512, n_seq_max=2) as large:
+    with Engine(target, **ENGINE_KW, n_ctx=1024, n_batch=64, n_seq_max=2) as small, \
+            Engine(target, **ENGINE_KW, n_ctx=1024, n_batch=512, n_seq_max=2) as large:
         chunked = small.generate([prompt, prompt[:-5]], n_predict=8)
         whole = large.generate([prompt, prompt[:-5]], n_predict=8)
         np.testing.assert_allclose(small.prompt_logits(prompt), large.prompt_logits(prompt),
@@ -125,7 +125,7 @@ def test_bad_generate_arguments_raise(noisy_engine, prompts, kwargs, message):
 
 def test_context_overflow_over_all_sequences(noisy_pair):
     target, _ = noisy_pair
-    with Engine(target, n_threads=1, n_ctx=256, n_seq_max=4) as engine:
+    with Engine(target, **ENGINE_KW, n_ctx=256, n_seq_max=4) as engine:
         engine.generate(["The"], n_predict=200)  # fits alone
         with pytest.raises(ValueError, match="KV cells"):
             engine.generate(["The", "A", "Hello", "So"], n_predict=200)
@@ -140,7 +140,7 @@ def test_bad_engine_arguments_raise(noisy_pair):
 
 
 def test_closed_engine_refuses_work(noisy_pair):
-    engine = Engine(noisy_pair[0], n_threads=1, n_ctx=256, n_seq_max=1)
+    engine = Engine(noisy_pair[0], **ENGINE_KW, n_ctx=256, n_seq_max=1)
     engine.close()
     with pytest.raises(ValueError, match="closed"):
         engine.generate("The", n_predict=4)
@@ -168,7 +168,7 @@ def test_generate_releases_the_gil(noisy_engine):
 
 def test_ctrl_c_interrupts_a_long_generate(model_dir):
     deep = write_tiny_llama(model_dir / "deep-interrupt.gguf", extra_layers=6)
-    with Engine(deep, n_threads=1, n_ctx=8 * 3072, n_seq_max=8) as engine:
+    with Engine(deep, **ENGINE_KW, n_ctx=8 * 3072, n_seq_max=8) as engine:
         timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
         try:

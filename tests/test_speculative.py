@@ -8,7 +8,7 @@ from scipy import stats
 from specnative import Engine, _core
 from specnative.models import tiny_pair
 
-from conftest import PROMPTS
+from conftest import ENGINE_KW, PROMPTS
 
 # Statistical tests use fixed seeds, so their outcome is deterministic; the threshold says how
 # unlikely a correct implementation is to fail them (were the seed varied).
@@ -94,7 +94,7 @@ def test_rollback_leaves_caches_as_a_fresh_context_would(noisy_pair, noisy_engin
     spec = noisy_engine.generate(PROMPTS, n_predict=30, spec=True, k=6)
     assert (spec.totals["accept_len_hist"][:-1]).sum() > 0  # some rounds had rejections
     target, _ = noisy_pair
-    with Engine(target, n_ctx=1024, n_seq_max=1, n_threads=1) as fresh:
+    with Engine(target, n_ctx=1024, n_seq_max=1, **ENGINE_KW) as fresh:
         for s, (prompt, tokens) in enumerate(zip(PROMPTS, spec.tokens)):
             fed = noisy_engine.tokenize(prompt).tolist() + tokens.tolist()
             expected = fresh.prompt_logits(fed)
@@ -214,7 +214,7 @@ def test_bad_spec_arguments_raise(noisy_engine, kwargs, message):
 
 
 def test_spec_without_a_draft_is_refused(noisy_pair):
-    with Engine(noisy_pair[0], n_ctx=256, n_seq_max=1, n_threads=1) as engine:
+    with Engine(noisy_pair[0], n_ctx=256, n_seq_max=1, **ENGINE_KW) as engine:
         with pytest.raises(ValueError, match="draft"):
             engine.generate("The", n_predict=8, spec=True)
 

@@ -10,11 +10,14 @@ import pytest
 from specnative import schema, sweep
 from specnative.sweep import SweepConfig, main, run_sweep
 
+from conftest import TEST_NGL
+
 
 def small_config(pair, out_dir, **overrides) -> SweepConfig:
     target, draft = pair
     values = dict(targets=[target], draft=draft, ctx_lens=[0, 96], concurrencies=[1, 3], ks=[3],
-                  n_predict=10, warmup=1, repeats=2, threads=1, out_dir=out_dir, report=False)
+                  n_predict=10, warmup=1, repeats=2, threads=1, gpu_layers=TEST_NGL, out_dir=out_dir,
+                  report=False)
     values.update(overrides)
     return SweepConfig(**values)
 
@@ -101,7 +104,7 @@ def test_rejection_cells_are_checked_with_the_match_proxy(noisy_pair, tmp_path):
 def test_interrupted_sweep_resumes_without_losing_or_repeating_cells(noisy_pair, tmp_path, monkeypatch):
     target, draft = noisy_pair
     argv = ["-m", str(target), "-md", str(draft), "--ctx-len", "0,64", "-np", "1,2", "-k", "2",
-            "-n", "6", "--warmup", "0", "-r", "1", "-t", "1", "-o", str(tmp_path), "--no-report"]
+            "-n", "6", "--warmup", "0", "-r", "1", "-t", "1", "-ngl", str(TEST_NGL), "-o", str(tmp_path), "--no-report"]
     real_measure, calls = sweep.measure_cell, []
 
     def interrupt_third_cell(*args, **kwargs):
