@@ -270,7 +270,7 @@ def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
 
 def _identity_panel(ax, table, x_cols, y_col, title, unit):
     series = ((x_cols[0], "o", "#4e79a7", "α = accepted / drafted (schema)"),
-              (x_cols[1], "s", "#f28e2b", "α per reached position (accept_len_hist)"))
+              (x_cols[1], "s", "#f28e2b", "α per reached draft (token_accept_rate)"))
     for x_col, marker, color, name in series:
         ax.scatter(table[x_col], table[y_col], marker=marker, color=color, label=name, zorder=3)
     values = pd.concat([table[x_cols[0]], table[x_cols[1]], table[y_col]]).dropna()
