@@ -168,6 +168,8 @@ def test_generate_releases_the_gil(noisy_engine):
 
 def test_ctrl_c_interrupts_a_long_generate(model_dir):
     deep = write_tiny_llama(model_dir / "deep-interrupt.gguf", extra_layers=6)
+    # a non-interactive shell may start us with SIGINT ignored; Ctrl-C must reach Python here
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with Engine(deep, **ENGINE_KW, n_ctx=8 * 3072, n_seq_max=8) as engine:
         timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
@@ -176,5 +178,6 @@ def test_ctrl_c_interrupts_a_long_generate(model_dir):
                 engine.generate(["The"] * 8, n_predict=3000)
         finally:
             timer.cancel()
+            signal.signal(signal.SIGINT, previous)
         # the engine is still usable afterwards
         assert len(engine.generate("The", n_predict=4).tokens[0]) == 4
