@@ -184,3 +184,11 @@ def test_verdicts_frame(tmp_path):
     assert list(frame["decision"]) == [ON, ON, OFF]
     assert set(advisor.REGIME_KEYS) <= set(frame.columns)
     assert "slower than the target alone" in frame["also"].iloc[2]
+
+
+@pytest.mark.parametrize("margin, near_tie", [(0.01, True), (2.5, False)])
+def test_lossless_failure_names_a_numeric_near_tie(tmp_path, margin, near_tie):
+    rows = [off_row(), on_row(speedup=1.5, lossless_ok=False, first_divergence=4, divergence_margin=margin)]
+    v = only(rows, tmp_path)
+    assert (v.decision, v.rule) == (OFF, "lossless")
+    assert ("near-tie" in v.reason) == near_tie
