@@ -387,24 +387,29 @@ def run_sweep(cfg: SweepConfig) -> Path:
 # ---------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip() != ""]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError("empty list")
-    return values
+def _list_of(cast, what: str):
+    """argparse type for a comma-separated list, e.g. --ctx-len 0,8192,32768."""
+    def parse(text: str) -> list:
+        try:
+            values = [cast(v) for v in text.split(",") if v.strip() != ""]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+        if not values:
+            raise argparse.ArgumentTypeError("empty list")
+        return values
+    return parse
 
 
-def _float_list(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip() != ""]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    if not values:
-        raise argparse.ArgumentTypeError("empty list")
-    return values
+_int_list, _float_list = _list_of(int, "integers"), _list_of(float, "numbers")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except where there is none to show (None/False: the help text says)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -413,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure speculative decoding (spec on vs off) over concurrency x context length x "
                     "target quantization, check it is lossless, and write traces.csv + provenance.json + "
                     "a report. With no model arguments it runs the embedded tiny preset (no GPU, no network).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=_HelpFormatter)
     models = p.add_argument_group("models (like llama-speculative-simple's -m / -md)")
     models.add_argument("-m", "--target", action="append", type=Path, metavar="GGUF",
                         help="target model; repeat once per quantization (e.g. a Q4_K_M and a Q8_0 file)")
