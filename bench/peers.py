@@ -9,11 +9,16 @@ bench/results/peers-<backend>-<date>.md.
     python bench/peers.py                          # tiny and gemma sets, 3 repeats
     python bench/peers.py --models tiny -r 5 -n 256
     python bench/peers.py --build-only [--rebuild]
+    python bench/peers.py --models tiny --gpu-layers -1 --tools-dir build/<tag>/bin --out DIR
 
 What each side times (tokens/s = tokens / seconds of that interval):
-  ours baseline      Engine.generate(prompt, n_predict=N, stop_at_eos=False).tps: N-1 tokens over
-                     the N-1 single-token decode steps after prefill (each step: llama_decode,
-                     llama_synchronize, argmax over the vocabulary). Prefill excluded.
+  ours baseline      Engine(target, n_ctx=pad256(prompt+N)).generate(prompt, n_predict=N,
+                     stop_at_eos=False).tps: N-1 tokens over the N-1 single-token decode steps after
+                     prefill (each: llama_decode, llama_synchronize, argmax over the vocabulary).
+                     Prefill excluded. The context matches llama-bench's (it uses n_ctx = N, padded
+                     to 256): without flash attention V is stored transposed with a row stride of
+                     n_ctx, so a larger context costs a few % per step even with few tokens in it.
+                     Our baseline step at the speculative runs' context (-c) is reported apart.
   llama-bench tg     avg_ts of `-p 0 -n N`: N single-token decodes from an empty cache (random
                      tokens, no sampling), after its own warm-up.
   ours speculative   Engine.generate(prompt, n_predict=N, spec=True, k=K).tps: the tokens emitted
@@ -22,6 +27,12 @@ What each side times (tokens/s = tokens / seconds of that interval):
                      one that turns the last prompt token into the first generated token, and all
                      tokens it emitted (it stops only once it has more than N, so N+1..N+K+1).
   alpha              ours accepted/drafted; theirs n_accept/n_drafted (the same definition).
+                     Their first round drafts from the last prompt token, ours from the first
+                     generated token, so their rounds are one token out of phase with ours: a
+                     disagreement of draft and target can fall on a drafted position on one side
+                     and on the bonus position on the other. An untimed run of theirs on the prompt
+                     plus our first token (phase-aligned) and a debug run (-lv 5: the token index of
+                     each rejection and its draft's top-3 candidates) show this in the report.
 """
 from __future__ import annotations
 
@@ -51,7 +62,7 @@ X86_OPTIONS = ("GGML_AVX", "GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2", "G
                "GGML_AVX512", "GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16",
                "GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
 
-DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time, in a small town by the sea,"
+DEFAULT_PROMPT = "Photosynthesis is the process by which"
 
 
 def log(msg: str) -> None:
@@ -173,10 +184,6 @@ class Quiet:
 # ---------------------------------------------------------------------------------------------
 # The two sides
 # ---------------------------------------------------------------------------------------------
-def norm_text(s: str) -> str:
-    return " ".join(s.split())
-
-
 def ours_baseline(engine, prompt, n):
     r = engine.generate(prompt, n_predict=n, stop_at_eos=False)
     return {"tps": r.tps, "step_ms": r.step_ms, "tokens": r.decode_tokens, "steps": r.steps,
@@ -189,8 +196,10 @@ def ours_spec(engine, prompt, n, k):
     return {"tps": s.tps, "alpha": s.draft_accept_rate, "tau": s.mean_accept_len, "round_ms": s.round_ms,
             "tokens": s.decode_tokens, "rounds": int(tot["rounds"]), "drafted": int(tot["drafted"]),
             "accepted": int(tot["accepted"]), "draft_ms": s.times["draft"], "verify_ms": s.times["verify"],
-            "resample_ms": s.times["resample"], "text": s.texts[0],
-            "per_pos": [round(float(x), 3) for x in s.per_position_accept_rate]}
+            "resample_ms": s.times["resample"], "text": s.texts[0], "token_ids": [int(t) for t in s.tokens[0]],
+            "margins": [float(m) for m in s.margins[0]],
+            "per_pos": [round(float(x), 3) for x in s.per_position_accept_rate],
+            "hist": [int(x) for x in tot["accept_len_hist"]]}
 
 
 def run_tool(cmd, timeout=900):
@@ -202,7 +211,7 @@ def run_tool(cmd, timeout=900):
 
 def bench_cmd(tools, model, n, a):
     return [str(tools["llama-bench"]), "-m", str(model), "-p", "0", "-n", str(n), "-t", str(a.threads),
-            "-fa", "1" if a.flash_attn == "on" else "0", "-ngl", str(a.ngl), "-r", "1", "-o", "json"]
+            "-fa", "1" if a.flash_attn == "on" else "0", "-ngl", str(a.ngl), "-r", "1", "-o", "json"]  # < 0: all layers
 
 
 def theirs_bench(cmd):
@@ -213,37 +222,94 @@ def theirs_bench(cmd):
             "build_commit": row.get("build_commit", "")}
 
 
+def ngl_arg(n: int) -> str:
+    """common/arg.cpp reads -1 as 'auto' (fit to memory); all layers is 'all'. llama-bench and the
+    llama API read any negative number as all layers."""
+    return "all" if n < 0 else str(n)
+
+
 def spec_cmd(tools, target, draft, prompt, n, k, a, swa_full):
     cmd = [str(tools["llama-speculative-simple"]), "-m", str(target), "-md", str(draft),
            "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
            "--spec-draft-p-min", "0", "-p", prompt, "-n", str(n), "--temp", "0", "-t", str(a.threads),
-           "-fa", a.flash_attn, "-c", str(a.ctx), "-ngl", str(a.ngl), "-ngld", str(a.ngl)]
+           "-fa", a.flash_attn, "-c", str(a.ctx), "-ngl", ngl_arg(a.ngl), "-ngld", ngl_arg(a.ngl)]
     if swa_full:
         cmd.append("--swa-full")  # ours keeps swa_full=true for rollback; the same cache for both
     return cmd
 
 
-def theirs_spec(cmd, prompt):
-    p = run_tool(cmd)
-    err = p.stdout + "\n" + p.stderr
+def parse_spec_output(out: str, err: str, prompt: str) -> dict:
+    both = out + "\n" + err
 
-    def grab(pattern, cast=float):
-        m = re.search(pattern, err)
+    def grab(pattern):
+        m = re.search(pattern, both)
         if not m:
-            raise RuntimeError(f"llama-speculative-simple output lacks /{pattern}/:\n{err[-3000:]}")
-        return cast(m.group(1)) if m.lastindex == 1 else tuple(cast(g) for g in m.groups())
+            raise RuntimeError(f"llama-speculative-simple output lacks /{pattern}/:\n{both[-3000:]}")
+        return m.groups()
 
     n_dec, secs, speed = grab(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
-    n_enc = int(grab(r"encoded\s+(\d+) tokens"))
-    drafted = int(grab(r"n_drafted\s*=\s*(\d+)"))
-    accepted = int(grab(r"n_accept\s*=\s*(\d+)"))
-    out = p.stdout
+    n_dec, secs, speed = int(n_dec), float(secs), float(speed)
+    drafted = int(grab(r"n_drafted\s*=\s*(\d+)")[0])
+    accepted = int(grab(r"n_accept\s*=\s*(\d+)")[0])
     i = out.find(prompt)
-    text = out[i + len(prompt):] if i >= 0 else out
-    rounds = int(n_dec) - accepted  # each round emits its accepted drafts plus one target token
-    return {"tps": speed, "tokens": int(n_dec), "seconds": secs, "alpha": accepted / drafted if drafted else float("nan"),
-            "drafted": drafted, "accepted": accepted, "rounds": rounds, "n_prompt": n_enc,
-            "round_ms": secs * 1000.0 / rounds if rounds else float("nan"), "text": text}
+    rounds = n_dec - accepted  # each round emits its accepted drafts plus one target token
+    return {"tps": speed, "tokens": n_dec, "seconds": secs, "alpha": accepted / drafted if drafted else float("nan"),
+            "drafted": drafted, "accepted": accepted, "rounds": rounds,
+            "n_prompt": int(grab(r"encoded\s+(\d+) tokens")[0]),
+            "round_ms": secs * 1000.0 / rounds if rounds else float("nan"),
+            "text": out[i + len(prompt):] if i >= 0 else out}
+
+
+def theirs_spec(cmd, prompt):
+    p = run_tool(cmd)
+    return parse_spec_output(p.stdout, p.stderr, prompt)
+
+
+def theirs_debug(cmd, prompt) -> dict:
+    """An extra, untimed run of speculative-simple with debug logging (-lv 5): per round how many
+    drafts it accepted and, at each rejection, the index of the generated token there (0 = the
+    first token after the prompt) and its draft's top candidates with their probabilities."""
+    p = run_tool(cmd + ["-lv", "5"])
+    res = parse_spec_output(p.stdout, p.stderr, prompt)
+    cand = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([\d.]+)\) '(.*)'$")
+    done = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+    rounds, current = [], {}
+    for line in (p.stdout + "\n" + p.stderr).splitlines():
+        m = cand.search(line)
+        if m:
+            rank, pos = int(m.group(1)), int(m.group(2))
+            current.setdefault(pos, []).append((rank, m.group(5), float(m.group(4))))
+            continue
+        m = done.search(line)
+        if m:
+            rounds.append((int(m.group(1)), int(m.group(2)), current))
+            current = {}
+    misses, emitted = [], 0
+    for i, (acc, n, cands) in enumerate(rounds):
+        if acc < n:
+            top = sorted(cands.get(acc, []))[:3]
+            misses.append({"round": i + 1, "position": acc + 1, "drafted": n, "index": emitted + acc,
+                           "top": [(piece, prob) for _, piece, prob in top]})
+        emitted += acc + 1
+    hist = [0] * (max((n for _, n, _ in rounds), default=0) + 1)
+    for acc, _, _ in rounds:
+        hist[acc] += 1
+    res.update({"misses": misses, "hist": hist, "n_rounds_logged": len(rounds)})
+    return res
+
+
+def aligned_prompt(engine, prompt: str, first_token: int):
+    """The prompt text extended by our first generated token, if it tokenizes back to exactly
+    prompt tokens + that token. speculative-simple drafts from the last prompt token (its first
+    round yields the first generated token), we draft from the first generated token (prefill
+    samples it): with this prompt its rounds start where ours do."""
+    tokens = [int(t) for t in engine.tokenize(prompt)]
+    full, base = engine.detokenize(tokens + [first_token]), engine.detokenize(tokens)
+    if not full.startswith(base):
+        return None
+    text = prompt + full[len(base):]
+    again = [int(t) for t in engine.tokenize(text)]
+    return text if again == tokens + [first_token] else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,17 +345,13 @@ def vals(xs, nd=1):
     return ", ".join(fmt(x, nd) for x in xs)
 
 
-def common_prefix_words(a: str, b: str) -> tuple[int, int]:
-    wa, wb = norm_text(a).split(" "), norm_text(b).split(" ")
-    n = 0
-    while n < min(len(wa), len(wb)) and wa[n] == wb[n]:
-        n += 1
-    return n, min(len(wa), len(wb))
-
-
 # ---------------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------------
+def pad256(n: int) -> int:
+    return (n + 255) // 256 * 256
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -298,18 +360,27 @@ def main(argv=None) -> int:
     ap.add_argument("-n", "--n-predict", type=int, default=128)
     ap.add_argument("-k", type=int, default=4, help="draft length")
     ap.add_argument("-t", "--threads", type=int, default=2)
-    ap.add_argument("-c", "--ctx", type=int, default=4096, help="context size of both sides' speculative runs "
-                    "and of our baseline (llama-bench sizes its own to N)")
+    ap.add_argument("-c", "--ctx", type=int, default=4096, help="context size of both sides' speculative runs")
     ap.add_argument("--flash-attn", choices=("off", "on"), default="off")
-    ap.add_argument("--ngl", type=int, default=None, help="GPU layers (default: 99 with CUDA, else 0)")
+    ap.add_argument("--gpu-layers", "--ngl", dest="ngl", type=int, default=None,
+                    help="layers on the GPU, both sides; -1 = all (default: -1 with CUDA, else 0)")
     ap.add_argument("-p", "--prompt", default=DEFAULT_PROMPT)
+    ap.add_argument("--baseline-prompt", choices=("prompt", "bos"), default="prompt",
+                    help="our baseline's prompt: the same short prompt (default) or the BOS token alone, "
+                         "which is where llama-bench's tg starts (matters with flash attention, whose CPU "
+                         "kernel skips masked cells, so a longer prefix costs more per step)")
     ap.add_argument("--rebuild", action="store_true", help="rebuild llama.cpp's tools")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--build-dir", type=Path, default=BUILD)
-    ap.add_argument("--max-busy", type=float, default=0.25,
-                    help="CPU cores other processes may keep busy before a measurement (else wait)")
+    ap.add_argument("--tools-dir", type=Path, default=None,
+                    help="use llama-bench and llama-speculative-simple from here instead of building them "
+                         "(e.g. our own build with SPECNATIVE_PEER_TOOLS=ON, which shares our ggml)")
+    ap.add_argument("--max-busy", type=float, default=None,
+                    help="CPU cores other processes may keep busy before a measurement, else wait "
+                         "(default: what leaves our threads their cores, at least 0.25)")
     ap.add_argument("--max-wait", type=float, default=900, help="seconds to wait for a quiet machine")
-    ap.add_argument("-o", "--out", type=Path, default=None, help="markdown file (default bench/results/...)")
+    ap.add_argument("-o", "--out", type=Path, default=None,
+                    help="markdown file, or a folder for peers-<backend>-<date>.md (default bench/results)")
     a = ap.parse_args(argv)
 
     from specnative.engine import Engine, build_info
@@ -318,43 +389,64 @@ def main(argv=None) -> int:
     info = build_info()
     backend = info.get("backend", "CPU")
     if a.ngl is None:
-        a.ngl = 99 if backend.upper() == "CUDA" else 0
-    build = build_tools(info, a.build_dir, a.rebuild)
+        a.ngl = -1 if backend.upper() == "CUDA" else 0
+    if a.max_busy is None:
+        a.max_busy = max(0.25, (os.cpu_count() or 1) - a.threads - 0.75)
+    if a.tools_dir is not None:
+        tools = {t: a.tools_dir / t for t in TOOLS}
+        missing = [str(p) for p in tools.values() if not p.exists()]
+        if missing:
+            raise SystemExit(f"error: not found: {', '.join(missing)}")
+        build = {"prebuilt": str(a.tools_dir), "notes": []}
+    else:
+        build = build_tools(info, a.build_dir, a.rebuild)
+        tools = {t: tool_path(a.build_dir, t) for t in TOOLS}
     if a.build_only:
         return 0
-    tools = {t: tool_path(a.build_dir, t) for t in TOOLS}
     sets = model_sets([m.strip() for m in a.models.split(",") if m.strip()])
     quiet = Quiet(a.max_busy, a.max_wait)
-    log(f"uptime: {open('/proc/loadavg').read().strip()}")
+    loadavg = open("/proc/loadavg").read().split()[:3]
+    log(f"load average: {' '.join(loadavg)}")
     started = dt.datetime.now()
+    fa = a.flash_attn == "on"
     results = []
     for ms in sets:
         log(f"== {ms['title']}")
         swa_full = "gemma" in ms["name"]
-        res = {"set": ms, "cmds": {}, "base": {}, "spec": {"ours": [], "theirs": []}}
+        res = {"set": ms, "cmds": {}, "base": {}, "spec": {"ours": [], "theirs": []}, "ours_step_ctx_ms": []}
+        # speculative engine at context -c; its baseline step is T_step for c = T_round / T_step - 1
+        eng = Engine(ms["target"], ms["draft"], n_ctx=a.ctx, n_batch=512, n_threads=a.threads,
+                     n_gpu_layers=a.ngl, n_seq_max=1, flash_attn=fa)
+        n_prompt = len(eng.tokenize(a.prompt))
+        res["n_prompt_ours"] = n_prompt
+        base_ctx = pad256(n_prompt + a.n_predict)
+        res["base_ctx"] = base_ctx
         targets = [ms["target"], *ms["extra_baselines"]]
-        engines = {}
+        base_engines = {}
         for t in targets:
-            draft = ms["draft"] if t == ms["target"] else None
-            engines[t] = Engine(t, draft, n_ctx=a.ctx, n_batch=512, n_threads=a.threads, n_gpu_layers=a.ngl,
-                                n_seq_max=1, flash_attn=(a.flash_attn == "on"))
+            base_engines[t] = Engine(t, None, n_ctx=base_ctx, n_batch=512, n_threads=a.threads,
+                                     n_gpu_layers=a.ngl, n_seq_max=1, flash_attn=fa)
             res["base"][t] = {"ours": [], "theirs": [], "ours_step_ms": []}
             res["cmds"][("bench", t)] = bench_cmd(tools, t, a.n_predict, a)
-        eng = engines[ms["target"]]
-        res["n_prompt_ours"] = len(eng.tokenize(a.prompt))
         res["cmds"]["spec"] = spec_cmd(tools, ms["target"], ms["draft"], a.prompt, a.n_predict, a.k, a, swa_full)
         # warm-up (discarded): page cache, first graphs, OpenMP threads
-        for t, e in engines.items():
-            ours_baseline(e, a.prompt, min(a.n_predict, 16))
+        base_prompt = a.prompt
+        if a.baseline_prompt == "bos":
+            with_bos, without = eng.tokenize(a.prompt, True), eng.tokenize(a.prompt, False)
+            if len(with_bos) == len(without):
+                raise SystemExit("error: this model adds no BOS token; use --baseline-prompt prompt")
+            base_prompt = [int(with_bos[0])]
+        for e in base_engines.values():
+            ours_baseline(e, base_prompt, min(a.n_predict, 16))
         ours_spec(eng, a.prompt, min(a.n_predict, 16), a.k)
         for rep in range(a.repeats):
-            ours_first = rep % 2 == 0  # alternate the order to cancel drift
+            order = ("ours", "theirs") if rep % 2 == 0 else ("theirs", "ours")  # alternate against drift
             for t in targets:
                 b = res["base"][t]
-                for side in (("ours", "theirs") if ours_first else ("theirs", "ours")):
+                for side in order:
                     quiet.wait()
                     if side == "ours":
-                        r = ours_baseline(engines[t], a.prompt, a.n_predict)
+                        r = ours_baseline(base_engines[t], base_prompt, a.n_predict)
                         b["ours"].append(r["tps"])
                         b["ours_step_ms"].append(r["step_ms"])
                     else:
@@ -364,7 +456,9 @@ def main(argv=None) -> int:
                         res["bench_commit"] = r["build_commit"]
                 log(f"  [{rep + 1}/{a.repeats}] baseline {Path(t).name}: ours {b['ours'][-1]:.1f} t/s, "
                     f"llama-bench {b['theirs'][-1]:.1f} t/s")
-            for side in (("ours", "theirs") if ours_first else ("theirs", "ours")):
+            quiet.wait()
+            res["ours_step_ctx_ms"].append(ours_baseline(eng, a.prompt, a.n_predict)["step_ms"])
+            for side in order:
                 quiet.wait()
                 if side == "ours":
                     res["spec"]["ours"].append(ours_spec(eng, a.prompt, a.n_predict, a.k))
@@ -373,17 +467,60 @@ def main(argv=None) -> int:
             so, st = res["spec"]["ours"][-1], res["spec"]["theirs"][-1]
             log(f"  [{rep + 1}/{a.repeats}] speculative k={a.k}: ours {so['tps']:.1f} t/s alpha {so['alpha']:.3f}; "
                 f"speculative-simple {st['tps']:.1f} t/s alpha {st['alpha']:.3f}")
-        for e in engines.values():
+        # untimed diagnostics: theirs with debug logging, on the same prompt and phase-aligned
+        so = res["spec"]["ours"][-1]
+        res["debug"] = []
+        try:
+            res["debug"].append(("same prompt", theirs_debug(res["cmds"]["spec"], a.prompt)))
+            ap_text = aligned_prompt(eng, a.prompt, so["token_ids"][0])
+            if ap_text is None:
+                log("note: prompt + our first token does not tokenize back to itself; no phase-aligned run")
+            else:
+                cmd = spec_cmd(tools, ms["target"], ms["draft"], ap_text, a.n_predict - 1, a.k, a, swa_full)
+                dbg = theirs_debug(cmd, ap_text)
+                res["debug"].append(("prompt + our first token", dbg))
+                res["aligned_prompt"] = ap_text
+                res["aligned_divergence"] = divergence(eng, so, ap_text[len(a.prompt):] + dbg["text"])
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            log(f"warning: a debug run of speculative-simple failed: {exc}")
+        # where the two texts part: our target's top-1 minus top-2 logit there (a near-tie?)
+        res["divergence"] = divergence(eng, so, res["spec"]["theirs"][-1]["text"])
+        for e in [eng, *base_engines.values()]:
             e.close()
         results.append(res)
 
-    md = render(a, info, build, results, quiet, started, specnative.__version__)
-    out = a.out or RESULTS / f"peers-{backend.lower()}-{started:%Y-%m-%d}.md"
+    md = render(a, info, build, results, quiet, started, specnative.__version__, loadavg)
+    out = a.out or RESULTS
+    if out.suffix != ".md":
+        out = out / f"peers-{backend.lower()}-{started:%Y-%m-%d}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md)
     print(md)
     log(f"wrote {out}")
     return 0
+
+
+def divergence(engine, ours: dict, theirs_text: str) -> dict:
+    """First character where the generated texts differ (leading whitespace ignored: our
+    detokenizer drops the first token's leading space), our token there and its logit margin."""
+    a, b = ours["text"].lstrip(), theirs_text.lstrip()
+    b = b.rstrip()  # speculative-simple ends its output with blank lines
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    out = {"chars_same": n, "chars_ours": len(a), "chars_theirs": len(b), "same": n >= min(len(a), len(b))}
+    if not out["same"]:
+        skip = len(ours["text"]) - len(ours["text"].lstrip())
+        tokens = ours["token_ids"]
+        for i in range(1, len(tokens) + 1):
+            if len(engine.detokenize(tokens[:i])) > n + skip:
+                out["token_index"] = i - 1
+                out["token"] = engine.detokenize(tokens[i - 1:i])
+                out["margin"] = float(ours["margins"][i - 1]) if i - 1 < len(ours["margins"]) else float("nan")
+                break
+        out["ours_at"] = a[max(0, n - 30):n + 20]
+        out["theirs_at"] = b[max(0, n - 30):n + 20]
+    return out
 
 
 def cpu_model() -> str:
@@ -394,6 +531,15 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def gpu_model() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        return "; ".join(out.splitlines())
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
 
 
 def git_rev() -> str:
@@ -412,26 +558,30 @@ def rel(p) -> str:
     try:
         return str(p.relative_to(ROOT))
     except ValueError:
-        return str(p).replace(str(Path.home()), "~")
+        return str(p)
 
 
 def show_cmd(cmd) -> str:
     return shlex.join(rel(c) if os.sep in str(c) and Path(c).exists() else str(c) for c in cmd)
 
 
-def render(a, info, build, results, quiet, started, version) -> str:
+def render(a, info, build, results, quiet, started, version, loadavg) -> str:
     L = []
-    L.append(f"# specnative vs llama.cpp tools ({info.get('backend')}, {started:%Y-%m-%d %H:%M})")
+    L.append(f"# specnative vs llama.cpp's tools ({info.get('backend')}, {started:%Y-%m-%d %H:%M})")
     L.append("")
-    L.append(f"- specnative {version} (git {git_rev()}); llama.cpp {info.get('llama_commit', '?')[:10]} for both sides")
-    L.append(f"- build flags (ours, and the peers' -D options): `{info.get('build_flags', '').strip()}`")
-    L.append(f"- CPU: {cpu_model()} ({os.cpu_count()} cores); threads {a.threads}; flash-attn {a.flash_attn}; "
-             f"GPU layers {a.ngl}")
-    L.append(f"- greedy (temperature 0), N = {a.n_predict} tokens, k = {a.k}, context {a.ctx}; "
-             f"{a.repeats} repeats interleaved (ours/theirs order alternating); medians, individual values in ()")
-    L.append(f"- prompt: `{a.prompt}`")
-    L.append(f"- quiet check before every measurement: at most {quiet.worst:.2f} cores busy elsewhere "
-             f"(limit {a.max_busy}); waited {quiet.waited:.0f} s" + (f"; gave up waiting {quiet.gave_up}x" if quiet.gave_up else ""))
+    L.append(f"- specnative {version} (git {git_rev()}); llama.cpp {info.get('llama_commit', '?')[:10]} "
+             f"(vendored tree) for both sides")
+    L.append(f"- ggml flags, ours and the peers' -D options: `{info.get('build_flags', '').strip()}`")
+    gpu = gpu_model() if info.get("backend", "CPU").upper() == "CUDA" else ""
+    L.append(f"- CPU: {cpu_model()}, {os.cpu_count()} cores; " + (f"GPU: {gpu}; " if gpu else "")
+             + f"threads {a.threads}; flash-attn {a.flash_attn}; GPU layers {a.ngl}")
+    L.append(f"- greedy (temperature 0), N = {a.n_predict}, k = {a.k}, speculative context {a.ctx} on both sides; "
+             f"{a.repeats} repeats, ours and theirs interleaved (order alternating); median (individual values)")
+    L.append(f"- prompt: `{a.prompt}`; our baseline's prompt: "
+             + ("the same" if a.baseline_prompt == "prompt" else "the BOS token alone (like llama-bench's tg)"))
+    L.append(f"- load average at start {' '.join(loadavg)}; before every measurement at most {quiet.worst:.2f} "
+             f"cores were busy elsewhere (limit {a.max_busy}, waited {quiet.waited:.0f} s"
+             + (f", gave up waiting {quiet.gave_up}x" if quiet.gave_up else "") + ")")
     for note in build.get("notes", []):
         L.append(f"- note: {note}")
     L.append("")
@@ -448,49 +598,89 @@ def render(a, info, build, results, quiet, started, version) -> str:
         L.append(f"| {ms['name']} | speculative t/s, k={a.k} | {fmt(mo)} ({vals([x['tps'] for x in so])}) | "
                  f"{fmt(mt)} ({vals([x['tps'] for x in st])}) | {fmt(mo / mt, 3)} | >= 1.1 |")
         ao, at = med([x["alpha"] for x in so]), med([x["alpha"] for x in st])
-        L.append(f"| {ms['name']} | alpha (accepted/drafted) | {fmt(ao, 3)} ({vals([x['alpha'] for x in so], 3)}) | "
-                 f"{fmt(at, 3)} ({vals([x['alpha'] for x in st], 3)}) | {fmt(100 * (ao - at), 1)} pts | within 2 pts |")
+        L.append(f"| {ms['name']} | alpha = accepted/drafted | {fmt(ao, 3)} ({vals([x['alpha'] for x in so], 3)}) | "
+                 f"{fmt(at, 3)} ({vals([x['alpha'] for x in st], 3)}) | {100 * (ao - at):+.1f} pts | within 2 pts |")
+        aligned = [dbg for label, dbg in res.get("debug", []) if label != "same prompt"]
+        if aligned:
+            al = aligned[0]["alpha"]
+            L.append(f"| {ms['name']} | alpha, theirs phase-aligned (prompt + our first token) | {fmt(ao, 3)} | "
+                     f"{fmt(al, 3)} ({aligned[0]['accepted']}/{aligned[0]['drafted']}) | {100 * (ao - al):+.1f} pts | "
+                     f"within 2 pts |")
     L.append("")
-    L.append("Where the time goes (medians; ours from its step timers, theirs from its totals: "
-             "ms/round = decode seconds / (tokens - accepted)):")
+    L.append("Baseline: ours = decode steps after prefill, context padded to 256 like llama-bench's; llama-bench = "
+             "`-p 0 -n N` (avg_ts). Speculative: ours = tokens after the first (which prefill samples) over "
+             "draft+verify+resample time; speculative-simple = its `decoded N tokens in S seconds` (all rounds, "
+             "including the one that yields the first token; it runs to N+1..N+k+1 tokens).")
     L.append("")
-    L.append("| set | side | tokens | rounds | drafted / accepted | tokens/round | ms/round | draft | verify | resample | baseline step ms |")
-    L.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    L.append("Per round (medians). Ours from its step timers; speculative-simple from its totals "
+             "(rounds = tokens - accepted, ms/round = decode time / rounds). Baseline step: ours at the "
+             "speculative context, theirs 1000/llama-bench t/s.")
+    L.append("")
+    L.append("| set | side | tokens | rounds | drafted / accepted | tokens/round | ms/round | draft | verify | "
+             "resample | baseline step ms | c = round/step - 1 |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for res in results:
         ms = res["set"]
         so, st = res["spec"]["ours"], res["spec"]["theirs"]
-        step = med(res["base"][ms["target"]]["ours_step_ms"])
+        step = med(res["ours_step_ctx_ms"])
         bench_step = 1000.0 / med(res["base"][ms["target"]]["theirs"])
-        o = so[len(so) // 2] if so else None
-        rounds = med([x["rounds"] for x in so])
+        o, t = so[len(so) // 2], st[len(st) // 2]
+        ro, rt = med([x["round_ms"] for x in so]), med([x["round_ms"] for x in st])
         L.append(f"| {ms['name']} | ours | {o['tokens']} | {o['rounds']} | {o['drafted']} / {o['accepted']} | "
-                 f"{fmt(o['tokens'] / o['rounds'], 2)} | {fmt(med([x['round_ms'] for x in so]), 2)} | "
+                 f"{fmt(o['tokens'] / o['rounds'], 2)} | {fmt(ro, 2)} | "
                  f"{fmt(med([x['draft_ms'] / x['rounds'] for x in so]), 2)} | "
                  f"{fmt(med([x['verify_ms'] / x['rounds'] for x in so]), 2)} | "
-                 f"{fmt(med([x['resample_ms'] / x['rounds'] for x in so]), 3)} | {fmt(step, 2)} |")
-        t = st[len(st) // 2] if st else None
+                 f"{fmt(med([x['resample_ms'] / x['rounds'] for x in so]), 3)} | {fmt(step, 2)} | "
+                 f"{fmt(ro / step - 1, 2)} |")
         L.append(f"| {ms['name']} | speculative-simple | {t['tokens']} | {t['rounds']} | {t['drafted']} / {t['accepted']} | "
-                 f"{fmt(t['tokens'] / t['rounds'], 2)} | {fmt(med([x['round_ms'] for x in st]), 2)} | - | - | - | "
-                 f"{fmt(bench_step, 2)} (llama-bench) |")
-        del rounds
+                 f"{fmt(t['tokens'] / t['rounds'], 2)} | {fmt(rt, 2)} | - | - | - | {fmt(bench_step, 2)} | "
+                 f"{fmt(rt / bench_step - 1, 2)} |")
     L.append("")
     for res in results:
         ms = res["set"]
         so, st = res["spec"]["ours"], res["spec"]["theirs"]
-        L.append(f"**{ms['name']}**: {ms['title']}. Target `{rel(ms['target'])}`, draft `{rel(ms['draft'])}`.")
+        d = res["divergence"]
+        L.append(f"**{ms['name']}**: {ms['title']}; target `{rel(ms['target'])}`, draft `{rel(ms['draft'])}`.")
         L.append("")
-        same, n = common_prefix_words(so[-1]["text"], st[-1]["text"])
-        L.append(f"- prompt tokens: ours {res['n_prompt_ours']}, theirs {st[-1]['n_prompt']}; generated text "
-                 + ("identical" if same == n else f"identical for the first {same} of {n} words")
-                 + f" (ours {so[-1]['tokens'] + 1} tokens, theirs {st[-1]['tokens']})")
-        L.append(f"- ours per-position acceptance: {so[-1]['per_pos']}")
-        for key, cmd in res["cmds"].items():
+        L.append(f"- prompt tokens: ours {res['n_prompt_ours']}, theirs {st[-1]['n_prompt']}; our baseline context "
+                 f"{res['base_ctx']}, llama-bench's {pad256(a.n_predict)}")
+        if d["same"]:
+            L.append(f"- generated text: identical over the common length ({d['chars_same']} characters; "
+                     f"ours {len(so[-1]['token_ids'])} tokens, theirs {st[-1]['tokens']})")
+        else:
+            L.append(f"- generated text: the same for {d['chars_same']} characters, then ours "
+                     f"`{d.get('ours_at', '')!r}` vs theirs `{d.get('theirs_at', '')!r}`; our token there "
+                     f"#{d.get('token_index')} {d.get('token')!r} with target top-1 minus top-2 logit "
+                     f"{fmt(d.get('margin', float('nan')), 3)}")
+        L.append(f"- ours: acceptance per draft position 1..k {so[-1]['per_pos']}; rounds by accepted length "
+                 f"0..k {so[-1]['hist']} (last repeat)")
+        for label, dbg in res.get("debug", []):
+            L.append(f"- theirs, untimed debug run (-lv 5), {label}: alpha {fmt(dbg['alpha'], 3)} "
+                     f"({dbg['accepted']}/{dbg['drafted']}); rounds by accepted length 0..k {dbg['hist']}; "
+                     f"rejections (generated token index, its draft's top-3 candidates with probability):")
+            for miss in dbg["misses"][:12]:
+                top = ", ".join(f"{piece!r} {prob:.3f}" for piece, prob in miss["top"])
+                L.append(f"  - round {miss['round']}, draft position {miss['position']} of {miss['drafted']}, "
+                         f"token #{miss['index']}: {top}")
+            if len(dbg["misses"]) > 12:
+                L.append(f"  - ... {len(dbg['misses']) - 12} more")
+        if res.get("aligned_prompt"):
+            d2 = res["aligned_divergence"]
+            L.append(f"- phase-aligned prompt: `{res['aligned_prompt']}` (-n {a.n_predict - 1}); generated text vs ours: "
+                     + ("identical over the common length" if d2["same"] else
+                        f"the same for {d2['chars_same']} characters, then ours `{d2.get('ours_at', '')!r}` vs "
+                        f"theirs `{d2.get('theirs_at', '')!r}` (our target's top-1 minus top-2 logit there "
+                        f"{fmt(d2.get('margin', float('nan')), 3)})"))
+        for cmd in res["cmds"].values():
             L.append(f"- `{show_cmd(cmd)}`")
         L.append("")
-    L.append("Peers built with:")
-    L.append("")
-    L.append(f"    {build.get('configure', '')}".replace(str(ROOT) + "/", ""))
-    L.append(f"    {build.get('build', '')}".replace(str(ROOT) + "/", ""))
+    if build.get("prebuilt"):
+        L.append(f"Peer tools: prebuilt, from `{rel(build['prebuilt'])}` (--tools-dir).")
+    else:
+        L.append("Peers built with:")
+        L.append("")
+        L.append(f"    {build.get('configure', '')}".replace(str(ROOT) + "/", ""))
+        L.append(f"    {build.get('build', '')}".replace(str(ROOT) + "/", ""))
     L.append("")
     L.append(f"Command: `python bench/peers.py {' '.join(shlex.quote(x) for x in sys.argv[1:])}`")
     L.append("")

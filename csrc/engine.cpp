@@ -491,7 +491,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const Genera
                     const int64_t index = seqs[s].next_index() + j;
                     token = sample_from_weights(qj.data(), d.n_vocab, keyed_uniform(p.seed, seqs[s].id, index, Stream::draft));
                 } else {
-                    token = argmax_with_margin(logits, d.n_vocab).token;
+                    token = argmax(logits, d.n_vocab);  // the draft needs no margin
                 }
                 drafts[s].push_back(token);
             }

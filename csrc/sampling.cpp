@@ -16,6 +16,16 @@ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
+// Branch-free max over [begin, end): the compiler vectorizes this loop (the argmax loop with
+// its data-dependent index does not), which matters at 262k-token vocabularies.
+float max_of(const float* begin, const float* end) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (const float* p = begin; p < end; ++p) {
+        m = *p > m ? *p : m;
+    }
+    return m;
+}
+
 }  // namespace
 
 double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream stream) {
@@ -26,26 +36,22 @@ double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream
     return static_cast<double>(h >> 11) * 0x1.0p-53;  // 53 random bits -> [0, 1)
 }
 
+int32_t argmax(const float* logits, int32_t n_vocab) {
+    const float top = max_of(logits, logits + n_vocab);
+    int32_t i = 0;
+    while (i < n_vocab - 1 && logits[i] != top) ++i;  // first index holding the max
+    return i;
+}
+
 ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab) {
-    int32_t best = 0;
-    float top1 = -std::numeric_limits<float>::infinity();
-    float top2 = -std::numeric_limits<float>::infinity();
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        const float v = logits[i];
-        if (v > top1) {
-            top2 = top1;
-            top1 = v;
-            best = i;
-        } else if (v > top2) {
-            top2 = v;
-        }
-    }
-    return {best, top1 - top2};
+    const int32_t best = argmax(logits, n_vocab);
+    const float second = std::max(max_of(logits, logits + best), max_of(logits + best + 1, logits + n_vocab));
+    return {best, logits[best] - second};
 }
 
 void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs) {
     probs.resize(n_vocab);
-    const float max_logit = *std::max_element(logits, logits + n_vocab);
+    const float max_logit = max_of(logits, logits + n_vocab);
     const float inv_t = 1.0f / temperature;
     double sum = 0.0;
     for (int32_t i = 0; i < n_vocab; ++i) {

@@ -23,6 +23,7 @@ struct ArgmaxResult {
     float margin;  // top-1 minus top-2 logit: how close a greedy decision was to a tie
 };
 ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab);
+int32_t argmax(const float* logits, int32_t n_vocab);  // first index of the maximum
 
 // probs = softmax(logits / temperature); temperature > 0.
 void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs);
