@@ -197,7 +197,6 @@ def ours_spec(engine, prompt, n, k):
             "tokens": s.decode_tokens, "rounds": int(tot["rounds"]), "drafted": int(tot["drafted"]),
             "accepted": int(tot["accepted"]), "draft_ms": s.times["draft"], "verify_ms": s.times["verify"],
             "resample_ms": s.times["resample"], "text": s.texts[0], "token_ids": [int(t) for t in s.tokens[0]],
-            "margins": [float(m) for m in s.margins[0]],
             "per_pos": [round(float(x), 3) for x in s.per_position_accept_rate],
             "hist": [int(x) for x in tot["accept_len_hist"]]}
 
@@ -480,11 +479,11 @@ def main(argv=None) -> int:
                 dbg = theirs_debug(cmd, ap_text)
                 res["debug"].append(("prompt + our first token", dbg))
                 res["aligned_prompt"] = ap_text
-                res["aligned_divergence"] = divergence(eng, so, ap_text[len(a.prompt):] + dbg["text"])
+                res["aligned_divergence"] = divergence(eng, so, ap_text[len(a.prompt):] + dbg["text"], a.prompt)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             log(f"warning: a debug run of speculative-simple failed: {exc}")
         # where the two texts part: our target's top-1 minus top-2 logit there (a near-tie?)
-        res["divergence"] = divergence(eng, so, res["spec"]["theirs"][-1]["text"])
+        res["divergence"] = divergence(eng, so, res["spec"]["theirs"][-1]["text"], a.prompt)
         for e in [eng, *base_engines.values()]:
             e.close()
         results.append(res)
@@ -500,7 +499,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def divergence(engine, ours: dict, theirs_text: str) -> dict:
+def divergence(engine, ours: dict, theirs_text: str, prompt: str) -> dict:
     """First character where the generated texts differ (leading whitespace ignored: our
     detokenizer drops the first token's leading space), our token there and its logit margin."""
     a, b = ours["text"].lstrip(), theirs_text.lstrip()
@@ -512,11 +511,14 @@ def divergence(engine, ours: dict, theirs_text: str) -> dict:
     if not out["same"]:
         skip = len(ours["text"]) - len(ours["text"].lstrip())
         tokens = ours["token_ids"]
+        # margins cost a pass over the vocabulary per token: an untimed greedy run records them
+        margins = engine.generate(prompt, n_predict=len(tokens), stop_at_eos=False,
+                                  record_margins=True).margins[0]
         for i in range(1, len(tokens) + 1):
             if len(engine.detokenize(tokens[:i])) > n + skip:
                 out["token_index"] = i - 1
                 out["token"] = engine.detokenize(tokens[i - 1:i])
-                out["margin"] = float(ours["margins"][i - 1]) if i - 1 < len(ours["margins"]) else float("nan")
+                out["margin"] = float(margins[i - 1]) if i - 1 < len(margins) else float("nan")
                 break
         out["ours_at"] = a[max(0, n - 30):n + 20]
         out["theirs_at"] = b[max(0, n - 30):n + 20]

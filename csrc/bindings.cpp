@@ -80,7 +80,7 @@ bool python_interrupt_pending() {
 
 GenerateResult generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
-                        bool stop_at_eog) {
+                        bool stop_at_eog, bool record_margins) {
     GenerateParams p;
     p.n_predict = n_predict;
     p.temperature = temperature;
@@ -89,6 +89,7 @@ GenerateResult generate(Engine& engine, const std::vector<std::vector<int32_t>>&
     p.k = k;
     p.rule = parse_rule(rule);
     p.stop_at_eog = stop_at_eog;
+    p.record_margins = record_margins;
     py::gil_scoped_release release;
     return engine.generate(prompts, p, python_interrupt_pending);
 }
@@ -178,7 +179,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("target"), py::arg("draft"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"),
              py::arg("n_gpu_layers"), py::arg("n_seq_max"), py::arg("flash_attn"), py::arg("kv_unified"))
         .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
-             py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"))
+             py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
+             py::arg("record_margins"))
         .def("prompt_logits", [](Engine& e, const std::vector<int32_t>& tokens) {
             std::vector<float> logits;
             {

@@ -117,11 +117,11 @@ int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
 
 // Samples token number `index` of sequence `seq` from target logits: greedy at temperature 0,
 // else inverse CDF with the position-keyed uniform (the same draw in baseline and `match`).
+// Appends the top-2 logit margin to `margins` when the caller records them.
 int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, int seq,
-                      int64_t index, float* margin, std::vector<float>& probs) {
-    const ArgmaxResult best = argmax_with_margin(logits, n_vocab);
-    *margin = best.margin;
-    if (p.temperature <= 0.0f) return best.token;
+                      int64_t index, std::vector<float>& margins, std::vector<float>& probs) {
+    if (p.record_margins) margins.push_back(argmax_with_margin(logits, n_vocab).margin);
+    if (p.temperature <= 0.0f) return argmax(logits, n_vocab);
     softmax(logits, n_vocab, p.temperature, probs);
     return sample_from_weights(probs.data(), n_vocab, keyed_uniform(p.seed, seq, index, Stream::target));
 }
@@ -308,10 +308,8 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GeneratePara
         c.decode(what);
         for (size_t s = 0; s < seqs.size(); ++s) {
             if (logits_row[s] < 0) continue;
-            float margin = 0.0f;
             seqs[s].out.push_back(sample_target(c.logits(logits_row[s]), c.n_vocab, *sample_first,
-                                                seqs[s].id, 0, &margin, probs));
-            seqs[s].margins.push_back(margin);
+                                                seqs[s].id, 0, seqs[s].margins, probs));
             logits_row[s] = -1;
         }
         c.clear_batch();
@@ -404,11 +402,10 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, const GenerateP
         for (size_t s = 0; s < seqs.size(); ++s) {
             Sequence& seq = seqs[s];
             if (seq.done) continue;
-            float margin = 0.0f;
-            const int32_t token = sample_target(t.logits(row[s]), t.n_vocab, p, seq.id, seq.next_index(), &margin, probs);
+            const int32_t token = sample_target(t.logits(row[s]), t.n_vocab, p, seq.id, seq.next_index(),
+                                                seq.margins, probs);
             seq.n_past_target += 1;
             seq.out.push_back(token);
-            seq.margins.push_back(margin);
             seq.done = finished(seq.out, p, t.vocab);
         }
         r.steps += 1;
@@ -520,16 +517,14 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const Genera
             for (int i = 0; i <= k_eff[s]; ++i) {
                 const float* logits = t.logits(row[s] + i);
                 const int64_t index = base_index + i;
-                float margin = 0.0f;
                 if (i == k_eff[s]) {  // every draft accepted: bonus token from p
-                    correction = sample_target(logits, t.n_vocab, p, seq.id, index, &margin, p_probs);
-                    seq.margins.push_back(margin);
+                    correction = sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
                     break;
                 }
                 const int32_t x = drafts[s][i];
                 int32_t target_token;
                 if (rule == AcceptRule::rejection) {
-                    margin = argmax_with_margin(logits, t.n_vocab).margin;
+                    if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
                     softmax(logits, t.n_vocab, p.temperature, p_probs);
                     p_probs.resize(vocab, 0.0f);
                     const RejectionOutcome o = rejection_step(
@@ -538,9 +533,8 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const Genera
                         keyed_uniform(p.seed, seq.id, index, Stream::residual), scratch);
                     target_token = o.token;
                 } else {  // greedy and match: the target's own (argmax or keyed) sample
-                    target_token = sample_target(logits, t.n_vocab, p, seq.id, index, &margin, p_probs);
+                    target_token = sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
                 }
-                seq.margins.push_back(margin);
                 if (target_token != x) {
                     correction = target_token;
                     seq.counts.rejected += 1;

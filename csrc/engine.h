@@ -38,6 +38,8 @@ struct GenerateParams {
     int k = 4;
     AcceptRule rule = AcceptRule::greedy;
     bool stop_at_eog = true;
+    bool record_margins = false;  // top-1 minus top-2 target logit per token: one more pass
+                                  // over the vocabulary, so only when asked (lossless checks)
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).
@@ -65,7 +67,7 @@ struct StepTimes {
 
 struct GenerateResult {
     std::vector<std::vector<int32_t>> tokens;  // generated ids per sequence (a final EOG included)
-    std::vector<std::vector<float>> margins;   // target top-1 minus top-2 logit per token
+    std::vector<std::vector<float>> margins;   // target top-1 minus top-2 logit per token (if asked)
     std::vector<SeqCounts> counts;
     StepTimes times;
     bool speculative = false;

@@ -181,3 +181,13 @@ def test_ctrl_c_interrupts_a_long_generate(model_dir):
             signal.signal(signal.SIGINT, previous)
         # the engine is still usable afterwards
         assert len(engine.generate("The", n_predict=4).tokens[0]) == 4
+
+
+def test_margins_are_recorded_only_on_request(noisy_engine):
+    plain = noisy_engine.generate(PROMPTS, n_predict=12)
+    assert all(len(m) == 0 for m in plain.margins)
+    for spec in (False, True):
+        result = noisy_engine.generate(PROMPTS, n_predict=12, spec=spec, record_margins=True)
+        for tokens, margins in zip(result.tokens, result.margins):
+            assert len(margins) == len(tokens) and np.all(margins >= 0)
+        np.testing.assert_array_equal(result.tokens[0], plain.tokens[0])

@@ -60,6 +60,7 @@ class GenerationResult:
     totals: dict = field(default_factory=dict)  # drafted, accepted, rounds, emitted, *_at, hist
     counts: list = field(default_factory=list)  # the same per sequence
     margins: list = field(default_factory=list)  # per sequence: target top-1 minus top-2 logit
+                                                 # per token (record_margins=True only)
 
     @property
     def per_position_accept_rate(self) -> np.ndarray:
@@ -154,9 +155,11 @@ class Engine:
 
     def generate(self, prompts, *, n_predict: int = 32, temperature: float = 0.0, seed: int = 0,
                  spec: bool = False, k: int = 4, accept_rule: str = "greedy",
-                 stop_at_eos: bool = True) -> GenerationResult:
+                 stop_at_eos: bool = True, record_margins: bool = False) -> GenerationResult:
         """Decode all prompts together. With spec=True the draft proposes k tokens per round and
-        `accept_rule` (greedy, match or rejection) decides what the target keeps."""
+        `accept_rule` (greedy, match or rejection) decides what the target keeps.
+        record_margins: also return the target's top-1 minus top-2 logit for every token (one
+        more pass over the vocabulary per token; for lossless diagnostics, not timed runs)."""
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
         if int(seed) < 0:
@@ -164,7 +167,8 @@ class Engine:
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=int(n_predict),
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
-                                  k=int(k), accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos))
+                                  k=int(k), accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
+                                  record_margins=bool(record_margins))
         return GenerationResult(
             tokens=raw.tokens, texts=[self.detokenize(t) for t in raw.tokens], times=raw.times,
             steps=raw.steps, decode_tokens=raw.decode_tokens, tps=raw.tps,

@@ -141,7 +141,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     else:
         method, rule = "match-proxy", "match"
     common = dict(n_predict=cfg.n_predict, temperature=temperature)
-    base = engine.generate(prompts, seed=cfg.seed, **common)
+    base = engine.generate(prompts, seed=cfg.seed, record_margins=True, **common)
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, **common)
     index, margin = first_divergence(base, spec)
