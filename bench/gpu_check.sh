@@ -43,7 +43,7 @@ export CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
 if ! python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT_DIR/build.log" 2>&1; then
   tail -40 "$OUT_DIR/build.log"; echo "BUILD FAILED"; exit 1
 fi
-grep -E "specnative: (CUDA|CPU flags)" "$OUT_DIR/build.log" | head -3
+grep -E "specnative: (CUDA|CPU flags)|SPECNATIVE_CUDA=ON but" "$OUT_DIR/build.log" | head -3
 cd /tmp && python3 -c "import specnative; print(specnative.build_info())"; cd - >/dev/null
 BIN_DIR=$(dirname "$(find build -name llama-bench -type f | head -1)")
 echo "peer tools in $BIN_DIR"
