@@ -207,6 +207,21 @@ PYBIND11_MODULE(_core, m) {
     m.def("keyed_uniform", [](uint64_t seed, uint64_t seq, uint64_t pos, uint32_t stream) {
         return keyed_uniform(seed, seq, pos, static_cast<Stream>(stream));
     }, py::arg("seed"), py::arg("seq"), py::arg("pos"), py::arg("stream") = 0);
+    m.def("accept_rates", [](int64_t drafted, int64_t accepted, int64_t rejected, int64_t rounds, int64_t emitted) {
+        SeqCounts c;
+        c.drafted = drafted;
+        c.accepted = accepted;
+        c.rejected = rejected;
+        c.rounds = rounds;
+        c.emitted = emitted;
+        const AcceptRates r = accept_rates(c);
+        py::dict d;
+        d["draft_accept_rate"] = r.draft_accept_rate;
+        d["token_accept_rate"] = r.token_accept_rate;
+        d["mean_accept_len"] = r.mean_accept_len;
+        return d;
+    }, py::arg("drafted"), py::arg("accepted"), py::arg("rejected"), py::arg("rounds"), py::arg("emitted"),
+          "alpha, per-token alpha and tau of pooled counts (the engine's own definitions)");
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));
     m.def("build_info", [] {

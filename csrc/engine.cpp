@@ -649,21 +649,14 @@ SeqCounts GenerateResult::totals() const {
     return sum;
 }
 
-double GenerateResult::draft_accept_rate() const {
-    const SeqCounts sum = totals();
-    return sum.drafted > 0 ? static_cast<double>(sum.accepted) / sum.drafted : std::nan("");
+AcceptRates accept_rates(const SeqCounts& c) {
+    auto ratio = [](int64_t num, int64_t den) { return den > 0 ? static_cast<double>(num) / den : std::nan(""); };
+    return {ratio(c.accepted, c.drafted), ratio(c.accepted, c.accepted + c.rejected), ratio(c.emitted, c.rounds)};
 }
 
-double GenerateResult::token_accept_rate() const {
-    const SeqCounts sum = totals();
-    const int64_t reached = sum.accepted + sum.rejected;
-    return reached > 0 ? static_cast<double>(sum.accepted) / reached : std::nan("");
-}
-
-double GenerateResult::mean_accept_len() const {
-    const SeqCounts sum = totals();
-    return sum.rounds > 0 ? static_cast<double>(sum.emitted) / sum.rounds : std::nan("");
-}
+double GenerateResult::draft_accept_rate() const { return accept_rates(totals()).draft_accept_rate; }
+double GenerateResult::token_accept_rate() const { return accept_rates(totals()).token_accept_rate; }
+double GenerateResult::mean_accept_len() const { return accept_rates(totals()).mean_accept_len; }
 
 double GenerateResult::round_ms() const {
     return steps > 0 && speculative ? (times.draft + times.verify + times.resample) / steps : std::nan("");

@@ -54,6 +54,15 @@ struct SeqCounts {
     std::vector<int64_t> accept_len_hist;  // [k+1]: rounds that accepted exactly m drafts
 };
 
+// alpha, Leviathan's per-token alpha and tau from counts: the one definition of each (the sweep
+// pools the counts of its repeats and asks again). NaN where the denominator is zero.
+struct AcceptRates {
+    double draft_accept_rate;  // accepted / drafted (llama.cpp's and vLLM's alpha)
+    double token_accept_rate;  // accepted / (accepted + rejected): chance a reached draft is kept
+    double mean_accept_len;    // tau = emitted / rounds (bonus token included)
+};
+AcceptRates accept_rates(const SeqCounts& counts);
+
 // Milliseconds; every interval of a run is charged to exactly one of the step buckets.
 struct StepTimes {
     double prefill_target = 0, prefill_draft = 0;

@@ -39,7 +39,8 @@ def on_row(quant=4, ctx=0, conc=1, temperature=0.0, k=4, speedup=1.5, alpha=0.8,
     tps = tps_off * speedup
     step_ms = 1000.0 * conc / tps_off
     rate = sum(float(a) for a in at_pos.split(";")) / k
-    row = dict(quant_bits=quant, spec_decode="on", draft_accept_rate=rate, verify_cost_c=c,
+    row = dict(quant_bits=quant, spec_decode="on", draft_accept_rate=rate, token_accept_rate=alpha,
+               verify_cost_c=c,
                concurrency=conc, ctx_len=ctx, tps=tps, lossless_ok=lossless, seed=42,
                tps_baseline=tps_off, speedup=speedup, k=k, temperature=temperature,
                accept_rule="greedy", n_predict=64, warmup=1, repeats=repeats,

@@ -98,13 +98,13 @@ def test_timing_breakdown_stacks_the_csv_step_times(run):
 
 def test_closed_forms_against_hand_computed_numbers(tmp_path):
     # alpha 0.5, k 3, c 0.5: E[tau] = (1 - 0.5^4) / 0.5 = 1.875, predicted = 1.875 / 1.5 = 1.25
+    # accepted 17 of 35 reached drafts (the engine's token_accept_rate)
     row = on_row(k=3, speedup=1.2, c=0.5, mean_accept_len=1.8, draft_accept_rate=0.5,
-                 accept_len_hist="10;5;3;2", accept_at_pos="0.5;0.25;0.1")
+                 token_accept_rate=17 / 35, accept_len_hist="10;5;3;2", accept_at_pos="0.5;0.25;0.1")
     cells = cells_of([off_row(), row], tmp_path)
     (t,) = report.theory_table(cells).to_dict("records")
     assert t["tau_expected"] == pytest.approx(1.875)
     assert t["predicted"] == pytest.approx(1.25)
-    # hist 10;5;3;2 (k = 3): accepted 5 + 6 + 6 = 17, rounds stopped by a rejection 18
     assert t["alpha_token"] == pytest.approx(17 / 35)
     a = 17 / 35
     assert t["tau_expected_token"] == pytest.approx((1 - a ** 4) / (1 - a))
@@ -119,7 +119,7 @@ def test_closed_forms_against_hand_computed_numbers(tmp_path):
     assert "y = x" in lines_by_label(ax_speed)
 
 
-def test_per_token_alpha_of_iid_acceptance_is_exact(tmp_path):
+def test_per_token_alpha_is_the_engine_count_not_accepted_over_drafted(tmp_path):
     cells = cells_of(cell(k=5, alpha=0.7), tmp_path)
     (t,) = report.theory_table(cells).to_dict("records")
     assert t["alpha_token"] == pytest.approx(0.7, rel=1e-4)

@@ -223,3 +223,13 @@ def test_draft_with_a_smaller_vocabulary_is_refused(model_dir):
     target, small = tiny_pair(model_dir, "small_vocab")
     with pytest.raises(ValueError, match="smaller than the target"):
         Engine(target, small, n_ctx=256, n_seq_max=1)
+
+
+def test_pooled_rates_use_the_engine_definitions(noisy_engine):
+    runs = [noisy_engine.generate(PROMPTS, n_predict=30, spec=True, k=4) for _ in range(2)]
+    pooled = {key: sum(int(r.totals[key]) for r in runs)
+              for key in ("drafted", "accepted", "rejected", "rounds", "emitted")}
+    rates = _core.accept_rates(**pooled)
+    assert rates["draft_accept_rate"] == pytest.approx(runs[0].draft_accept_rate)  # same runs twice
+    assert rates["mean_accept_len"] == pytest.approx(pooled["emitted"] / pooled["rounds"])
+    assert np.isnan(_core.accept_rates(0, 0, 0, 0, 0)["draft_accept_rate"])

@@ -235,26 +235,12 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
 # --------------------------------------------------------------------------------------------
 # Theory against measurement
 
-def token_alpha(cell) -> float:
-    """Leviathan's per-token alpha (the closed form's): the exact count from the engine when the
-    CSV has it, else estimated from accept_len_hist (rounds with fewer than k accepted counted as
-    ended by a rejection, which biases it low where the last rounds were cut short)."""
-    if "token_accept_rate" in cell and pd.notna(cell["token_accept_rate"]):
-        return float(cell["token_accept_rate"])
-    hist = _floats(cell["accept_len_hist"])
-    if len(hist) < 2:
-        return math.nan
-    accepted = sum(i * n for i, n in enumerate(hist))
-    rejected = sum(hist[:-1])
-    return accepted / (accepted + rejected) if accepted + rejected > 0 else math.nan
-
-
 def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
     """Per lossless cell: the closed forms of theory.py with the measured alpha, k and c, beside
     the measured speedup and tau; also with the per-token alpha from the histogram."""
     rows = []
     for _, cell in lossless_cells(cells).iterrows():
-        alpha, alpha_tok = as_float(cell["draft_accept_rate"]), token_alpha(cell)
+        alpha, alpha_tok = as_float(cell["draft_accept_rate"]), as_float(cell["token_accept_rate"])
         k, c = as_float(cell["k"]), as_float(cell["verify_cost_c"])
         k = int(k) if math.isfinite(k) else 0
         rows.append({**{key: cell[key] for key in REGIME_KEYS},

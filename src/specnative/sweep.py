@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import theory
+from specnative import _core, theory
 from specnative.engine import ACCEPT_RULES, Engine, default_threads
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative.provenance import environment, model_record, now_iso, write_json
@@ -173,15 +173,16 @@ def _spec_row(results, base_row: dict, k: int) -> dict:
     drafted_at = sum(r.totals["drafted_at"] for r in results)
     accepted_at = sum(r.totals["accepted_at"] for r in results)
     hist = sum(r.totals["accept_len_hist"] for r in results)
-    alpha = accepted / drafted if drafted else math.nan
-    token_alpha = accepted / (accepted + rejected) if accepted + rejected else math.nan
+    rates = _core.accept_rates(drafted=drafted, accepted=accepted, rejected=rejected, rounds=rounds,
+                               emitted=emitted)  # pooled over the repeats
+    alpha, token_alpha = rates["draft_accept_rate"], rates["token_accept_rate"]
     round_ms = statistics.median(r.round_ms for r in results)  # medians: robust to one slow run
     step_ms = base_row["step_ms"]
     c = theory.verify_cost_c(round_ms, step_ms)
     engine_rounds = sum(r.steps for r in results)
     row.update({
         "draft_accept_rate": alpha, "token_accept_rate": token_alpha, "verify_cost_c": c, "k": k,
-        "mean_accept_len": emitted / rounds if rounds else math.nan,
+        "mean_accept_len": rates["mean_accept_len"],
         "predicted_speedup": theory.predicted_speedup(token_alpha, k, c),
         "c_draft": theory.draft_cost_ratio(sum(r.times["draft"] for r in results) / engine_rounds, k, step_ms),
         "verify_ratio": (sum(r.times["verify"] for r in results) / engine_rounds) / step_ms,
