@@ -204,9 +204,6 @@ PYBIND11_MODULE(_core, m) {
         quantize_model(src, dst, type, n_threads);
     }, py::arg("src"), py::arg("dst"), py::arg("type"), py::arg("n_threads") = 0,
           "Quantize a GGUF model with llama.cpp (allow_requantize), e.g. type='Q8_0'.");
-    m.def("keyed_uniform", [](uint64_t seed, uint64_t seq, uint64_t pos, uint32_t stream) {
-        return keyed_uniform(seed, seq, pos, static_cast<Stream>(stream));
-    }, py::arg("seed"), py::arg("seq"), py::arg("pos"), py::arg("stream") = 0);
     m.def("accept_rates", [](int64_t drafted, int64_t accepted, int64_t rejected, int64_t rounds, int64_t emitted) {
         SeqCounts c;
         c.drafted = drafted;

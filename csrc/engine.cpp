@@ -87,7 +87,6 @@ struct Engine::Context {
 struct Engine::Sequence {
     int id = 0;                        // llama seq id, and the RNG's sequence key
     std::vector<int32_t> prompt;
-    int shared_prefix = 0;             // leading prompt tokens whose KV cells sequence 0 holds
     int32_t n_past_target = 0;         // tokens in the target KV cache
     int32_t n_past_draft = 0;          // tokens in the draft KV cache
     std::vector<int32_t> draft_todo;   // emitted tokens the draft has not consumed (ends in pending)
@@ -229,7 +228,7 @@ std::string Engine::detokenize(const std::vector<int32_t>& tokens) const {
 // ---------------------------------------------------------------------------------------------
 // Validation: everything llama.cpp would abort on is refused here with a clear message.
 // ---------------------------------------------------------------------------------------------
-void Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const {
+int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const {
     require_open();
     const int n_seq = static_cast<int>(prompts.size());
     if (n_seq == 0) throw std::invalid_argument("no prompts given");
@@ -281,6 +280,7 @@ void Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Ge
         throw std::invalid_argument("the sequences need " + std::to_string(cells) +
                                     " KV cells together but n_ctx is " + std::to_string(n_ctx()));
     }
+    return shared;
 }
 
 void Engine::reset_memory() {
@@ -297,7 +297,7 @@ void Engine::reset_memory() {
 // `sample_first` (the target), each sequence's first token is sampled from the logits of its
 // last prompt token.
 // ---------------------------------------------------------------------------------------------
-void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GenerateParams* sample_first) {
+void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const GenerateParams* sample_first) {
     std::vector<float> probs;
     std::vector<int> logits_row(seqs.size(), -1);
     const char* what = sample_first ? "target prefill" : "draft prefill";
@@ -325,7 +325,6 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GeneratePara
     };
 
     // Keep what sequence 0 still holds of the shared prefix, drop everything else.
-    const int shared = seqs[0].shared_prefix;
     const std::vector<int32_t>& prompt0 = seqs[0].prompt;
     int reuse = 0;
     while (reuse < shared && reuse < static_cast<int>(c.cached_prefix.size()) &&
@@ -355,22 +354,21 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, const GeneratePara
 // ---------------------------------------------------------------------------------------------
 GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p,
                                 const std::function<bool()>& should_stop) {
-    validate(prompts, p);
-    const int shared = shared_prefix_length(prompts);
+    const int shared = validate(prompts, p);
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
         seqs[s].id = static_cast<int>(s);
         seqs[s].prompt = prompts[s];
-        seqs[s].shared_prefix = shared;
         seqs[s].n_past_target = static_cast<int32_t>(prompts[s].size());
         seqs[s].n_past_draft = static_cast<int32_t>(prompts[s].size());
     }
-    GenerateResult result = p.spec ? run_speculative(seqs, p, should_stop) : run_baseline(seqs, p, should_stop);
+    GenerateResult result = p.spec ? run_speculative(seqs, shared, p, should_stop)
+                                   : run_baseline(seqs, shared, p, should_stop);
 
     last_pending_.clear();
     last_n_past_.clear();
     for (Sequence& seq : seqs) {
-        last_pending_.push_back({seq.pending()});
+        last_pending_.push_back(seq.pending());
         last_n_past_.push_back(seq.n_past_target);
         result.decode_tokens += static_cast<int64_t>(seq.out.size()) - 1;
         result.tokens.push_back(std::move(seq.out));
@@ -380,12 +378,12 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
     return result;
 }
 
-GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, const GenerateParams& p,
+GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                     const std::function<bool()>& should_stop) {
     GenerateResult r;
     PhaseClock clock;
     Context& t = *target_;
-    prefill(t, seqs, &p);
+    prefill(t, seqs, shared_prefix, &p);
     for (Sequence& seq : seqs) seq.done = finished(seq.out, p, t.vocab);
     clock.charge(r.times.prefill_target);
 
@@ -418,7 +416,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, const GenerateP
 // One speculative round per iteration: draft k tokens for every active sequence (one batched
 // draft decode per position), verify all sequences' k+1 positions in one target decode, accept
 // per sequence, roll back the rejected tail of both KV caches.
-GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const GenerateParams& p,
+GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                        const std::function<bool()>& should_stop) {
     GenerateResult r;
     r.speculative = true;
@@ -430,7 +428,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const Genera
     const bool sampling = p.temperature > 0.0f;
     const AcceptRule rule = sampling ? p.rule : AcceptRule::greedy;  // all rules agree at T = 0
 
-    prefill(t, seqs, &p);
+    prefill(t, seqs, shared_prefix, &p);
     for (Sequence& seq : seqs) {
         seq.done = finished(seq.out, p, t.vocab);
         seq.draft_todo = {seq.pending()};
@@ -439,7 +437,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, const Genera
         seq.counts.accept_len_hist.assign(p.k + 1, 0);
     }
     clock.charge(r.times.prefill_target);
-    prefill(d, seqs, nullptr);
+    prefill(d, seqs, shared_prefix, nullptr);
     clock.charge(r.times.prefill_draft);
 
     std::vector<int> k_eff(n_seq), row(n_seq);
@@ -618,7 +616,7 @@ std::vector<float> Engine::pending_logits(int seq) {
                                  std::to_string(pos - 1));
     }
     t.clear_batch();
-    const int row = t.add(last_pending_[seq][0], pos, seq, true);
+    const int row = t.add(last_pending_[seq], pos, seq, true);
     t.decode("pending_logits");
     const float* logits = t.logits(row);
     std::vector<float> out(logits, logits + t.n_vocab);

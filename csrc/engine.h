@@ -120,7 +120,6 @@ public:
     bool has_draft() const { return draft_model_ != nullptr; }
     int n_ctx() const;
     int n_ctx_seq() const;
-    const EngineParams& params() const { return params_; }
     ModelInfo target_info() const;
     ModelInfo draft_info() const;
     void close();
@@ -130,12 +129,13 @@ private:
     struct Context;
 
     void require_open() const;  // throws once close() ran
-    void validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const;
+    // Returns the prompts' shared prefix length (its KV cells are computed once).
+    int validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const;
     void reset_memory();
-    void prefill(Context& ctx, std::vector<Sequence>& seqs, const GenerateParams* sample_first);
-    GenerateResult run_baseline(std::vector<Sequence>& seqs, const GenerateParams& p,
+    void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams* sample_first);
+    GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
-    GenerateResult run_speculative(std::vector<Sequence>& seqs, const GenerateParams& p,
+    GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                    const std::function<bool()>& should_stop);
 
     EngineParams params_;
@@ -144,7 +144,7 @@ private:
     llama_model* draft_model_ = nullptr;
     Context* target_ = nullptr;
     Context* draft_ = nullptr;
-    std::vector<std::vector<int32_t>> last_pending_;  // per sequence: token not yet in target KV
+    std::vector<int32_t> last_pending_;  // per sequence: last generated token, not yet in target KV
     std::vector<int32_t> last_n_past_;
 };
 

@@ -93,8 +93,6 @@ class Engine:
             n_batch=int(n_batch), n_threads=int(n_threads or default_threads()),
             n_gpu_layers=int(n_gpu_layers), n_seq_max=int(n_seq_max),
             flash_attn=_flash_attn_code(flash_attn), kv_unified=bool(kv_unified))
-        self.n_batch = int(n_batch)
-        self.n_seq_max = int(n_seq_max)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
