@@ -4,7 +4,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cmath>
+#include <mutex>
 
 #include "engine.h"
 #include "model_io.h"
@@ -78,7 +80,39 @@ bool python_interrupt_pending() {
     return false;
 }
 
-GenerateResult generate(Engine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
+// Thread contract: one Engine serializes its calls. llama.cpp contexts are not thread-safe and
+// every call releases the GIL, so each native method takes the engine's own mutex (after the GIL
+// is released: a thread waiting for the mutex must not hold the GIL the running call needs to
+// poll Ctrl-C). close() first asks a running generate() to stop at its next step, then waits for
+// the mutex; every call after close() raises. New Engine methods must go through `locked`.
+struct GuardedEngine : Engine {
+    using Engine::Engine;
+    std::mutex call_mutex;
+    std::atomic<bool> closing{false};
+};
+
+// Thrown out of a generate() that close() (from another thread) asked to stop.
+struct ClosedDuringCall : std::runtime_error {
+    ClosedDuringCall()
+        : std::runtime_error("generate() was stopped: the engine was closed from another thread") {}
+};
+
+// Runs f() (pure C++, no Python objects) with the GIL released and the engine's mutex held.
+template <typename F>
+auto locked(GuardedEngine& engine, F&& f) {
+    py::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(engine.call_mutex);
+    if (engine.closing.load()) throw std::invalid_argument("the engine is closed");
+    return f();
+}
+
+// A result and its texts, detokenized under the same lock (a close() right after generate()
+// cannot cost the texts). Texts are raw bytes: Python decodes them (UTF-8, errors="replace").
+struct GenerateOutput : GenerateResult {
+    std::vector<std::string> texts;
+};
+
+GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins) {
     GenerateParams p;
@@ -90,8 +124,16 @@ GenerateResult generate(Engine& engine, const std::vector<std::vector<int32_t>>&
     p.rule = parse_rule(rule);
     p.stop_at_eog = stop_at_eog;
     p.record_margins = record_margins;
-    py::gil_scoped_release release;
-    return engine.generate(prompts, p, python_interrupt_pending);
+    auto should_stop = [&engine] {
+        if (engine.closing.load()) throw ClosedDuringCall();
+        return python_interrupt_pending();
+    };
+    return locked(engine, [&] {
+        GenerateOutput out;
+        static_cast<GenerateResult&>(out) = engine.generate(prompts, p, should_stop);
+        for (const auto& tokens : out.tokens) out.texts.push_back(engine.detokenize(tokens));
+        return out;
+    });
 }
 
 // Draws n times: x ~ q, then the engine's rejection step; returns how often each token came out
@@ -162,7 +204,14 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("step_ms", &GenerateResult::step_ms)
         .def_property_readonly("tps", &GenerateResult::tps);
 
-    py::class_<Engine>(m, "Engine")
+    py::class_<GenerateOutput, GenerateResult>(m, "GenerateOutput")
+        .def_property_readonly("texts", [](const GenerateOutput& r) {
+            py::list out;
+            for (const auto& t : r.texts) out.append(py::bytes(t));
+            return out;
+        });
+
+    py::class_<GuardedEngine>(m, "Engine")
         .def(py::init([](const std::string& target, const std::string& draft, int n_ctx, int n_batch,
                          int n_threads, int n_gpu_layers, int n_seq_max, int flash_attn, bool kv_unified) {
                  EngineParams p;
@@ -174,30 +223,40 @@ PYBIND11_MODULE(_core, m) {
                  p.flash_attn = flash_attn;
                  p.kv_unified = kv_unified;
                  py::gil_scoped_release release;
-                 return new Engine(target, draft, p);
+                 return new GuardedEngine(target, draft, p);
              }),
              py::arg("target"), py::arg("draft"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"),
              py::arg("n_gpu_layers"), py::arg("n_seq_max"), py::arg("flash_attn"), py::arg("kv_unified"))
         .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"))
-        .def("prompt_logits", [](Engine& e, const std::vector<int32_t>& tokens) {
-            std::vector<float> logits;
-            {
-                py::gil_scoped_release release;
-                logits = e.prompt_logits(tokens);
-            }
-            return to_numpy(logits);
+        .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
+            return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })
-        .def("pending_logits", [](Engine& e, int seq) { return to_numpy(e.pending_logits(seq)); })
-        .def("tokenize", &Engine::tokenize, py::arg("text"), py::arg("add_special"))
-        .def("detokenize", &Engine::detokenize)
-        .def_property_readonly("has_draft", &Engine::has_draft)
-        .def_property_readonly("n_ctx", &Engine::n_ctx)
-        .def_property_readonly("n_ctx_seq", &Engine::n_ctx_seq)
-        .def_property_readonly("target_info", [](const Engine& e) { return info_dict(e.target_info()); })
-        .def_property_readonly("draft_info", [](const Engine& e) { return info_dict(e.draft_info()); })
-        .def("close", &Engine::close);
+        .def("pending_logits", [](GuardedEngine& e, int seq) {
+            return to_numpy(locked(e, [&] { return e.pending_logits(seq); }));
+        })
+        .def("tokenize", [](GuardedEngine& e, const std::string& text, bool add_special) {
+            return locked(e, [&] { return e.tokenize(text, add_special); });
+        }, py::arg("text"), py::arg("add_special"))
+        .def("detokenize", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
+            return py::bytes(locked(e, [&] { return e.detokenize(tokens); }));  // may end mid-character
+        })
+        .def_property_readonly("has_draft", [](GuardedEngine& e) { return locked(e, [&] { return e.has_draft(); }); })
+        .def_property_readonly("n_ctx", [](GuardedEngine& e) { return locked(e, [&] { return e.n_ctx(); }); })
+        .def_property_readonly("n_ctx_seq", [](GuardedEngine& e) { return locked(e, [&] { return e.n_ctx_seq(); }); })
+        .def_property_readonly("target_info", [](GuardedEngine& e) {
+            return info_dict(locked(e, [&] { return e.target_info(); }));
+        })
+        .def_property_readonly("draft_info", [](GuardedEngine& e) {
+            return info_dict(locked(e, [&] { return e.draft_info(); }));
+        })
+        .def("close", [](GuardedEngine& e) {
+            e.closing.store(true);  // a running generate() stops at its next step ...
+            py::gil_scoped_release release;
+            std::lock_guard<std::mutex> lock(e.call_mutex);  // ... and is waited for
+            e.close();
+        });
 
     m.def("quantize", [](const std::string& src, const std::string& dst, const std::string& type, int n_threads) {
         py::gil_scoped_release release;
@@ -221,6 +280,7 @@ PYBIND11_MODULE(_core, m) {
           "alpha, per-token alpha and tau of pooled counts (the engine's own definitions)");
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));
+    m.attr("max_parallel_sequences") = static_cast<int>(llama_max_parallel_sequences());
     m.def("build_info", [] {
         ensure_backend();
         py::dict d;

@@ -147,6 +147,15 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
     if (params.flash_attn < -1 || params.flash_attn > 1) {
         throw std::invalid_argument("flash_attn must be -1 (auto), 0 (off) or 1 (on)");
     }
+    // llama.cpp caps n_batch at n_ctx (causal attention) and GGML_ASSERTs when one batch cannot
+    // hold a token of every sequence: use the capped value ourselves and refuse the rest here.
+    params_.n_batch = std::min(params.n_batch, params.n_ctx);
+    if (params_.n_batch < params.n_seq_max) {
+        throw std::invalid_argument("n_batch (" + std::to_string(params.n_batch) + ", capped at n_ctx " +
+                                    std::to_string(params.n_ctx) + ") must be at least n_seq_max (" +
+                                    std::to_string(params.n_seq_max) + "): every step decodes one token "
+                                    "of each sequence in one batch");
+    }
     try {
         target_model_ = load_model(target_path, params.n_gpu_layers);
         if (!draft_path.empty()) {
@@ -157,8 +166,8 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
                                             target_path + ": " + why);
             }
         }
-        target_ = new Context(target_model_, params);
-        if (draft_model_ != nullptr) draft_ = new Context(draft_model_, params);
+        target_ = new Context(target_model_, params_);
+        if (draft_model_ != nullptr) draft_ = new Context(draft_model_, params_);
     } catch (...) {
         close();
         throw;
@@ -236,6 +245,9 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
         throw std::invalid_argument(std::to_string(n_seq) + " prompts but the engine was created with n_seq_max=" +
                                     std::to_string(params_.n_seq_max));
     }
+    for (int s = 0; s < n_seq; ++s) {  // before anything indexes a prompt (shared prefix below)
+        if (prompts[s].empty()) throw std::invalid_argument("prompt " + std::to_string(s) + " is empty");
+    }
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
     if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
         throw std::invalid_argument("temperature must be a finite number >= 0");
@@ -244,7 +256,7 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     if (p.spec) {
         if (draft_ == nullptr) throw std::invalid_argument("spec=True needs a draft model (Engine(target, draft))");
         if (p.k < 1) throw std::invalid_argument("k must be at least 1");
-        if (static_cast<int64_t>(n_seq) * (p.k + 1) > params_.n_batch) {
+        if (static_cast<int64_t>(n_seq) * (static_cast<int64_t>(p.k) + 1) > params_.n_batch) {  // no int overflow
             throw std::invalid_argument("k=" + std::to_string(p.k) + " is too large: " + std::to_string(n_seq) +
                                         " sequences x (k+1) verify tokens exceed n_batch=" +
                                         std::to_string(params_.n_batch));
@@ -259,7 +271,6 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     const int n_ctx_seq = this->n_ctx_seq();
     for (int s = 0; s < n_seq; ++s) {
         const auto& prompt = prompts[s];
-        if (prompt.empty()) throw std::invalid_argument("prompt " + std::to_string(s) + " is empty");
         for (int32_t t : prompt) {
             if (t < 0 || t >= target_->n_vocab) {
                 throw std::invalid_argument("prompt " + std::to_string(s) + " has token id " + std::to_string(t) +
@@ -355,6 +366,8 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
 GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p,
                                 const std::function<bool()>& should_stop) {
     const int shared = validate(prompts, p);
+    last_pending_.clear();  // a run that throws (Ctrl-C, close) leaves nothing for pending_logits
+    last_n_past_.clear();
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
         seqs[s].id = static_cast<int>(s);
@@ -588,6 +601,8 @@ std::vector<float> Engine::prompt_logits(const std::vector<int32_t>& tokens) {
     p.n_predict = 1;
     validate({tokens}, p);
     reset_memory();
+    last_pending_.clear();  // the cache no longer holds the last generate()'s sequences
+    last_n_past_.clear();
     Context& t = *target_;
     int row = -1;
     t.clear_batch();

@@ -33,10 +33,15 @@ std::string vocab_incompatibility(const llama_model* target, const llama_model* 
         return "vocabulary sizes differ too much (target " + std::to_string(n_target) +
                ", draft " + std::to_string(n_draft) + ")";
     }
-    // The draft must be able to consume every token the target emits.
+    // llama.cpp tolerates sizes that differ by up to 128; a speculative loop cannot: the draft must
+    // consume every id the target emits, and the target verify every id the draft proposes.
     if (n_draft < n_target) {
         return "the draft vocabulary (" + std::to_string(n_draft) + " tokens) is smaller than the target's (" +
                std::to_string(n_target) + "): target tokens beyond it cannot be fed to the draft";
+    }
+    if (n_draft > n_target) {
+        return "the draft vocabulary (" + std::to_string(n_draft) + " tokens) is larger than the target's (" +
+               std::to_string(n_target) + "): the draft could propose ids the target does not have";
     }
     const int n_common = n_target;
     for (int id = kFirstComparedToken; id < n_common; ++id) {

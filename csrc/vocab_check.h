@@ -1,5 +1,7 @@
-// Can a draft model speculate for a target model? The same conditions llama.cpp's
-// common_speculative_are_compatible checks, reported as a reason instead of a log line.
+// Can a draft model speculate for a target model? The conditions llama.cpp's
+// common_speculative_are_compatible checks, reported as a reason instead of a log line, and one
+// more: the vocabulary sizes must be equal (llama.cpp lets them differ by up to 128 ids, but then
+// one side emits ids the other cannot take, and the run fails mid-way instead of at load).
 #pragma once
 
 #include <string>

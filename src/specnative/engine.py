@@ -34,6 +34,45 @@ def _flash_attn_code(flash_attn) -> int:
     raise ValueError(f"flash_attn must be True, False or 'auto', not {flash_attn!r}")
 
 
+_INT32 = (-2**31, 2**31)
+
+
+def _c_int(value, name: str) -> int:
+    """An integer argument for the C++ core: out-of-range values are a ValueError here rather
+    than a TypeError from the binding."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, not {value!r}")
+    if not _INT32[0] <= int(value) < _INT32[1]:
+        raise ValueError(f"{name}={value} is out of range")
+    return int(value)
+
+
+def _token_ids(tokens, what: str) -> list[int]:
+    """A 1-D sequence of integer token ids as a list (booleans, floats and nesting refused; the
+    engine checks the ids against the vocabulary)."""
+    array = np.asarray(tokens, dtype=object) if not isinstance(tokens, np.ndarray) else tokens
+    if array.ndim != 1:
+        raise ValueError(f"{what} must be a 1-D sequence of token ids, not {array.ndim}-D")
+    ids = []
+    for t in array.tolist():
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise ValueError(f"{what} must hold integer token ids, not {t!r}")
+        if not _INT32[0] <= int(t) < _INT32[1]:
+            raise ValueError(f"{what} has token id {t} outside the vocabulary")
+        ids.append(int(t))
+    return ids
+
+
+def _utf8(text: str) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a str, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"text is not encodable as UTF-8 ({error.reason} at index {error.start})") from None
+    return text
+
+
 def _check_model_file(path, role: str) -> str:
     path = Path(path)
     if not path.is_file():
@@ -46,7 +85,10 @@ class GenerationResult:
     """What one generate() call measured. Times are milliseconds of wall clock."""
 
     tokens: list            # per sequence: np.int32 array of generated ids (a final EOS included)
-    texts: list             # per sequence: decoded text (special tokens dropped)
+    texts: list             # per sequence: decoded text (special tokens dropped); a view of the
+                            # tokens, decoded as UTF-8 with errors="replace": bytes that are not
+                            # valid UTF-8 (byte tokens, a reply cut mid-character) become U+FFFD
+                            # and never cost the tokens, counts or timers
     times: dict             # prefill_target, prefill_draft, draft, verify, resample, decode, total
     steps: int              # baseline decode steps or speculative rounds
     decode_tokens: int      # tokens produced after prefill, all sequences together
@@ -77,6 +119,11 @@ class GenerationResult:
 
 class Engine:
     """A target model, an optional draft model, and one llama.cpp context for each.
+
+    Threads: an Engine may be shared between threads; its calls are serialized (one at a time,
+    the others wait). close() from another thread stops a running generate() at its next step
+    (that call raises RuntimeError), waits for it, then frees the models; every call after
+    close() raises ValueError. For parallel decoding, give each thread its own Engine.
 
     >>> with Engine("target.gguf", "draft.gguf", n_seq_max=4) as engine:
     ...     base = engine.generate(["Hello", "Once upon"], n_predict=64)
@@ -123,29 +170,31 @@ class Engine:
         return self._core.n_ctx_seq
 
     def tokenize(self, text: str, add_special: bool = True) -> np.ndarray:
-        return np.asarray(self._core.tokenize(text, add_special), dtype=np.int32)
+        return np.asarray(self._core.tokenize(_utf8(text), add_special), dtype=np.int32)
 
     def detokenize(self, tokens) -> str:
-        return self._core.detokenize([int(t) for t in tokens])
+        """Text of `tokens`, decoded as UTF-8 with errors="replace" (see GenerationResult.texts)."""
+        return self._core.detokenize(_token_ids(tokens, "tokens")).decode("utf-8", errors="replace")
 
     # -- decoding -------------------------------------------------------------------------------
     def to_token_prompts(self, prompts) -> list[list[int]]:
-        """A text, a token-id list/array, or a list of either -> one token list per sequence."""
-        if isinstance(prompts, (str, np.ndarray)) or (
-                isinstance(prompts, Sequence) and prompts and isinstance(prompts[0], (int, np.integer))):
+        """One token list per sequence from: a text; a 1-D token-id list or array (one prompt);
+        a 2-D integer array (one prompt per row); or a list of texts and 1-D token lists.
+        Booleans are not token ids; deeper nesting is refused."""
+        if isinstance(prompts, np.ndarray):
+            if prompts.ndim not in (1, 2):
+                raise ValueError(f"a prompt array must be 1-D (one prompt) or 2-D (one prompt per row), "
+                                 f"not {prompts.ndim}-D")
+            prompts = [prompts] if prompts.ndim == 1 else list(prompts)
+        elif isinstance(prompts, str) or (isinstance(prompts, Sequence) and prompts
+                                          and isinstance(prompts[0], (int, np.integer))):
             prompts = [prompts]
         if not isinstance(prompts, Sequence) or len(prompts) == 0:
             raise ValueError("prompts must be a text, a token list, or a non-empty list of those")
         out = []
         for i, prompt in enumerate(prompts):
-            if isinstance(prompt, str):
-                if not prompt:
-                    raise ValueError(f"prompt {i} is empty")
-                tokens = self.tokenize(prompt).tolist()
-            else:
-                tokens = np.asarray(prompt).reshape(-1).tolist()
-                if any(not isinstance(t, int) for t in tokens):
-                    raise ValueError(f"prompt {i} must hold integer token ids")
+            tokens = self.tokenize(prompt).tolist() if isinstance(prompt, str) else \
+                _token_ids(prompt, f"prompt {i}")
             if not tokens:
                 raise ValueError(f"prompt {i} is empty")
             out.append(tokens)
@@ -160,15 +209,17 @@ class Engine:
         more pass over the vocabulary per token; for lossless diagnostics, not timed runs)."""
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
-        if int(seed) < 0:
-            raise ValueError("seed must be >= 0")
+        if not 0 <= int(seed) < 2**64:
+            raise ValueError("seed must be in [0, 2**64)")
+        n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         token_prompts = self.to_token_prompts(prompts)
-        raw = self._core.generate(token_prompts, n_predict=int(n_predict),
+        raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
-                                  k=int(k), accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
+                                  k=k, accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
                                   record_margins=bool(record_margins))
         return GenerationResult(
-            tokens=raw.tokens, texts=[self.detokenize(t) for t in raw.tokens], times=raw.times,
+            tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
+            times=raw.times,
             steps=raw.steps, decode_tokens=raw.decode_tokens, tps=raw.tps,
             speculative=raw.speculative, draft_accept_rate=raw.draft_accept_rate,
             token_accept_rate=raw.token_accept_rate,
@@ -178,12 +229,12 @@ class Engine:
 
     def prompt_logits(self, tokens) -> np.ndarray:
         """Target logits after feeding `tokens` to a cleared cache (sequence 0)."""
-        return self._core.prompt_logits([int(t) for t in tokens])
+        return self._core.prompt_logits(_token_ids(tokens, "tokens"))
 
     def pending_logits(self, seq: int) -> np.ndarray:
         """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
-        return self._core.pending_logits(int(seq))
+        return self._core.pending_logits(_c_int(seq, "seq"))
 
 
 def build_info() -> dict:
