@@ -49,11 +49,52 @@ def test_missing_baseline_asks_for_a_measurement(tmp_path):
     assert (v.decision, v.rule) == (MORE, "unmeasured")
 
 
-@pytest.mark.parametrize("repeats, fires", [(1, True), (2, True), (3, False), (5, False)])
+@pytest.mark.parametrize("repeats, fires", [(1, True), (2, False), (3, False), (5, False)])
 def test_few_repeats(tmp_path, repeats, fires):
     v = only([off_row(), on_row(speedup=1.5, repeats=repeats)], tmp_path)
     assert ("few-repeats" in fired(v)) == fires
     assert v.decision == (MORE if fires else ON)
+
+
+def test_few_repeats_counts_the_repeats_used_by_an_adaptive_sweep(tmp_path):
+    """--repeats is the minimum; what ran is repeats_used (1: no interval could be formed)."""
+    v = only([off_row(), on_row(speedup=1.5, repeats=3, repeats_used=1)], tmp_path)
+    assert (v.decision, v.rule) == (MORE, "few-repeats")
+
+
+def with_ci(low, high, **on):
+    """A regime whose on row carries a 95 % speedup interval (as an adaptive sweep writes it)."""
+    return [off_row(), on_row(speedup_ci_low=low, speedup_ci_high=high, ci_level=0.95, repeats_used=6,
+                              stop_reason="max-repeats", **on)]
+
+
+@pytest.mark.parametrize("speedup, low, high, decision, rule", [
+    (1.30, 1.05, 1.60, ON, "pays"),                    # lower bound above 1: on, however wide
+    (0.80, 0.50, 0.95, OFF, "below-break-even"),       # upper bound below 1: off
+    (1.20, 0.98, 1.45, MORE, "noisy"),                 # contains 1: measure more
+    (0.90, 0.85, 1.01, MORE, "noisy"),
+    (0.99, 1.01, 1.10, ON, "pays"),                    # the interval decides, not the point
+    (1.01, 0.90, 0.99, OFF, "below-break-even"),
+])
+def test_decision_follows_the_interval(tmp_path, speedup, low, high, decision, rule):
+    v = only(with_ci(low, high, speedup=speedup), tmp_path)
+    assert (v.decision, v.rule) == (decision, rule)
+    assert (v.speedup_lo, v.speedup_hi, v.interval) == (pytest.approx(low), pytest.approx(high), "95% CI")
+    if decision == MORE:  # the interval is shown with the request to measure more
+        assert f"{low:.2f}–{high:.2f}" in v.reason and "measure more" in v.reason
+        assert "max-repeats" in v.reason
+
+
+def test_a_wide_interval_on_one_side_is_not_noisy(tmp_path):
+    """The range rule's 'a run was far off' does not apply: the interval already accounts for it."""
+    v = only(with_ci(0.20, 0.90, speedup=0.65, c_draft=0.05), tmp_path)
+    assert (v.decision, v.rule) == (OFF, "below-break-even") and "noisy" not in fired(v)
+
+
+def test_interval_appears_in_the_verdicts_frame(tmp_path):
+    write_run(tmp_path, with_ci(1.1, 1.4, speedup=1.2), provenance=None)
+    frame = verdicts_frame(advise(tmp_path))
+    assert list(frame[["speedup_lo", "speedup_hi", "interval"]].iloc[0]) == [1.1, 1.4, "95% CI"]
 
 
 @pytest.mark.parametrize("speedup, spread, fires", [(1.05, 0.10, True), (0.95, 0.10, True),

@@ -1,7 +1,10 @@
 """The seed's decision flow (§6): per regime, should speculative decoding be on, off, or measured
 again?
 
-Only measured columns of traces.csv decide. The closed form of theory.py never does: it assumes
+Only measured columns of traces.csv decide, through the speedup's confidence interval (stats.py):
+"on" only when its lower bound is above break-even, "off" only when its upper bound is below,
+otherwise "measure-more" with the interval shown. A traces.csv from before the intervals falls
+back to the range over the repeats (slowest pairing to fastest), judged the same way. The closed form of theory.py never does: it assumes
 i.i.d. acceptance and is exactly what the measurement is there to check. Structural rules (draft
 too heavy, alpha low, compute saturated, long context) explain an `off` and warn on an `on`; they
 never overturn a speedup that was measured clearly above break-even.
@@ -21,8 +24,8 @@ from specnative import schema, theory
 
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
 # carry no draft columns, so k and accept_rule cannot be part of the join).
-REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule")
-BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature")
+REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task")
+BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task")
 # Off-row columns a regime needs: the baseline's rate, its spread and its timings.
 BASELINE_COLUMNS = ("tps", "tps_std", "tps_min", "tps_max", "repeats", "step_ms", "decode_ms",
                     "prefill_target_ms", "total_ms")
@@ -48,8 +51,9 @@ class Thresholds:
     # ours: speedup must have fallen >= 10 % from its best at a lower concurrency (and be below
     # break-even) before the fall is blamed on concurrency, not on noise.
     saturation_drop: float = 0.10
-    # ours, after seed §9.2 (mean of 3 repeats): fewer timed repeats cannot show a spread.
-    min_repeats: int = 3
+    # ours: 2 timed repeats are the fewest that give an interval (the interval, not the count,
+    # then says whether they were enough; seed §9.2 used 3 without one).
+    min_repeats: int = 2
     # ours: a speedup range wider than half the speedup itself means at least one run was far
     # off (a quiet machine spreads a few %); the step times are means over those same runs.
     max_rel_spread: float = 0.5
@@ -75,6 +79,7 @@ class Verdict:
     speedup: float = math.nan
     speedup_lo: float = math.nan
     speedup_hi: float = math.nan
+    interval: str = ""       # what speedup_lo..hi is: "95 % CI" or "range" (older traces)
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,7 +101,9 @@ def load_traces(source) -> pd.DataFrame:
 
 def pair_cells(traces: pd.DataFrame) -> pd.DataFrame:
     """On-rows with their off-row baseline joined (columns suffixed `_off`), the speedup filled
-    in where the CSV lacks it, and its spread over the repeats as [speedup_lo, speedup_hi]."""
+    in where the CSV lacks it, and how sure it is as [speedup_lo, speedup_hi]: the confidence
+    interval where the CSV has one, else the range over the repeats (column `interval` says
+    which)."""
     on = traces[traces["spec_decode"] == "on"].reset_index(drop=True)
     off = traces[traces["spec_decode"] == "off"]
     off = off[list(BASELINE_KEYS) + list(BASELINE_COLUMNS)].drop_duplicates(
@@ -104,8 +111,10 @@ def pair_cells(traces: pd.DataFrame) -> pd.DataFrame:
     off = off.rename(columns={c: f"{c}_off" for c in BASELINE_COLUMNS})
     cells = on.merge(off, on=list(BASELINE_KEYS), how="left")
     cells["speedup"] = [_speedup(r) for r in cells.itertuples()]
-    lo, hi = zip(*[speedup_band(r) for r in cells.itertuples()]) if len(cells) else ((), ())
-    cells["speedup_lo"], cells["speedup_hi"] = list(lo), list(hi)
+    bands = [speedup_interval(r) for r in cells.itertuples()]
+    cells["speedup_lo"] = [b[0] for b in bands]
+    cells["speedup_hi"] = [b[1] for b in bands]
+    cells["interval"] = [b[2] for b in bands]
     return cells.sort_values(list(REGIME_KEYS), kind="stable").reset_index(drop=True)
 
 
@@ -130,6 +139,19 @@ def speedup_band(row) -> tuple[float, float]:
     even the worst pairing of runs stays on one side of break-even."""
     return (theory.measured_speedup(as_float(row.tps_min), as_float(row.tps_max_off)),
             theory.measured_speedup(as_float(row.tps_max), as_float(row.tps_min_off)))
+
+
+def speedup_interval(row) -> tuple[float, float, str]:
+    """(low, high, what it is): the recorded confidence interval, else speedup_band's range."""
+    low, high = as_float(row.speedup_ci_low), as_float(row.speedup_ci_high)
+    if math.isfinite(low) and math.isfinite(high):
+        level = as_float(row.ci_level)
+        return low, high, (f"{level:.0%} CI" if math.isfinite(level) else "CI")
+    return (*speedup_band(row), "range")
+
+
+def has_ci(cell) -> bool:
+    return str(cell.get("interval", "")).endswith("CI")
 
 
 def regime_of(row) -> dict:
@@ -164,7 +186,8 @@ def _rule_unmeasured(cell, t: Thresholds):
 
 
 def _rule_few_repeats(cell, t: Thresholds):
-    repeats = as_float(cell["repeats"])
+    used = as_float(cell["repeats_used"])  # adaptive sweeps; older files: the fixed count
+    repeats = used if math.isfinite(used) else as_float(cell["repeats"])
     if not repeats >= t.min_repeats:  # also fires on a missing count
         return Finding("few-repeats", f"{_fmt(repeats)} timed repeats < {t.min_repeats}",
                        {"repeats": repeats, "min_repeats": t.min_repeats})
@@ -174,6 +197,13 @@ def _rule_few_repeats(cell, t: Thresholds):
 def _rule_noisy(cell, t: Thresholds):
     s, lo, hi = cell["speedup"], cell["speedup_lo"], cell["speedup_hi"]
     values = {"speedup": s, "speedup_lo": lo, "speedup_hi": hi}
+    if has_ci(cell):
+        if lo <= t.break_even <= hi:
+            stop = cell.get("stop_reason")
+            after = f" after {_fmt(cell['repeats_used'])} repeats ({stop})" if pd.notna(stop) else ""
+            return Finding("noisy", (f"speedup {s:.2f}, {cell['interval']} {lo:.2f}–{hi:.2f} contains "
+                                     f"{t.break_even:g}{after}: measure more"), values)
+        return None  # an interval wholly on one side decides, however wide
     if lo <= t.break_even <= hi:  # NaN compares false: no spread, no finding
         return Finding("noisy", (f"speedup {s:.2f} but its range over the repeats {lo:.2f}–{hi:.2f} "
                                  f"straddles {t.break_even:g}"), values)
@@ -184,9 +214,11 @@ def _rule_noisy(cell, t: Thresholds):
 
 
 def _rule_below_break_even(cell, t: Thresholds):
-    if cell["speedup"] < t.break_even:
+    # with an interval, its upper bound decides (the point can sit outside a skewed interval)
+    if (cell["speedup_hi"] if has_ci(cell) else cell["speedup"]) < t.break_even:
         return Finding("below-break-even",
-                       f"speedup {cell['speedup']:.2f} < {t.break_even:g}: slower than the target alone",
+                       f"speedup {cell['speedup']:.2f}{_interval_text(cell)} < {t.break_even:g}: slower "
+                       f"than the target alone",
                        {"speedup": cell["speedup"]})
     return None
 
@@ -275,7 +307,7 @@ def _decide(cell, findings: list, t: Thresholds) -> Verdict:
 
     def verdict(decision, finding):
         return Verdict(regime_of(cell), decision, finding.rule, finding.message, tuple(findings),
-                       cell["speedup"], cell["speedup_lo"], cell["speedup_hi"])
+                       cell["speedup"], cell["speedup_lo"], cell["speedup_hi"], cell["interval"])
 
     if "lossless" in fired:
         return verdict(OFF, fired["lossless"])
@@ -284,7 +316,7 @@ def _decide(cell, findings: list, t: Thresholds) -> Verdict:
             return verdict(MORE, fired[rule])
     if "below-break-even" in fired:
         return verdict(OFF, next(fired[r] for r in OFF_CAUSES if r in fired))
-    pays = Finding("pays", (f"speedup {cell['speedup']:.2f} (range {_fmt(cell['speedup_lo'])}–"
+    pays = Finding("pays", (f"speedup {cell['speedup']:.2f} ({cell['interval']} {_fmt(cell['speedup_lo'])}–"
                             f"{_fmt(cell['speedup_hi'])}) above {t.break_even:g}"),
                    {"speedup": cell["speedup"]})
     return verdict(ON, pays)
@@ -313,6 +345,7 @@ def verdicts_frame(verdicts: list[Verdict]) -> pd.DataFrame:
         others = "; ".join(f.message for f in v.findings if f.rule != v.rule)
         rows.append({**v.regime, "decision": v.decision, "rule": v.rule, "reason": v.reason,
                      "speedup": v.speedup, "speedup_lo": v.speedup_lo, "speedup_hi": v.speedup_hi,
+                     "interval": v.interval,
                      "also": others})
     return pd.DataFrame(rows)
 
@@ -322,8 +355,79 @@ def threshold_fields() -> list:
     return [(f.name, f.default, type(f.default)) for f in fields(Thresholds)]
 
 
+def _interval_text(cell) -> str:
+    return f" ({cell['interval']} {_fmt(cell['speedup_lo'])}–{_fmt(cell['speedup_hi'])})" if has_ci(cell) else ""
+
+
 def _fmt(value) -> str:
     value = as_float(value)
     if not math.isfinite(value):
         return "n/a"
     return f"{value:.0f}" if value == int(value) else f"{value:.2f}"
+
+
+# --------------------------------------------------------------------------------------------
+# By task category: acceptance depends on what the sequences write, so the advice can too.
+
+TASK_DECISIONS = (ON, OFF, MORE)
+
+
+def by_task(traces, thresholds: Thresholds | None = None) -> pd.DataFrame:
+    """One row per task (category of the prompts): alpha and tau pooled over its lossless
+    on-cells (the engine's definitions, on summed counts), the median speedup and its range over
+    those cells, and how many of its regimes the advisor calls on / off / measure-more."""
+    from specnative import _core
+
+    frame = load_traces(traces)
+    cells = pair_cells(frame)
+    decisions = verdicts_frame(advise(frame, thresholds))
+    rows = []
+    for task, group in cells.groupby(cells["task"].fillna("(not recorded)"), sort=False):
+        kept = group[group["lossless_ok"].fillna(False).astype(bool)]
+        counts = {c: int(kept[c].fillna(0).sum()) for c in ("drafted", "accepted", "rejected", "rounds", "emitted")}
+        rates = _core.accept_rates(**counts)
+        speedups = kept["speedup"].dropna()
+        verdicts = decisions[decisions["task"].fillna("(not recorded)") == task]["decision"]
+        rows.append({"task": task, "cells": len(group), "lossless_cells": len(kept),
+                     "alpha": rates["draft_accept_rate"], "tau": rates["mean_accept_len"],
+                     "speedup_median": speedups.median() if len(speedups) else math.nan,
+                     "speedup_min": speedups.min() if len(speedups) else math.nan,
+                     "speedup_max": speedups.max() if len(speedups) else math.nan,
+                     **{f"n_{d.replace('-', '_')}": int((verdicts == d).sum()) for d in TASK_DECISIONS}})
+    return pd.DataFrame(rows)
+
+
+def task_decision(row) -> str:
+    """on / off / measure-more when every regime of the task agrees, else 'depends'."""
+    counts = {d: row[f"n_{d.replace('-', '_')}"] for d in TASK_DECISIONS}
+    decided = [d for d, n in counts.items() if n > 0]
+    return decided[0] if len(decided) == 1 else "depends"
+
+
+def _task_names(tasks: list) -> str:
+    """'code-completion, code-editing, code-explanation, chat' -> 'code (completion, editing,
+    explanation), chat': categories sharing a 'family-' prefix are said together."""
+    families = {}
+    for task in tasks:
+        family, _, rest = str(task).partition("-")
+        families.setdefault(family if rest else task, []).append(rest if rest else None)
+    parts = []
+    for family, members in families.items():
+        named = [m for m in members if m]
+        parts.append(f"{family} ({', '.join(named)})" if len(named) > 1 else
+                     f"{family}-{named[0]}" if named else family)
+    return ", ".join(parts)
+
+
+def task_advice(summary: pd.DataFrame) -> str:
+    """One line, e.g. 'on for code (completion, editing); off for chat, translation; depends on
+    the regime for math'."""
+    if summary.empty:
+        return "No spec-on cell to judge by task."
+    said = {"on": "on for", "off": "off for", "measure-more": "measure more for",
+            "depends": "depends on the regime for"}
+    groups = {}
+    for _, row in summary.iterrows():
+        groups.setdefault(task_decision(row), []).append(row["task"])
+    return "; ".join(f"{said[d]} {_task_names(groups[d])}" for d in said if d in groups)
+

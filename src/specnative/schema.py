@@ -7,6 +7,7 @@ the draft columns empty.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("draft_accept_rate", "float", "alpha = accepted / drafted over the timed repeats (on rows)"),
     Column("verify_cost_c", "float", "c = T_round / T_step - 1 from this cell's on and off runs (on rows)"),
     Column("concurrency", "int", "sequences decoded together"),
-    Column("ctx_len", "int", "prompt tokens per sequence before generation (shared filler prefix)"),
+    Column("ctx_len", "int", "tokens of shared context (documents, a prefix common to all sequences) before "
+           "each sequence's own prompt; 0: the prompt alone (prompt_tokens: the whole prompt)"),
     Column("tps", "float", "generated tokens per second of decoding, all sequences, prefill excluded; median of repeats"),
     Column("lossless_ok", "bool", "spec output equals the baseline's (see lossless_method)"),
     Column("seed", "int", "sampling seed (position-keyed RNG)"),
@@ -39,8 +41,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("temperature", "float", "sampling temperature for target and draft"),
     Column("accept_rule", "str", "greedy, match or rejection (on rows)"),
     Column("n_predict", "int", "tokens generated per sequence"),
-    Column("warmup", "int", "discarded warm-up runs"),
-    Column("repeats", "int", "timed runs; rates are their median"),
+    Column("warmup", "int", "--warmup: most discarded warm-up runs (warmup_used: how many were)"),
+    Column("repeats", "int", "--repeats: fewest timed runs (repeats_used: how many ran); rates are their median"),
     Column("tps_std", "float", "standard deviation of tps over the repeats"),
     Column("tps_min", "float", "lowest tps over the repeats"),
     Column("tps_max", "float", "highest tps over the repeats"),
@@ -80,6 +82,31 @@ COLUMNS: tuple[Column, ...] = (
     Column("flash_attn", "bool", "flash attention on"),
     Column("cell_id", "str", "stable key of the cell, used by --resume"),
     Column("run_id", "str", "identifier of the sweep run"),
+    # --- how sure each number is (stats.py) ------------------------------------------------
+    Column("speedup_ci_low", "float", "lower bound of the speedup's confidence interval: geometric mean of the "
+           "paired ratios tps_on_i / tps_off_i, Student t on their logs (on rows)"),
+    Column("speedup_ci_high", "float", "upper bound of the speedup's confidence interval (on rows)"),
+    Column("tps_ci_low", "float", "lower bound of the tps confidence interval (geometric mean over the repeats, t on logs)"),
+    Column("tps_ci_high", "float", "upper bound of the tps confidence interval"),
+    Column("ci_level", "float", "confidence level of the intervals, e.g. 0.95"),
+    Column("repeats_used", "int", "timed runs actually made (adaptive: between --repeats and --max-repeats)"),
+    Column("stop_reason", "str", "why repeating stopped: above-break-even, below-break-even (interval entirely on "
+           "one side of speedup 1), narrow (narrower than --ci-width), max-repeats (undecided)"),
+    Column("warmup_used", "int", "warm-up runs discarded before timing (at most --warmup)"),
+    Column("warmup_settled", "bool", "the warm-up ended because two runs agreed within --warmup-tol (false: it "
+           "hit --warmup)"),
+    Column("n_outliers", "int", "timed runs flagged as outliers (kept in every number; off rows: tps, on rows: "
+           "paired speedup; modified z-score > 3.5)"),
+    Column("outlier_note", "str", "each flagged run and why, ';'-separated"),
+    # --- what the sequences read (workloads.py) --------------------------------------------------
+    Column("task", "str", "task category of the cell's prompts (e.g. chat, code-completion), or 'mixed': "
+           "the sequences take the categories in turn"),
+    Column("prompt_ids", "str", "the prompt of each sequence, ';'-separated: category/index (built-in suite) or "
+           "file:line (--prompts)"),
+    Column("prompt_tokens", "float", "mean prompt length per sequence in tokens: ctx_len of shared documents plus "
+           "the sequence's own prompt in the chat template"),
+    Column("prompts_sha256", "str", "sha256 of the token prompts the cell fed the models (exact identity)"),
+    Column("context_sha256", "str", "sha256 of the documents the shared context was cut from (ctx_len > 0)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -144,20 +171,81 @@ def with_all_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+class TracesError(ValueError):
+    """A traces.csv that cannot be read as the schema says: the message names the file, the line
+    (where there is one) and what is wrong, in one line."""
+
+
+def _csv_rows(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """Header and (line number, fields) of every data row; a row whose field count differs from
+    the header's (a half-written or garbage line) is an error, not silently padded."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TracesError(f"{path}: no such file (did the sweep measure any cell?)") from None
+    except UnicodeDecodeError as error:
+        raise TracesError(f"{path}: not UTF-8 text (byte {error.start}): not a traces.csv") from None
+    except OSError as error:
+        raise TracesError(f"{path}: cannot read it ({error.strerror})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows = []
+    try:
+        for fields in reader:
+            if fields:  # blank lines carry nothing
+                rows.append((reader.line_num, fields))
+    except csv.Error as error:
+        raise TracesError(f"{path}:{reader.line_num}: not CSV ({error})") from None
+    if not rows:
+        raise TracesError(f"{path}: the file is empty (no header)")
+    (_, header), data = rows[0], rows[1:]
+    missing = [name for name in REQUIRED if name not in header]
+    if missing:
+        raise TracesError(f"{path}:1: the header lacks required column(s) {', '.join(missing)}: "
+                          f"not a specnative traces.csv, or a damaged one")
+    if len(set(header)) != len(header):
+        raise TracesError(f"{path}:1: the header repeats a column name")
+    for line, fields in data:
+        if len(fields) != len(header):
+            raise TracesError(f"{path}:{line}: {len(fields)} fields where the header has {len(header)} "
+                              f"(a half-written or garbage line; a sweep with --resume repairs a torn last row)")
+    return header, data
+
+
+def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> pd.Series:
+    """One column converted to its schema type; the first value that does not convert is an
+    error naming its line."""
+    values = values.replace("", pd.NA)
+    if column.dtype == "bool":
+        converted = values.map(_BOOLS, na_action="ignore")
+        bad = converted.isna() & values.notna()
+    elif column.dtype in ("int", "float"):
+        converted = pd.to_numeric(values, errors="coerce")
+        bad = converted.isna() & values.notna()
+        if column.dtype == "int":
+            bad |= converted.notna() & (converted != converted.round())
+    else:
+        return values.astype(PANDAS_DTYPES[column.dtype])
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "
+                          f"not a {column.dtype}")
+    return converted.astype(PANDAS_DTYPES[column.dtype])
+
+
+_BOOLS = {"true": True, "false": False, "True": True, "False": False}
+
+
 def read_traces(path) -> pd.DataFrame:
     """traces.csv as a DataFrame with the schema's types (nullable ints, booleans, strings);
-    columns a file lacks (written by an older specnative) are present and empty."""
-    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    columns a file lacks (written by an older specnative) are present and empty, except the
+    seed's required ones. A file that does not read as the schema says raises TracesError."""
+    path = Path(path)
+    header, data = _csv_rows(path)
+    lines = [line for line, _ in data]
+    frame = pd.DataFrame([fields for _, fields in data], columns=header, dtype=str)
     for column in COLUMNS:
-        if column.name not in frame:
-            continue
-        values = frame[column.name].replace("", pd.NA)
-        if column.dtype == "bool":
-            values = values.map({"true": True, "false": False, "True": True, "False": False},
-                                na_action="ignore")
-        elif column.dtype in ("int", "float"):
-            values = pd.to_numeric(values)
-        frame[column.name] = values.astype(PANDAS_DTYPES[column.dtype])
+        if column.name in frame:
+            frame[column.name] = _typed(frame[column.name], column, path, lines)
     return with_all_columns(frame)
 
 

@@ -1,15 +1,20 @@
 """`python -m specnative.sweep`: measure speculative decoding over a grid of regimes.
 
-For every cell (target quantization x ctx_len x concurrency x temperature) the sweep
+For every cell (target quantization x ctx_len x concurrency x temperature x task) the sweep
   1. checks losslessness: spec output against the baseline's (greedy: token equality; sampling
      with the `match` rule: per-seed equality; the `rejection` rule is lossless only in
      distribution, so its cells are checked with `match` at the same seed as a proxy);
-  2. runs `warmup` discarded runs, then `repeats` timed runs, spec off and on interleaved;
+  2. warms up until two runs agree (at most `warmup` discarded runs), then times spec off and on
+     interleaved, from `repeats` up to `max_repeats` times, until the speedup's confidence
+     interval decides (entirely above or below 1, or narrower than `ci_width`; stats.py);
   3. appends one `off` row and one `on` row per k to traces.csv (schema.py) and flushes it.
 Ctrl-C stops after writing every finished cell; `--resume` skips cells already in the file.
 
+Prompts (workloads.py): each sequence reads ctx_len tokens of shared documents (0: none), then its
+own prompt of the cell's task category, in the model's chat template.
+
 Memory: all sequences of a cell share one KV cache (llama.cpp's unified cache). The ctx_len
-filler is a prefix common to all sequences, so its cells are computed once and shared (and kept
+documents are a prefix common to all sequences, so its cells are computed once and shared (and kept
 between runs and cells: a repeat does not prefill it again); each sequence adds only its own
 suffix, n_predict and k+1 look-ahead cells. A cell whose prompt does not fit the model's training
 context, or whose KV cache would exceed --max-kv-gib, is refused with the reason.
@@ -29,13 +34,13 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import _core, theory
+from specnative import _core, stats, theory, workloads
 from specnative.engine import ACCEPT_RULES, Engine, default_threads
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative.provenance import environment, model_record, now_iso, write_json
 from specnative.schema import append_rows, read_traces
 
-# Distinct openings, one per sequence (cycled beyond eight), after the shared filler.
+# Short openings: no longer the sweep's prompts (workloads.py is); kept for bench/peerkit.
 SEQUENCE_PROMPTS = (
     "Once upon a time, in a small village by the sea, there lived",
     "The most important thing to know about the history of the city is",
@@ -46,14 +51,6 @@ SEQUENCE_PROMPTS = (
     "A good teacher always remembers that every student",
     "The report of the committee says that the new government",
 )
-# Deterministic filler text repeated up to ctx_len tokens.
-FILLER_TEXT = (
-    "The river ran through the old part of the town, past the school, the church and the market "
-    "square, where people met every morning to talk about the weather, the news from the city and "
-    "the work that had to be done before the winter came. "
-)
-
-
 @dataclass
 class SweepConfig:
     targets: list
@@ -64,8 +61,12 @@ class SweepConfig:
     temperatures: list = field(default_factory=lambda: [0.0])
     accept_rule: str = "greedy"
     n_predict: int = 32
-    warmup: int = 1
-    repeats: int = 3
+    warmup: int = 3          # most discarded warm-up runs; fewer once timings settle
+    repeats: int = 2         # fewest timed runs; more until the speedup's interval decides
+    max_repeats: int = 10
+    ci_level: float = 0.95
+    ci_width: float = 0.05   # relative width of an interval that is decided even around 1.0
+    warmup_tol: float = 0.10
     seed: int = 0
     threads: int = field(default_factory=default_threads)
     gpu_layers: int = 0
@@ -78,6 +79,12 @@ class SweepConfig:
     preset: str | None = None
     notes: list = field(default_factory=list)
     command: str = ""
+    # Workload: task categories (or workloads.MIXED) as a grid axis; the user's prompts and
+    # context documents (None: the built-in suite and documents)
+    tasks: list = field(default_factory=lambda: [workloads.MIXED])
+    prompts: list | None = None
+    prompts_source: str = "built-in"
+    context_file: Path | None = None
     # Testing aid: run the lossless check's spec run with another seed, which must fail it (the
     # way the seed note says real comparisons go wrong: two runs that differ in seed).
     check_seed_offset: int = 0
@@ -89,31 +96,42 @@ class Cell:
     ctx_len: int
     concurrency: int
     temperature: float
+    task: str = workloads.MIXED
 
     def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
-        base = f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
+        base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
+                f"|task={self.task}")
         return base if k is None else f"{base}|k{k}"
 
 
 # ---------------------------------------------------------------------------------------------
 # Prompts
 # ---------------------------------------------------------------------------------------------
-def build_prompts(engine: Engine, ctx_len: int, concurrency: int) -> list[list[int]]:
-    """One prompt per sequence: BOS + shared filler + its own opening, ctx_len tokens in all
-    (ctx_len 0: the opening alone)."""
-    openings = [engine.tokenize(SEQUENCE_PROMPTS[i % len(SEQUENCE_PROMPTS)], add_special=False).tolist()
-                for i in range(concurrency)]
-    head = engine.tokenize("", add_special=True).tolist()  # BOS where the model wants one
-    if ctx_len == 0:
-        return [head + o for o in openings]
-    longest = max(len(o) for o in openings)
-    n_filler = ctx_len - len(head) - longest
-    if n_filler < 0:
-        raise ValueError(f"ctx_len {ctx_len} is shorter than the prompt openings ({longest + len(head)} tokens)")
-    piece = engine.tokenize(FILLER_TEXT, add_special=False).tolist()
-    filler = (piece * (n_filler // len(piece) + 1))[:n_filler]
-    # pad every opening on the left with filler so all prompts are exactly ctx_len long
-    return [head + filler + piece[: longest - len(o)] + o for o in openings]
+_WORKLOADS: dict = {}
+
+
+def workload_for(cfg: SweepConfig, model_path) -> workloads.Workload:
+    """The cell prompts' source, tokenized for this model (one per model and prompt set)."""
+    key = (str(model_path), tuple(cfg.prompts) if cfg.prompts else None, str(cfg.context_file))
+    if key not in _WORKLOADS:
+        documents = workloads.documents_from_file(cfg.context_file) if cfg.context_file else None
+        _WORKLOADS[key] = workloads.Workload(model_path, cfg.prompts, documents, cfg.prompts_source)
+    return _WORKLOADS[key]
+
+
+def build_prompts(engine: Engine, cell: "Cell", cfg: SweepConfig) -> list[list[int]]:
+    """One token prompt per sequence: ctx_len tokens of shared documents (0: none), then the
+    sequence's own prompt of the cell's task, in the model's chat template (workloads.py)."""
+    return workload_for(cfg, engine.target_path).cell_prompts(cell.task, cell.concurrency, cell.ctx_len)[0]
+
+
+def prompt_columns(cfg: SweepConfig, cell: "Cell") -> dict:
+    """traces.csv columns saying exactly what the cell's sequences read."""
+    tokens, chosen = workload_for(cfg, cell.target).cell_prompts(cell.task, cell.concurrency, cell.ctx_len)
+    return {"task": cell.task, "prompt_ids": ";".join(p.ident for p in chosen),
+            "prompt_tokens": statistics.fmean(len(t) for t in tokens),
+            "prompts_sha256": workloads.token_prompts_sha256(tokens),
+            "context_sha256": workload_for(cfg, cell.target).documents.sha256 if cell.ctx_len else None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,32 +214,104 @@ def _spec_row(results, base_row: dict, k: int) -> dict:
     return row
 
 
+def policy_of(cfg: SweepConfig) -> stats.Policy:
+    return stats.Policy(min_repeats=cfg.repeats, max_repeats=cfg.max_repeats, level=cfg.ci_level,
+                        rel_width=cfg.ci_width, max_warmup=cfg.warmup, settle_tol=cfg.warmup_tol)
+
+
+def _interval(make, *values) -> stats.Interval:
+    """stats' interval, or an empty one where a run produced no rate (tps 0: nothing decoded)."""
+    try:
+        return make(*values)
+    except ValueError:
+        return stats.Interval(math.nan, math.nan, math.nan, values[-1], 0)
+
+
+def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
+    off = [p["off"].tps for p in pairs]
+    return {k: _interval(stats.speedup_interval, [p[k].tps for p in pairs], off, level) for k in ks}
+
+
+def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress) -> tuple[dict, dict]:
+    """Warm-up until the timings settle, then timed repeats until every k's speedup interval
+    decides (stats.Policy). Each repeat runs spec off, then spec on for every k, right beside
+    each other: the speedup interval is over these pairs, so load that hits both cancels.
+    Returns the timed runs by kind ("off", k, ...) and how the measuring went."""
+    policy = policy_of(cfg)
+
+    def one_repeat() -> dict:
+        pair = {"off": engine.generate(prompts, **common)}
+        for k in cfg.ks:
+            pair[k] = engine.generate(prompts, spec=True, k=k, accept_rule=cfg.accept_rule, **common)
+        return pair
+
+    warmups, shown = 0, ""
+
+    def warm_up_run() -> dict:
+        nonlocal warmups
+        warmups += 1
+        on_progress(f"warm-up {warmups}")
+        return one_repeat()
+
+    def decide(pairs: list) -> str | None:
+        nonlocal shown
+        intervals = _speedup_intervals(pairs, cfg.ks, policy.level)
+        shown = " ".join(f"[{iv.low:.2f},{iv.high:.2f}]" for iv in intervals.values())
+        return stats.combined_reason([stats.stop_reason(iv, policy) for iv in intervals.values()])
+
+    first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [run.tps for run in pair.values()],
+                                                policy)
+    pairs, reason = stats.repeat_until_decided(
+        one_repeat, decide, policy, first,
+        on_repeat=lambda n: on_progress(f"repeat {n}/{policy.max_repeats} {shown}"))
+    runs = {kind: [p[kind] for p in pairs] for kind in ["off", *cfg.ks]}
+    measuring = {"repeats_used": len(pairs), "warmup_used": warmup_used, "warmup_settled": settled,
+                 "stop_reason": reason, "ci_level": policy.level,
+                 "speedup_intervals": _speedup_intervals(pairs, cfg.ks, policy.level),
+                 "outlier_threshold": policy.outlier_mads}
+    return runs, measuring
+
+
+def interval_columns(runs: dict, kind, measuring: dict) -> dict:
+    """traces.csv columns saying how sure the row is: tps and (on rows) speedup intervals, the
+    repeats and warm-up used, why measuring stopped, and flagged outliers (kept, not removed:
+    off rows are checked on their tps, on rows on their paired speedups, where a hiccup in
+    either run of a pair shows)."""
+    tps = [r.tps for r in runs[kind]]
+    tps_iv = _interval(stats.geometric_interval, tps, measuring["ci_level"])
+    columns = {key: measuring[key] for key in ("repeats_used", "warmup_used", "warmup_settled",
+                                               "stop_reason", "ci_level")}
+    columns.update(tps_ci_low=tps_iv.low, tps_ci_high=tps_iv.high)
+    if kind == "off":
+        values, what = tps, "tps"
+    else:
+        speedup = measuring["speedup_intervals"][kind]
+        columns.update(speedup_ci_low=speedup.low, speedup_ci_high=speedup.high)
+        values = [a / b if b > 0 else math.nan for a, b in zip(tps, (r.tps for r in runs["off"]))]
+        what = "speedup"
+    found = stats.flag_outliers([v for v in values if math.isfinite(v)], measuring["outlier_threshold"],
+                                what=what)
+    columns.update(n_outliers=len(found), outlier_note="; ".join(o.reason for o in found) or None)
+    return columns
+
+
 def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: None) -> list[dict]:
     """Rows (one off, one on per k) of one cell, without the identity columns."""
-    prompts = build_prompts(engine, cell.ctx_len, cell.concurrency)
+    prompts = build_prompts(engine, cell, cfg)
     common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed)
     checks = {}
     for k in cfg.ks:
         on_progress(f"lossless check k={k}")
         checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature)
-    runs = {"off": []} | {k: [] for k in cfg.ks}
-    for i in range(cfg.warmup + cfg.repeats):
-        on_progress(f"{'warm-up' if i < cfg.warmup else 'repeat'} {i + 1}/{cfg.warmup + cfg.repeats}")
-        timed = i >= cfg.warmup
-        base = engine.generate(prompts, **common)
-        if timed:
-            runs["off"].append(base)
-        for k in cfg.ks:  # spec runs right beside the baseline run they are compared with
-            spec = engine.generate(prompts, spec=True, k=k, accept_rule=cfg.accept_rule, **common)
-            if timed:
-                runs[k].append(spec)
+    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress)
     off = _median_row(runs["off"])
     off.update({"step_ms": statistics.median(r.step_ms for r in runs["off"]), "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
     off["tps_baseline"] = off["tps"]
-    rows = [{"spec_decode": "off", **off}]
+    rows = [{"spec_decode": "off", **off, **interval_columns(runs, "off", measuring)}]
     for k in cfg.ks:
-        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **_spec_row(runs[k], off, k), **checks[k]})
+        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **_spec_row(runs[k], off, k), **checks[k],
+                     **interval_columns(runs, k, measuring)})
     return rows
 
 
@@ -230,12 +320,15 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
 # ---------------------------------------------------------------------------------------------
 def cells_of(cfg: SweepConfig) -> list[Cell]:
     # ctx ascending per target: the prefix cache grows from one cell to the next
-    return [Cell(Path(t), ctx, conc, temp) for t, ctx, conc, temp in
-            itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures)]
+    # (tasks innermost: their cells share the same context documents)
+    return [Cell(Path(t), ctx, conc, temp, task) for t, ctx, conc, temp, task in
+            itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures,
+                              cfg.tasks)]
 
 
-def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int) -> int:
-    per_sequence = 64 + cfg.n_predict + max(cfg.ks) + 1  # own opening + generation + look-ahead
+def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens: int = 64) -> int:
+    """own_tokens: the longest sequence's own prompt after the shared context (workloads)."""
+    per_sequence = own_tokens + cfg.n_predict + max(cfg.ks) + 1  # own prompt + generation + look-ahead
     return ctx_len + concurrency * per_sequence
 
 
@@ -258,14 +351,15 @@ def gguf_shape(path: Path) -> dict:
             "kv_bytes_per_cell": 2 * int(value("block_count")) * int(n_head_kv) * (int(k_len) + int(v_len))}
 
 
-def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict]) -> str | None:
+def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict],
+            own_tokens: int = 64) -> str | None:
     """Why a cell cannot run with these models (target and draft shapes), or None."""
-    need = ctx_len + cfg.n_predict + max(cfg.ks) + 1
+    need = ctx_len + own_tokens + cfg.n_predict + max(cfg.ks) + 1
     n_ctx_train = min(s["n_ctx_train"] for s in shapes)
     if need > n_ctx_train:
-        return (f"ctx_len {ctx_len} + n_predict + k + 1 = {need} exceeds the models' training "
+        return (f"ctx_len {ctx_len} + prompt + n_predict + k + 1 = {need} exceeds the models' training "
                 f"context {n_ctx_train}")
-    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
+    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency, own_tokens) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
     if kv_gib > cfg.max_kv_gib:
         return f"its KV caches would take {kv_gib:.1f} GiB, over --max-kv-gib {cfg.max_kv_gib:g}"
     return None
@@ -285,7 +379,7 @@ class ProgressLine:
 
     def show(self, cell: Cell, what: str) -> None:
         print(f"\r[{self.done + 1}/{self.total}] {cell.target.name} ctx={cell.ctx_len} "
-              f"conc={cell.concurrency} T={cell.temperature:g}: {what:<22} {self.eta()}   ",
+              f"conc={cell.concurrency} T={cell.temperature:g} {cell.task}: {what:<22} {self.eta()}   ",
               end="", file=sys.stderr, flush=True)
 
     def finish(self, cell: Cell, rows: list[dict]) -> None:
@@ -294,7 +388,7 @@ class ProgressLine:
         summary = ", ".join(f"k={r['k']} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f}"
                             f"{'' if r['lossless_ok'] else ' LOSSY'}" for r in on)
         print(f"\r[{self.done}/{self.total}] {cell.target.name} ctx={cell.ctx_len} conc={cell.concurrency} "
-              f"T={cell.temperature:g}: base {rows[0]['tps']:.1f} t/s; {summary}" + " " * 10,
+              f"T={cell.temperature:g} {cell.task}: base {rows[0]['tps']:.1f} t/s; {summary}" + " " * 10,
               file=sys.stderr, flush=True)
 
 
@@ -304,10 +398,10 @@ def done_cell_ids(traces: Path) -> set:
     return set(read_traces(traces)["cell_id"].dropna())
 
 
-def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell]) -> Engine:
+def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: int = 64) -> Engine:
     """One engine per target for all its cells, sized for the largest, so the shared prefix
     stays cached from cell to cell."""
-    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency) for c in cells)
+    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens) for c in cells)
     return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
                   n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
                   flash_attn=cfg.flash_attn, kv_unified=True)
@@ -322,6 +416,7 @@ def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
         "target_sha256": target_rec["sha256"], "draft_model": draft_rec["name"],
         "draft_type": draft_rec["type"], "draft_sha256": draft_rec["sha256"],
         "backend": backend, "n_threads": cfg.threads, "flash_attn": cfg.flash_attn, "run_id": run_id,
+        **prompt_columns(cfg, cell),
     }
 
 
@@ -341,17 +436,22 @@ def run_sweep(cfg: SweepConfig) -> Path:
     progress = ProgressLine(len(cells))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
                   "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
+                  "max_repeats": cfg.max_repeats, "ci_level": cfg.ci_level, "ci_width": cfg.ci_width,
+                  "warmup_tol": cfg.warmup_tol,
                   "n_threads": cfg.threads, "n_gpu_layers": cfg.gpu_layers, "flash_attn": cfg.flash_attn,
                   "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
                            "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
-                           "n_predict": cfg.n_predict},
+                           "n_predict": cfg.n_predict, "task": cfg.tasks},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     draft_shape = gguf_shape(cfg.draft)
     for target in map(Path, cfg.targets):
         shapes = [gguf_shape(target), draft_shape]
+        workload = workload_for(cfg, target)
+        own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))
         runnable = []
         for cell in (c for c in cells if c.target == target):
-            reason = refusal(cfg, cell.ctx_len, cell.concurrency, shapes)
+            reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens)
+                      or workload.ctx_len_problem(cell.ctx_len))
             if reason:
                 print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",
                       file=sys.stderr)
@@ -362,7 +462,7 @@ def run_sweep(cfg: SweepConfig) -> Path:
                 runnable.append(cell)
         if not runnable:
             continue
-        with engine_for(cfg, target, runnable) as engine:
+        with engine_for(cfg, target, runnable, own_tokens) as engine:
             target_rec = model_record(engine.target_info, "target")
             draft_rec = model_record(engine.draft_info, "draft")
             provenance["models"] += [target_rec] + ([draft_rec] if not any(
@@ -380,6 +480,7 @@ def run_sweep(cfg: SweepConfig) -> Path:
                                               row["k"] if row["spec_decode"] == "on" else None)
                 append_rows(traces, rows)
                 progress.finish(cell, rows)
+                provenance["workload"] = workload.record()
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
     return traces
@@ -428,8 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a ready model set instead of -m/-md (default when neither is given: tiny)")
     grid = p.add_argument_group("grid")
     grid.add_argument("--ctx-len", type=_int_list, default=None, metavar="N,N,...",
-                      help="prompt tokens per sequence, a filler prefix shared by all sequences "
-                           "(default 0,8192,32768; the gemma3-270m preset: 0,2048)")
+                      help="tokens of shared context (documents) ahead of each sequence's own prompt "
+                           "(default 0,8192,32768; the gemma3-270m preset: 0,2048; qwen2.5-coder: 0,1024)")
     grid.add_argument("-np", "--concurrency", type=_int_list, default=None, metavar="N,N,...",
                       help="sequences decoded together (default 1,4,8)")
     grid.add_argument("--draft-max", "-k", dest="k", type=_int_list, default=[4], metavar="K,K,...",
@@ -440,9 +541,33 @@ def build_parser() -> argparse.ArgumentParser:
                       help="acceptance rule (default: greedy at temperature 0, else rejection)")
     grid.add_argument("-n", "--n-predict", type=int, default=None, help="tokens generated per sequence "
                       "(default: the preset's, else 64)")
+    grid.add_argument("--tasks", type=_list_of(str, "task names"), default=None, metavar="TASK,...",
+                      help=f"task categories, one cell each: {', '.join(workloads.CATEGORIES)} (the built-in "
+                           f"suite), or the categories of --prompts; '{workloads.ALL}': every category; "
+                           f"'{workloads.MIXED}': the sequences take the categories in turn (default: the "
+                           f"preset's: tiny and gemma3-270m {workloads.MIXED}, qwen2.5-coder {workloads.ALL}; "
+                           f"with --prompts: {workloads.ALL})")
+    workload = p.add_argument_group("workload (default: specnative's built-in prompt suite and documents)")
+    workload.add_argument("--prompts", type=Path, metavar="FILE",
+                          help='your prompts: JSON lines {"text": ...} or {"messages": [{"role": ..., '
+                               '"content": ...}, ...]} with an optional "category", or plain text, one '
+                               'prompt per line; a text is one user message in the model\'s chat template')
+    workload.add_argument("--context", type=Path, metavar="FILE",
+                          help="a UTF-8 text whose first ctx_len tokens are the shared long context "
+                               "(default: the built-in documents)")
     runs = p.add_argument_group("runs")
-    runs.add_argument("--warmup", type=int, default=1, help="discarded warm-up runs per cell")
-    runs.add_argument("-r", "--repeats", type=int, default=3, help="timed runs per cell (median reported)")
+    runs.add_argument("--warmup", type=int, default=3,
+                      help="most discarded warm-up runs per cell; warm-up ends earlier at the first run "
+                           "whose tps is within --warmup-tol of the run before (that run is timed)")
+    runs.add_argument("--warmup-tol", type=float, default=0.10, help="relative tps difference of two "
+                      "consecutive runs that counts as warmed up")
+    runs.add_argument("-r", "--repeats", type=int, default=2, help="fewest timed runs per cell (spec off and on "
+                      "interleaved); more follow until the speedup's interval decides")
+    runs.add_argument("--max-repeats", type=int, default=10, help="most timed runs per cell; a cell that "
+                      "needs more stays undecided (advice: measure-more)")
+    runs.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals")
+    runs.add_argument("--ci-width", type=float, default=0.05, help="stop once the speedup's interval is "
+                      "narrower than this share of the speedup, even if it contains 1")
     runs.add_argument("-s", "--seed", type=int, default=0, help="sampling seed")
     runs.add_argument("-t", "--threads", type=int, default=default_threads(), help="CPU threads")
     runs.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to the GPU (-1: all)")
@@ -454,6 +579,26 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--resume", action="store_true", help="continue --out, skipping cells already in traces.csv")
     output.add_argument("--no-report", action="store_true", help="do not write the report at the end")
     return p
+
+
+def workload_args(args: argparse.Namespace, preset_defaults: dict, errors: list) -> tuple:
+    """(prompts or None for the built-in suite, tasks) from --prompts/--tasks/--context; a bad
+    file or task is one line in `errors`."""
+    prompts = None
+    if args.prompts is not None:
+        try:
+            prompts = workloads.load_prompt_file(args.prompts)
+        except workloads.PromptFileError as error:
+            errors.append(str(error))
+    if args.context is not None and not Path(args.context).is_file():
+        errors.append(f"context file not found: {args.context}")
+    default = [workloads.ALL] if args.prompts is not None else preset_defaults.get("tasks", [workloads.MIXED])
+    try:
+        tasks = workloads.resolve_tasks(args.tasks or default, prompts or workloads.builtin_prompts())
+    except ValueError as error:
+        errors.append(f"--tasks: {error}")
+        tasks = []
+    return prompts, tasks
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
@@ -481,6 +626,12 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         errors.append("--n-predict must be >= 1")
     if args.warmup < 0 or args.repeats < 1:
         errors.append("--warmup must be >= 0 and --repeats >= 1")
+    if args.max_repeats < args.repeats:
+        errors.append(f"--max-repeats ({args.max_repeats}) must be >= --repeats ({args.repeats})")
+    if not 0 < args.ci_level < 1:
+        errors.append("--ci-level must be between 0 and 1 (e.g. 0.95)")
+    if args.ci_width < 0 or args.warmup_tol < 0:
+        errors.append("--ci-width and --warmup-tol must be >= 0")
     if args.threads < 1:
         errors.append("--threads must be >= 1")
     if max(args.concurrency) * (max(args.k) + 1) > args.batch_size:
@@ -491,6 +642,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     for path in (args.target or []) + ([args.draft] if args.draft else []):
         if not Path(path).is_file():
             errors.append(f"model file not found: {path}")
+    prompts, tasks = workload_args(args, preset_defaults, errors)
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
@@ -503,11 +655,14 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         accept_rule=rule,
         n_predict=args.n_predict or preset_defaults.get("n_predict", 64),
         warmup=args.warmup, repeats=args.repeats, seed=args.seed, threads=args.threads,
+        max_repeats=args.max_repeats, ci_level=args.ci_level, ci_width=args.ci_width, warmup_tol=args.warmup_tol,
         gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
         max_kv_gib=args.max_kv_gib,
         out_dir=args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"),
         resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
         notes=preset.notes if preset else [],
+        tasks=tasks, prompts=prompts, prompts_source=str(args.prompts) if args.prompts else "built-in",
+        context_file=args.context,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 
@@ -518,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"specnative sweep -> {cfg.out_dir}\n  targets: {', '.join(Path(t).name for t in cfg.targets)}\n"
           f"  draft: {Path(cfg.draft).name}\n  ctx_len {cfg.ctx_lens} x concurrency {cfg.concurrencies} x "
           f"k {cfg.ks} x temperature {cfg.temperatures} ({cfg.accept_rule}), n_predict {cfg.n_predict}, "
-          f"warm-up {cfg.warmup}, repeats {cfg.repeats}, threads {cfg.threads}", file=sys.stderr)
+          f"warm-up <= {cfg.warmup} (tol {cfg.warmup_tol:g}), repeats {cfg.repeats}-{cfg.max_repeats} "
+          f"(until the {cfg.ci_level:.0%} interval decides), threads {cfg.threads}", file=sys.stderr)
     try:
         traces = run_sweep(cfg)
     except KeyboardInterrupt:
