@@ -291,4 +291,12 @@ PYBIND11_MODULE(_core, m) {
         d["gpu_offload"] = llama_supports_gpu_offload();
         return d;
     });
+    py::class_<VocabModel>(m, "VocabModel", "a GGUF file's tokenizer and chat template (no weights loaded)")
+        .def(py::init<const std::string&>(), py::arg("path"))
+        .def("tokenize", &VocabModel::tokenize, py::arg("text"), py::arg("add_special"),
+             py::arg("parse_special"))
+        .def_property_readonly("chat_template", &VocabModel::chat_template);
+    m.def("chat_apply_template", &apply_chat_template, py::arg("template"), py::arg("messages"),
+          py::arg("add_assistant") = true,
+          "llama_chat_apply_template over [(role, content), ...]; ValueError for an unknown template");
 }

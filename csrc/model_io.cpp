@@ -123,4 +123,63 @@ void quantize_model(const std::string& src, const std::string& dst, const std::s
     }
 }
 
+VocabModel::VocabModel(const std::string& path) {
+    ensure_backend();
+    if (!has_gguf_magic(path)) {
+        throw std::invalid_argument("not a GGUF file (or missing): " + path);
+    }
+    llama_model_params params = llama_model_default_params();
+    params.vocab_only = true;
+    last_llama_errors();
+    model_ = llama_model_load_from_file(path.c_str(), params);
+    if (model_ == nullptr) {
+        throw std::runtime_error("llama.cpp could not read the vocabulary of " + path + ": " + last_llama_errors());
+    }
+}
+
+VocabModel::~VocabModel() { llama_model_free(model_); }
+
+std::vector<int32_t> VocabModel::tokenize(const std::string& text, bool add_special, bool parse_special) const {
+    const llama_vocab* vocab = llama_model_get_vocab(model_);
+    std::vector<int32_t> tokens(text.size() + 8);
+    int n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                           static_cast<int32_t>(tokens.size()), add_special, parse_special);
+    if (n < 0) {  // -n: the size it needs
+        tokens.resize(-n);
+        n = llama_tokenize(vocab, text.data(), static_cast<int32_t>(text.size()), tokens.data(),
+                           static_cast<int32_t>(tokens.size()), add_special, parse_special);
+    }
+    if (n < 0) throw std::runtime_error("tokenization failed");
+    tokens.resize(n);
+    return tokens;
+}
+
+std::string VocabModel::chat_template() const {
+    const char* tmpl = llama_model_chat_template(model_, nullptr);
+    return tmpl ? std::string(tmpl) : std::string();
+}
+
+std::string apply_chat_template(const std::string& tmpl,
+                                const std::vector<std::pair<std::string, std::string>>& messages,
+                                bool add_assistant) {
+    std::vector<llama_chat_message> chat;
+    size_t chars = 0;
+    for (const auto& [role, content] : messages) {
+        chat.push_back({role.c_str(), content.c_str()});
+        chars += role.size() + content.size();
+    }
+    std::string out(2 * chars + 256, '\0');
+    int32_t n = llama_chat_apply_template(tmpl.c_str(), chat.data(), chat.size(), add_assistant, out.data(),
+                                          static_cast<int32_t>(out.size()));
+    if (n < 0) {
+        throw std::invalid_argument("llama_chat_apply_template does not support this chat template");
+    }
+    if (n > static_cast<int32_t>(out.size())) {  // n: the length it needs
+        out.resize(n);
+        n = llama_chat_apply_template(tmpl.c_str(), chat.data(), chat.size(), add_assistant, out.data(), n);
+    }
+    out.resize(n);
+    return out;
+}
+
 }  // namespace specnative

