@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
 
 from specnative import theory
+from specnative.schema import TracesError
 from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, load_traces,
                                 pair_cells, task_advice, threshold_fields, verdicts_frame)
 
@@ -483,9 +485,27 @@ def md_table(headers: list, rows: list) -> str:
     return "\n".join(lines)
 
 
+class ReportInputError(ValueError):
+    """A run directory the report cannot use: the message names the file and what is wrong."""
+
+
 def load_provenance(run_dir: Path) -> dict:
+    """provenance.json as a dict; {} when the run has none (the report says so). A damaged one
+    is an error: numbers must not be reported under a record that cannot be read."""
     path = Path(run_dir) / "provenance.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ReportInputError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    except UnicodeDecodeError as error:
+        raise ReportInputError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise ReportInputError(f"{path}: cannot read it ({error.strerror})") from None
+    if not isinstance(record, dict):
+        raise ReportInputError(f"{path}: expected a JSON object, found a {type(record).__name__}")
+    return record
 
 
 def hardware(prov: dict) -> str:
@@ -734,8 +754,12 @@ def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) ->
 def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None) -> dict:
     """Writes figures, advice.csv and summary.md into run_dir; returns {file name: path}."""
     run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ReportInputError(f"{run_dir}: not a directory (give the sweep's run directory)")
     prov = load_provenance(run_dir)
     traces = load_traces(run_dir / "traces.csv")
+    if traces.empty:
+        raise ReportInputError(f"{run_dir / 'traces.csv'}: a header but no rows: nothing was measured")
     cells = pair_cells(traces)
     verdicts = verdicts_frame(advise(traces, thresholds))
     note = f"Self-measured on {hardware(prov)}." if prov else "Hardware not recorded."
@@ -813,7 +837,11 @@ def main(argv=None) -> int:
                             help=f"advisor threshold (default {default})")
     args = parser.parse_args(argv)
     thresholds = Thresholds(**{name: getattr(args, name) for name, _, _ in threshold_fields()})
-    print(write_report(args.run_dir, args.compare, thresholds))
+    try:
+        print(write_report(args.run_dir, args.compare, thresholds))
+    except (TracesError, ReportInputError) as error:  # a damaged run directory: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

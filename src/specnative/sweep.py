@@ -37,7 +37,8 @@ import numpy as np
 from specnative import _core, stats, theory, workloads
 from specnative.engine import ACCEPT_RULES, Engine, default_threads
 from specnative.presets import PRESET_DEFAULTS, load_preset
-from specnative.provenance import environment, model_record, now_iso, write_json
+from specnative import rundir
+from specnative.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.schema import append_rows, read_traces
 
 # Short openings: no longer the sweep's prompts (workloads.py is); kept for bench/peerkit.
@@ -392,10 +393,27 @@ class ProgressLine:
               file=sys.stderr, flush=True)
 
 
-def done_cell_ids(traces: Path) -> set:
+def run_settings(cfg: SweepConfig) -> dict:
+    """What a resume must repeat beyond the recorded grid, build and hardware: seed, batch, and
+    the model and context files by content."""
+    context = getattr(cfg, "context_file", None)
+    return {"seed": cfg.seed, "n_batch": cfg.n_batch, "check_seed_offset": cfg.check_seed_offset,
+            "targets_sha256": [sha256_file(t) for t in cfg.targets], "draft_sha256": sha256_file(cfg.draft),
+            "prompts_source": getattr(cfg, "prompts_source", None),
+            "context_sha256": sha256_file(context) if context else None}
+
+
+def resumed_cells(cfg: SweepConfig, out: Path, traces: Path, cells: list, provenance: dict) -> set:
+    """Cells whose rows (off, and on for every k) are all in traces.csv already; refuses a resume
+    with other settings and repairs a torn or partial file first (rundir.py)."""
     if not traces.exists() or traces.stat().st_size == 0:
         return set()
-    return set(read_traces(traces)["cell_id"].dropna())
+    rundir.check_resume(out, provenance)
+    keys = {}
+    for cell in cells:
+        sha = sha256_file(cell.target)
+        keys[cell] = [cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in cfg.ks]
+    return rundir.finished_cells(traces, keys)
 
 
 def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: int = 64) -> Engine:
@@ -422,7 +440,12 @@ def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
 
 def run_sweep(cfg: SweepConfig) -> Path:
     """Runs the grid; returns the traces.csv path. KeyboardInterrupt propagates after the
-    finished cells are on disk."""
+    finished cells are on disk. The run directory is locked for the whole run (rundir.py)."""
+    with rundir.locked(Path(cfg.out_dir)):
+        return _run_sweep_locked(cfg)
+
+
+def _run_sweep_locked(cfg: SweepConfig) -> Path:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     traces = out / "traces.csv"
@@ -431,7 +454,6 @@ def run_sweep(cfg: SweepConfig) -> Path:
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     env = environment()
     backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "")
-    done = done_cell_ids(traces) if cfg.resume else set()
     cells = cells_of(cfg)
     progress = ProgressLine(len(cells))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
@@ -443,6 +465,8 @@ def run_sweep(cfg: SweepConfig) -> Path:
                            "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
                            "n_predict": cfg.n_predict, "task": cfg.tasks},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
+    provenance["settings"] = run_settings(cfg)
+    done = resumed_cells(cfg, out, traces, cells, provenance) if cfg.resume else set()
     draft_shape = gguf_shape(cfg.draft)
     for target in map(Path, cfg.targets):
         shapes = [gguf_shape(target), draft_shape]
@@ -469,7 +493,7 @@ def run_sweep(cfg: SweepConfig) -> Path:
                 m["role"] == "draft" for m in provenance["models"]) else [])
             write_json(out / "provenance.json", provenance)
             for cell in runnable:
-                if cell.key(target_rec["sha256"], cfg.accept_rule) in done:
+                if cell in done:
                     progress.done += 1
                     continue
                 rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what))
@@ -483,6 +507,9 @@ def run_sweep(cfg: SweepConfig) -> Path:
                 provenance["workload"] = workload.record()
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
+    if not traces.exists() or traces.stat().st_size == 0:
+        raise SystemExit(f"error: every cell was refused (reasons above and in {out / 'provenance.json'}): "
+                         f"nothing was measured")
     return traces
 
 
@@ -618,8 +645,15 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
             errors.append(f"{name} values must be >= {low}")
         if len(set(values)) != len(values):
             errors.append(f"{name} has duplicates")
-    if min(args.temperature) < 0:
-        errors.append("--temp values must be >= 0")
+    if not all(math.isfinite(t) and t >= 0 for t in args.temperature):
+        errors.append("--temp values must be finite numbers >= 0")
+    if max(args.concurrency) > _core.max_parallel_sequences:
+        errors.append(f"--concurrency values must be <= {_core.max_parallel_sequences} "
+                      f"(llama.cpp's most sequences per context)")
+    if args.batch_size < 1 or not args.max_kv_gib > 0:
+        errors.append("--batch-size must be >= 1 and --max-kv-gib > 0")
+    if args.out is not None and (problem := rundir.output_problem(args.out)):
+        errors.append(problem)
     if args.accept_rule == "greedy" and max(args.temperature) > 0:
         errors.append("--accept-rule greedy needs --temp 0; use match or rejection for sampling")
     if args.n_predict is not None and args.n_predict < 1:
