@@ -69,6 +69,17 @@ AcceptRule parse_rule(const std::string& name) {
     throw std::invalid_argument("accept_rule must be 'greedy', 'match' or 'rejection', not '" + name + "'");
 }
 
+Fault parse_fault(const std::string& name) {
+    static const std::pair<const char*, Fault> faults[] = {
+        {"none", Fault::none}, {"rollback_short", Fault::rollback_short}, {"rollback_long", Fault::rollback_long},
+        {"verify_position", Fault::verify_position}, {"seed_mixup", Fault::seed_mixup},
+        {"bonus_from_q", Fault::bonus_from_q}};
+    for (const auto& [fault_name, fault] : faults) {
+        if (name == fault_name) return fault;
+    }
+    throw std::invalid_argument("unknown fault '" + name + "'");
+}
+
 // Polled by the engine between steps with the GIL released: runs Python's signal handlers so
 // Ctrl-C stops a long generate(). The KeyboardInterrupt itself is re-raised by the translator.
 bool python_interrupt_pending() {
@@ -235,6 +246,37 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("pending_logits", [](GuardedEngine& e, int seq) {
             return to_numpy(locked(e, [&] { return e.pending_logits(seq); }));
+        })
+        .def("numeric_noise", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                 const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b) {
+            const NoiseProbe n = locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b); });
+            py::dict d;
+            d["seq"] = to_numpy(n.seq);
+            d["index"] = to_numpy(n.index);
+            d["max_abs_delta"] = to_numpy(n.max_abs_delta);
+            d["spread"] = to_numpy(n.spread);
+            d["argmax_a"] = to_numpy(n.argmax_a);
+            d["argmax_b"] = to_numpy(n.argmax_b);
+            return d;
+        }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"))
+        .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
+                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
+            const ReplayCheck r = locked(e, [&] { return e.replay(prompts, forced, temperature, seed); });
+            py::dict d;
+            d["seq"] = to_numpy(r.seq);
+            d["index"] = to_numpy(r.index);
+            d["emitted"] = to_numpy(r.emitted);
+            d["pick"] = to_numpy(r.pick);
+            d["gap"] = to_numpy(r.gap);
+            d["u"] = to_numpy(r.u);
+            d["cdf_lo"] = to_numpy(r.cdf_lo);
+            d["cdf_hi"] = to_numpy(r.cdf_hi);
+            return d;
+        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"))
+        // Tests of the lossless verdict only: plants a known bug in the speculative loop.
+        .def("_inject_fault", [](GuardedEngine& e, const std::string& name) {
+            const Fault fault = parse_fault(name);
+            locked(e, [&] { e.inject_fault(fault); });
         })
         .def("tokenize", [](GuardedEngine& e, const std::string& text, bool add_special) {
             return locked(e, [&] { return e.tokenize(text, add_special); });

@@ -1,4 +1,5 @@
 #include "engine.h"
+#include "engine_internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,94 +11,6 @@
 
 namespace specnative {
 
-// ---------------------------------------------------------------------------------------------
-// One llama_context with its reusable batch.
-// ---------------------------------------------------------------------------------------------
-struct Engine::Context {
-    llama_context* ctx = nullptr;
-    llama_batch batch{};
-    int n_batch = 0;
-    int n_vocab = 0;
-    const llama_vocab* vocab = nullptr;
-    // Prompt prefix whose KV cells sequence 0 still holds from the previous generate(): a repeat
-    // of the same long prompt (the sweep's ctx_len filler) is then not prefilled again.
-    std::vector<int32_t> cached_prefix;
-
-    Context(llama_model* model, const EngineParams& p) {
-        llama_context_params cp = llama_context_default_params();
-        cp.n_ctx = p.n_ctx;
-        cp.n_batch = p.n_batch;
-        cp.n_ubatch = p.n_batch;
-        cp.n_seq_max = p.n_seq_max;
-        cp.n_threads = p.n_threads;
-        cp.n_threads_batch = p.n_threads;
-        cp.flash_attn_type = static_cast<llama_flash_attn_type>(p.flash_attn);
-        cp.kv_unified = p.kv_unified;
-        cp.swa_full = true;  // sliding-window caches must keep rolled-back positions recoverable
-        cp.no_perf = true;
-        last_llama_errors();
-        ctx = llama_init_from_model(model, cp);
-        if (ctx == nullptr) {
-            throw std::runtime_error("llama.cpp could not create a context (n_ctx=" +
-                                     std::to_string(p.n_ctx) + "): " + last_llama_errors());
-        }
-        n_batch = p.n_batch;
-        batch = llama_batch_init(n_batch, 0, 1);
-        vocab = llama_model_get_vocab(model);
-        n_vocab = llama_vocab_n_tokens(vocab);
-    }
-    ~Context() {
-        llama_batch_free(batch);
-        llama_free(ctx);
-    }
-
-    void clear_batch() { batch.n_tokens = 0; }
-    bool batch_full() const { return batch.n_tokens >= n_batch; }
-
-    // Appends a token; returns its index in the batch (the logits row when `logits`).
-    int add(int32_t token, int32_t pos, int seq, bool logits) {
-        const int i = batch.n_tokens++;
-        batch.token[i] = token;
-        batch.pos[i] = pos;
-        batch.n_seq_id[i] = 1;
-        batch.seq_id[i][0] = seq;
-        batch.logits[i] = logits;
-        return i;
-    }
-
-    // Decodes the batch and waits for the device, so that the caller's timer stops after the work.
-    void decode(const char* what) {
-        const int rc = llama_decode(ctx, batch);
-        if (rc != 0) {
-            throw std::runtime_error(std::string("llama_decode failed during ") + what +
-                                     " (code " + std::to_string(rc) +
-                                     (rc == 1 ? ": no KV slot, the context is too small" : "") +
-                                     "): " + last_llama_errors());
-        }
-        llama_synchronize(ctx);
-    }
-
-    const float* logits(int i) { return llama_get_logits_ith(ctx, i); }
-    llama_memory_t memory() { return llama_get_memory(ctx); }
-};
-
-// ---------------------------------------------------------------------------------------------
-// Per-sequence decoding state.
-// ---------------------------------------------------------------------------------------------
-struct Engine::Sequence {
-    int id = 0;                        // llama seq id, and the RNG's sequence key
-    std::vector<int32_t> prompt;
-    int32_t n_past_target = 0;         // tokens in the target KV cache
-    int32_t n_past_draft = 0;          // tokens in the draft KV cache
-    std::vector<int32_t> draft_todo;   // emitted tokens the draft has not consumed (ends in pending)
-    std::vector<int32_t> out;          // generated tokens; out.back() is pending (not in target KV)
-    std::vector<float> margins;
-    bool done = false;
-    SeqCounts counts;
-
-    int32_t pending() const { return out.back(); }
-    int64_t next_index() const { return static_cast<int64_t>(out.size()); }
-};
 
 namespace {
 
@@ -128,6 +41,22 @@ int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p,
 bool finished(const std::vector<int32_t>& out, const GenerateParams& p, const llama_vocab* vocab) {
     return static_cast<int>(out.size()) >= p.n_predict ||
            (p.stop_at_eog && llama_vocab_is_eog(vocab, out.back()));
+}
+
+// Fault::bonus_from_q: the bonus token drawn from the last draft distribution instead of p (at
+// temperature 0, q's choice: the last draft itself).
+int32_t faulty_bonus(const std::vector<float>& q_last, int32_t last_draft, const GenerateParams& p, int seq,
+                     int64_t index) {
+    if (p.temperature <= 0.0f || q_last.empty()) return last_draft;
+    return sample_from_weights(q_last.data(), static_cast<int32_t>(q_last.size()),
+                               keyed_uniform(p.seed, seq, index, Stream::target));
+}
+
+// Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
+std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
+    return [&p, n_vocab, probs = std::vector<float>()](Engine::Sequence& seq, const float* logits) mutable {
+        seq.out.push_back(sample_target(logits, n_vocab, p, seq.id, 0, seq.margins, probs));
+    };
 }
 
 }  // namespace
@@ -305,13 +234,12 @@ void Engine::reset_memory() {
 // ---------------------------------------------------------------------------------------------
 // Prefill: the shared prefix once on sequence 0 (its cells are then shared with the others),
 // then every sequence's own remainder, packed into batches of at most n_batch tokens. With
-// `sample_first` (the target), each sequence's first token is sampled from the logits of its
-// last prompt token.
+// `on_last` (the target), it gets the logits of each sequence's last prompt token (from which the
+// first token is sampled, or checked by a replay).
 // ---------------------------------------------------------------------------------------------
-void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const GenerateParams* sample_first) {
-    std::vector<float> probs;
+void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last) {
     std::vector<int> logits_row(seqs.size(), -1);
-    const char* what = sample_first ? "target prefill" : "draft prefill";
+    const char* what = on_last ? "target prefill" : "draft prefill";
     c.clear_batch();
 
     auto flush = [&]() {
@@ -319,8 +247,7 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
         c.decode(what);
         for (size_t s = 0; s < seqs.size(); ++s) {
             if (logits_row[s] < 0) continue;
-            seqs[s].out.push_back(sample_target(c.logits(logits_row[s]), c.n_vocab, *sample_first,
-                                                seqs[s].id, 0, seqs[s].margins, probs));
+            on_last(seqs[s], c.logits(logits_row[s]));
             logits_row[s] = -1;
         }
         c.clear_batch();
@@ -328,7 +255,7 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
     auto feed = [&](size_t s, int from, int to) {
         const Sequence& seq = seqs[s];
         for (int i = from; i < to; ++i) {
-            const bool last = sample_first != nullptr && i + 1 == static_cast<int>(seq.prompt.size());
+            const bool last = on_last && i + 1 == static_cast<int>(seq.prompt.size());
             const int row = c.add(seq.prompt[i], i, seq.id, last);
             if (last) logits_row[s] = row;
             if (c.batch_full()) flush();
@@ -396,7 +323,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     GenerateResult r;
     PhaseClock clock;
     Context& t = *target_;
-    prefill(t, seqs, shared_prefix, &p);
+    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
     for (Sequence& seq : seqs) seq.done = finished(seq.out, p, t.vocab);
     clock.charge(r.times.prefill_target);
 
@@ -441,7 +368,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     const bool sampling = p.temperature > 0.0f;
     const AcceptRule rule = sampling ? p.rule : AcceptRule::greedy;  // all rules agree at T = 0
 
-    prefill(t, seqs, shared_prefix, &p);
+    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
     for (Sequence& seq : seqs) {
         seq.done = finished(seq.out, p, t.vocab);
         seq.draft_todo = {seq.pending()};
@@ -450,7 +377,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         seq.counts.accept_len_hist.assign(p.k + 1, 0);
     }
     clock.charge(r.times.prefill_target);
-    prefill(d, seqs, shared_prefix, nullptr);
+    prefill(d, seqs, shared_prefix, {});
     clock.charge(r.times.prefill_draft);
 
     std::vector<int> k_eff(n_seq), row(n_seq);
@@ -458,6 +385,8 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     // q[s][j]: draft distribution that proposed draft j+1 of sequence s (the rejection rule needs it)
     std::vector<std::vector<std::vector<float>>> q(n_seq, std::vector<std::vector<float>>(p.k));
     std::vector<float> p_probs, scratch;
+    GenerateParams mixed_up = p;  // Fault::seed_mixup: another seed's draws
+    mixed_up.seed = p.seed + 1;
 
     while (true) {
         if (should_stop && should_stop()) throw Interrupted();
@@ -526,10 +455,13 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
             bool stopped_on_eog = false;
             int32_t correction = -1;
             for (int i = 0; i <= k_eff[s]; ++i) {
-                const float* logits = t.logits(row[s] + i);
+                const int late = fault_ == Fault::verify_position && i < k_eff[s] ? 1 : 0;
+                const float* logits = t.logits(row[s] + i + late);
                 const int64_t index = base_index + i;
                 if (i == k_eff[s]) {  // every draft accepted: bonus token from p
-                    correction = sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
+                    correction = fault_ == Fault::bonus_from_q && i > 0
+                                     ? faulty_bonus(q[s][i - 1], drafts[s][i - 1], p, seq.id, index)
+                                     : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
                     break;
                 }
                 const int32_t x = drafts[s][i];
@@ -544,7 +476,9 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
                         keyed_uniform(p.seed, seq.id, index, Stream::residual), scratch);
                     target_token = o.token;
                 } else {  // greedy and match: the target's own (argmax or keyed) sample
-                    target_token = sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
+                    target_token = fault_ == Fault::seed_mixup
+                                       ? sample_target(logits, t.n_vocab, mixed_up, seq.id, index, seq.margins, p_probs)
+                                       : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
                 }
                 if (target_token != x) {
                     correction = target_token;
@@ -567,13 +501,18 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
             seq.counts.emitted += accepted + (stopped_on_eog ? 0 : 1);
 
             // target cache keeps pending + accepted drafts
-            seq.n_past_target = pos0 + 1 + accepted;
+            // Fault::rollback_long keeps the first rejected draft in both caches (where both
+            // hold it, so that positions stay consecutive); rollback_short drops the last kept token.
+            const int stale = fault_ == Fault::rollback_long && accepted + 2 <= k_eff[s] ? 1
+                              : fault_ == Fault::rollback_short                      ? -1
+                                                                                     : 0;
+            seq.n_past_target = pos0 + 1 + accepted + stale;
             llama_memory_seq_rm(t.memory(), seq.id, seq.n_past_target, -1);
             // draft cache holds pending and drafts 1..k_eff-1 (the last draft was never fed)
             if (k_eff[s] == 0) {
                 // the draft did not run; pending is still in draft_todo
             } else if (accepted < k_eff[s]) {
-                seq.n_past_draft = pos0 + 1 + accepted;
+                seq.n_past_draft = pos0 + 1 + accepted + std::max(stale, 0);
                 llama_memory_seq_rm(d.memory(), seq.id, seq.n_past_draft, -1);
             } else {
                 seq.draft_todo.push_back(drafts[s].back());

@@ -95,8 +95,43 @@ struct GenerateResult {
     double tps() const;               // decode_tokens per second of decoding (prefill excluded)
 };
 
+// Teacher-forced target logits for the same tokens along two batch shapes (chunk_a and chunk_b
+// positions per sequence per llama_decode, all sequences together): the target's own numeric
+// noise, the control the lossless verdict is judged against. One entry per position.
+struct NoiseProbe {
+    std::vector<int32_t> seq, index;   // sequence, generated index
+    std::vector<float> max_abs_delta;  // max over the vocabulary of |l_a - l_b|
+    std::vector<float> spread;         // max(l_a - l_b) - min(l_a - l_b): the most any pairwise
+                                       // logit gap moved between the two shapes
+    std::vector<int32_t> argmax_a, argmax_b;
+};
+
+// The spec output fed back through the target along the baseline's path (one token per sequence
+// per step): at each generated index, what the baseline's rule picks there and how far the
+// emitted token is from that pick. One entry per position.
+struct ReplayCheck {
+    std::vector<int32_t> seq, index, emitted, pick;
+    std::vector<float> gap;           // logit[pick] - logit[emitted] (0 where they agree)
+    std::vector<double> u;            // sampling: the keyed uniform the baseline drew there
+    std::vector<double> cdf_lo, cdf_hi;  // sampling: [F(emitted - 1), F(emitted)) at the temperature
+};
+
+// Deliberate bugs for tests of the lossless verdict (never set in normal use): each breaks the
+// speculative loop the way real implementations have been broken.
+enum class Fault {
+    none,
+    rollback_short,   // the target cache rolls back one token too many (the last kept is lost)
+    rollback_long,    // the target cache keeps the first rejected draft
+    verify_position,  // each draft is judged by the target's logits one position late
+    seed_mixup,       // the target's samples in a round use the draft's random stream
+    bonus_from_q,     // the bonus token after a fully accepted round comes from the draft's q
+};
+
 class Engine {
 public:
+    struct Sequence;  // engine_internal.h
+    struct Context;   // engine_internal.h
+
     Engine(const std::string& target_path, const std::string& draft_path, const EngineParams& params);
     ~Engine();
     Engine(const Engine&) = delete;
@@ -124,15 +159,27 @@ public:
     ModelInfo draft_info() const;
     void close();
 
+    // Teacher-forced passes (replay.cpp). `forced[s]` are the tokens generated for prompt s
+    // (index 0 comes from the prompt's last logits). Both leave the KV cache to be rebuilt.
+    NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
+                             const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b);
+    ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
+                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed);
+
+    void inject_fault(Fault fault) { fault_ = fault; }  // tests only
+
 private:
-    struct Sequence;
-    struct Context;
+    using ForcedVisit = std::function<void(int seq, int64_t index, const float* logits)>;
+    void forced_pass(const std::vector<std::vector<int32_t>>& prompts,
+                     const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit);
 
     void require_open() const;  // throws once close() ran
     // Returns the prompts' shared prefix length (its KV cells are computed once).
     int validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const;
     void reset_memory();
-    void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams* sample_first);
+    // Called with the logits of each sequence's last prompt token (target prefill only).
+    using LastLogits = std::function<void(Sequence&, const float*)>;
+    void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const LastLogits& on_last);
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
     GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
@@ -146,6 +193,7 @@ private:
     Context* draft_ = nullptr;
     std::vector<int32_t> last_pending_;  // per sequence: last generated token, not yet in target KV
     std::vector<int32_t> last_n_past_;
+    Fault fault_ = Fault::none;
 };
 
 }  // namespace specnative

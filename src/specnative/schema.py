@@ -107,6 +107,18 @@ COLUMNS: tuple[Column, ...] = (
            "the sequence's own prompt in the chat template"),
     Column("prompts_sha256", "str", "sha256 of the token prompts the cell fed the models (exact identity)"),
     Column("context_sha256", "str", "sha256 of the documents the shared context was cut from (ctx_len > 0)"),
+    # --- the lossless verdict (lossless.py) -----------------------------------------------------
+    Column("verdict", "str", "exact (token-identical, per seed when sampling), numeric (every divergence within "
+           "the measured noise on forced replay) or fail (a bug: no number); lossless_ok = not fail (on rows)"),
+    Column("verdict_reason", "str", "where and by how much, in words (on rows)"),
+    Column("mismatches", "int", "replayed positions whose emitted token is not the baseline rule's pick (on rows)"),
+    Column("max_mismatch_gap", "float", "largest logit[pick] - logit[emitted] among the mismatches (on rows)"),
+    Column("noise_tolerance", "float", "the verdict's tolerance: SAFETY x noise_max_spread (on rows)"),
+    Column("noise_max_abs_delta", "float", "noise control: max |logit| change, baseline step vs verify batch, "
+           "same tokens teacher-forced, this cell's prompts and concurrency (on rows)"),
+    Column("noise_max_spread", "float", "noise control: most any pairwise logit gap moved between the shapes (on rows)"),
+    Column("noise_flips", "int", "noise control: positions whose greedy choice differed between the shapes (on rows)"),
+    Column("noise_positions", "int", "noise control: positions compared (on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

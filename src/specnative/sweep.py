@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import _core, stats, theory, workloads
+from specnative import _core, lossless, stats, theory, workloads
 from specnative.engine import ACCEPT_RULES, Engine, default_threads
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative import rundir
@@ -164,8 +164,14 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, **common)
     index, margin = first_divergence(base, spec)
-    return {"lossless_ok": index < 0, "lossless_method": method, "first_divergence": index,
-            "divergence_margin": margin}
+    control = lossless.measure_noise(engine, prompts, base.tokens, k)
+    verdict = lossless.judge(engine, prompts, base.tokens, spec.tokens, temperature, cfg.seed, control)
+    return {"lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
+            "divergence_margin": margin, "verdict": verdict.verdict, "verdict_reason": verdict.reason,
+            "mismatches": verdict.mismatches, "max_mismatch_gap": verdict.max_mismatch_gap,
+            "noise_tolerance": verdict.tolerance, "noise_max_abs_delta": control.max_abs_delta,
+            "noise_max_spread": control.max_spread, "noise_flips": control.flips,
+            "noise_positions": control.positions}
 
 
 def _median_row(results) -> dict:

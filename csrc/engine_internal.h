@@ -1,0 +1,102 @@
+// Engine internals shared by the engine's source files (engine.cpp: the decoding loops;
+// replay.cpp: teacher-forced passes for the lossless verdict). Not part of the public API.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+
+namespace specnative {
+
+// ---------------------------------------------------------------------------------------------
+// One llama_context with its reusable batch.
+// ---------------------------------------------------------------------------------------------
+struct Engine::Context {
+    llama_context* ctx = nullptr;
+    llama_batch batch{};
+    int n_batch = 0;
+    int n_vocab = 0;
+    const llama_vocab* vocab = nullptr;
+    // Prompt prefix whose KV cells sequence 0 still holds from the previous generate(): a repeat
+    // of the same long prompt (the sweep's ctx_len filler) is then not prefilled again.
+    std::vector<int32_t> cached_prefix;
+
+    Context(llama_model* model, const EngineParams& p) {
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = p.n_ctx;
+        cp.n_batch = p.n_batch;
+        cp.n_ubatch = p.n_batch;
+        cp.n_seq_max = p.n_seq_max;
+        cp.n_threads = p.n_threads;
+        cp.n_threads_batch = p.n_threads;
+        cp.flash_attn_type = static_cast<llama_flash_attn_type>(p.flash_attn);
+        cp.kv_unified = p.kv_unified;
+        cp.swa_full = true;  // sliding-window caches must keep rolled-back positions recoverable
+        cp.no_perf = true;
+        last_llama_errors();
+        ctx = llama_init_from_model(model, cp);
+        if (ctx == nullptr) {
+            throw std::runtime_error("llama.cpp could not create a context (n_ctx=" +
+                                     std::to_string(p.n_ctx) + "): " + last_llama_errors());
+        }
+        n_batch = p.n_batch;
+        batch = llama_batch_init(n_batch, 0, 1);
+        vocab = llama_model_get_vocab(model);
+        n_vocab = llama_vocab_n_tokens(vocab);
+    }
+    ~Context() {
+        llama_batch_free(batch);
+        llama_free(ctx);
+    }
+
+    void clear_batch() { batch.n_tokens = 0; }
+    bool batch_full() const { return batch.n_tokens >= n_batch; }
+
+    // Appends a token; returns its index in the batch (the logits row when `logits`).
+    int add(int32_t token, int32_t pos, int seq, bool logits) {
+        const int i = batch.n_tokens++;
+        batch.token[i] = token;
+        batch.pos[i] = pos;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = seq;
+        batch.logits[i] = logits;
+        return i;
+    }
+
+    // Decodes the batch and waits for the device, so that the caller's timer stops after the work.
+    void decode(const char* what) {
+        const int rc = llama_decode(ctx, batch);
+        if (rc != 0) {
+            throw std::runtime_error(std::string("llama_decode failed during ") + what +
+                                     " (code " + std::to_string(rc) +
+                                     (rc == 1 ? ": no KV slot, the context is too small" : "") +
+                                     "): " + last_llama_errors());
+        }
+        llama_synchronize(ctx);
+    }
+
+    const float* logits(int i) { return llama_get_logits_ith(ctx, i); }
+    llama_memory_t memory() { return llama_get_memory(ctx); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Per-sequence decoding state.
+// ---------------------------------------------------------------------------------------------
+struct Engine::Sequence {
+    int id = 0;                        // llama seq id, and the RNG's sequence key
+    std::vector<int32_t> prompt;
+    int32_t n_past_target = 0;         // tokens in the target KV cache
+    int32_t n_past_draft = 0;          // tokens in the draft KV cache
+    std::vector<int32_t> draft_todo;   // emitted tokens the draft has not consumed (ends in pending)
+    std::vector<int32_t> out;          // generated tokens; out.back() is pending (not in target KV)
+    std::vector<float> margins;
+    bool done = false;
+    SeqCounts counts;
+
+    int32_t pending() const { return out.back(); }
+    int64_t next_index() const { return static_cast<int64_t>(out.size()); }
+};
+
+}  // namespace specnative

@@ -1,0 +1,149 @@
+// Teacher-forced target passes: the evidence of the lossless verdict.
+//
+// forced_pass feeds given continuations through the target, `chunk` positions per sequence per
+// llama_decode with all sequences in the same batch (chunk 1 is the baseline's shape, k+1 a
+// verify batch's), and hands every position's logits to a visitor. On top of it:
+//   numeric_noise: the same tokens along two shapes -> how much the target's logits move by
+//                  batch shape alone (the control);
+//   replay:        a speculative output along the baseline's shape -> at each position, what the
+//                  baseline's rule picks and how far the emitted token is from it.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+#include "engine.h"
+#include "engine_internal.h"
+#include "sampling.h"
+
+namespace specnative {
+
+void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
+                         const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit) {
+    require_open();
+    if (forced.size() != prompts.size()) {
+        throw std::invalid_argument(std::to_string(prompts.size()) + " prompts but " +
+                                    std::to_string(forced.size()) + " forced continuations");
+    }
+    if (chunk < 1) throw std::invalid_argument("chunk must be at least 1");
+    if (static_cast<int64_t>(chunk) * static_cast<int64_t>(prompts.size()) > params_.n_batch) {
+        throw std::invalid_argument("chunk " + std::to_string(chunk) + " x " + std::to_string(prompts.size()) +
+                                    " sequences exceeds n_batch=" + std::to_string(params_.n_batch));
+    }
+    size_t longest = 0;
+    for (size_t s = 0; s < forced.size(); ++s) {
+        if (forced[s].empty()) throw std::invalid_argument("forced continuation " + std::to_string(s) + " is empty");
+        for (int32_t t : forced[s]) {
+            if (t < 0 || t >= target_->n_vocab) {
+                throw std::invalid_argument("forced continuation " + std::to_string(s) + " has token id " +
+                                            std::to_string(t) + " outside the vocabulary");
+            }
+        }
+        longest = std::max(longest, forced[s].size());
+    }
+    GenerateParams p;
+    p.n_predict = static_cast<int>(longest);
+    const int shared = validate(prompts, p);
+
+    std::vector<Sequence> seqs(prompts.size());
+    for (size_t s = 0; s < prompts.size(); ++s) {
+        seqs[s].id = static_cast<int>(s);
+        seqs[s].prompt = prompts[s];
+    }
+    last_pending_.clear();  // the KV state is the replay's from here on
+    last_n_past_.clear();
+    Context& t = *target_;
+    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); });
+
+    // Token i of a continuation sits at position prompt_len + i; its logits predict index i + 1.
+    std::vector<std::pair<int, int64_t>> rows;  // (sequence, index) of each batch row
+    for (size_t from = 0; from + 1 < longest; from += chunk) {
+        t.clear_batch();
+        rows.clear();
+        for (size_t s = 0; s < forced.size(); ++s) {
+            const size_t end = std::min(from + chunk, forced[s].size() - 1);
+            for (size_t i = from; i < end; ++i) {
+                t.add(forced[s][i], static_cast<int32_t>(prompts[s].size() + i), static_cast<int>(s), true);
+                rows.emplace_back(static_cast<int>(s), static_cast<int64_t>(i + 1));
+            }
+        }
+        if (rows.empty()) continue;
+        t.decode("teacher-forced pass");
+        for (size_t r = 0; r < rows.size(); ++r) visit(rows[r].first, rows[r].second, t.logits(static_cast<int>(r)));
+    }
+}
+
+NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
+                                 const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b) {
+    // Pass A's logits are kept whole (positions x vocabulary floats) so that pass B can compare
+    // every entry; offsets[s] is where sequence s starts in that buffer.
+    std::vector<size_t> offsets(forced.size() + 1, 0);
+    for (size_t s = 0; s < forced.size(); ++s) offsets[s + 1] = offsets[s] + forced[s].size();
+    require_open();
+    const size_t n_vocab = static_cast<size_t>(target_->n_vocab);
+    const double gib = static_cast<double>(offsets.back()) * n_vocab * sizeof(float) / (1ull << 30);
+    if (gib > 4.0) {
+        throw std::invalid_argument("numeric_noise would hold " + std::to_string(gib) +
+                                    " GiB of logits; give fewer or shorter continuations");
+    }
+    std::vector<float> logits_a(offsets.back() * n_vocab);
+    forced_pass(prompts, forced, chunk_a, [&](int s, int64_t index, const float* logits) {
+        std::copy(logits, logits + n_vocab, logits_a.begin() + (offsets[s] + index) * n_vocab);
+    });
+
+    NoiseProbe probe;
+    forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
+        const float* a = logits_a.data() + (offsets[s] + index) * n_vocab;
+        float max_abs = 0.0f, lo = INFINITY, hi = -INFINITY;
+        for (size_t v = 0; v < n_vocab; ++v) {
+            const float delta = a[v] - logits_b[v];
+            max_abs = std::max(max_abs, std::fabs(delta));
+            lo = std::min(lo, delta);
+            hi = std::max(hi, delta);
+        }
+        probe.seq.push_back(s);
+        probe.index.push_back(static_cast<int32_t>(index));
+        probe.max_abs_delta.push_back(max_abs);
+        probe.spread.push_back(hi - lo);
+        probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
+        probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
+    });
+    return probe;
+}
+
+ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
+                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
+    if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+        throw std::invalid_argument("temperature must be a finite number >= 0");
+    }
+    require_open();
+    const int32_t n_vocab = target_->n_vocab;
+    ReplayCheck check;
+    std::vector<float> probs;
+    forced_pass(prompts, forced, 1, [&](int s, int64_t index, const float* logits) {
+        const int32_t emitted = forced[s][index];
+        int32_t pick;
+        if (temperature <= 0.0f) {
+            pick = argmax(logits, n_vocab);
+        } else {  // the baseline's draw: inverse CDF at the position-keyed uniform
+            softmax(logits, n_vocab, temperature, probs);
+            const double u = keyed_uniform(seed, s, index, Stream::target);
+            pick = sample_from_weights(probs.data(), n_vocab, u);
+            double below = 0.0, total = 0.0;  // normalised as sample_from_weights does
+            for (int32_t v = 0; v < n_vocab; ++v) {
+                if (v == emitted) below = total;
+                total += probs[v];
+            }
+            check.u.push_back(u);
+            check.cdf_lo.push_back(below / total);
+            check.cdf_hi.push_back((below + probs[emitted]) / total);
+        }
+        check.seq.push_back(s);
+        check.index.push_back(static_cast<int32_t>(index));
+        check.emitted.push_back(emitted);
+        check.pick.push_back(pick);
+        check.gap.push_back(logits[pick] - logits[emitted]);
+    });
+    return check;
+}
+
+}  // namespace specnative

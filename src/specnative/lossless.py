@@ -1,0 +1,157 @@
+"""The lossless verdict of a speculative run: `exact`, `numeric` or `fail`.
+
+llama.cpp's logits depend on the batch shape (one token per baseline step vs k+1 per verify batch,
+and the number of sequences in it), so a correct speculative run can part from the baseline where
+the target's own choice was a near-tie. The verdict tells that apart from a bug:
+
+1. The **noise control** (`measure_noise`) feeds the same tokens through the target twice,
+   teacher-forced: one position per sequence per decode (the baseline's shape) and k+1 positions
+   per sequence per decode (a verify batch's), all sequences of the cell together. Per position it
+   records max |Δlogit| and the *spread* max(Δ) - min(Δ): the most that any pairwise logit gap
+   (the quantity a greedy or CDF decision depends on) moved between the two shapes.
+2. The **forced replay** (`judge`) feeds the speculative output through the target along the
+   baseline's path and checks every emitted token against what the baseline's rule picks there:
+   - greedy: emitted == argmax, or logit[argmax] - logit[emitted] <= tolerance;
+   - sampling (`match`, and the `rejection` rule's match proxy): emitted == the keyed inverse-CDF
+     draw, or the keyed uniform u lies within the tolerance's reach of the emitted token's CDF
+     interval (every logit may move by the tolerance: probability ratios by exp(tol / T)).
+   The tolerance is SAFETY x the largest spread the control measured in the same cell. And the
+   number of such near-tie mismatches must be what the control's flip rate allows: a bug that
+   only ever picks the runner-up would otherwise hide among near-ties.
+
+Verdicts: `exact` (token-identical to the baseline, per seed when sampling), `numeric` (every
+divergence explained by the measured noise), `fail` (anything else: a bug; the cell gives no
+number). `lossless_ok` is true for exact and numeric.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+EXACT, NUMERIC, FAIL = "exact", "numeric", "fail"
+VERDICTS = (EXACT, NUMERIC, FAIL)
+
+# The tolerance is this many times the largest gap movement the control saw: the control samples
+# a few hundred positions, the run's own wobble can exceed its maximum somewhat.
+SAFETY = 1.25
+# Near-tie mismatches allowed: the 99.9 % Poisson quantile of the control's flip rate (upper
+# bound by the rule of three when it saw none) times the positions checked.
+FLIP_QUANTILE = 0.999
+
+
+@dataclass(frozen=True)
+class NoiseControl:
+    """The target's own numeric noise between the baseline's and the verify batch's shapes."""
+
+    positions: int
+    chunk: int                # positions per sequence per decode on the verify side (k + 1)
+    concurrency: int
+    max_abs_delta: float      # max |l_step - l_batch| over positions and vocabulary
+    q99_abs_delta: float      # 99th percentile over positions of the per-position max
+    max_spread: float         # max over positions of max(Δ) - min(Δ)
+    q99_spread: float
+    flips: int                # positions where the greedy choice differs between the shapes
+
+    @property
+    def tolerance(self) -> float:
+        return SAFETY * self.max_spread
+
+    @property
+    def flip_rate_bound(self) -> float:
+        """Upper bound on the per-position flip rate (rule of three when no flip was seen)."""
+        return (self.flips + 3) / max(self.positions, 1)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "tolerance": self.tolerance}
+
+
+def measure_noise(engine, prompts, tokens: list, k: int) -> NoiseControl:
+    """The control, on demand: teacher-force `tokens` (one continuation per prompt, e.g. a
+    baseline run's output) along 1 and k+1 positions per sequence per decode."""
+    prompts = engine.to_token_prompts(prompts)
+    forced = [list(map(int, t)) for t in tokens]
+    raw = engine._core.numeric_noise(prompts, forced, 1, k + 1)
+    max_abs, spread = raw["max_abs_delta"], raw["spread"]
+    return NoiseControl(
+        positions=int(max_abs.size), chunk=k + 1, concurrency=len(prompts),
+        max_abs_delta=float(max_abs.max(initial=0.0)),
+        q99_abs_delta=float(np.quantile(max_abs, 0.99)) if max_abs.size else 0.0,
+        max_spread=float(spread.max(initial=0.0)),
+        q99_spread=float(np.quantile(spread, 0.99)) if spread.size else 0.0,
+        flips=int(np.count_nonzero(raw["argmax_a"] != raw["argmax_b"])))
+
+
+def within_reach(u, cdf_lo, cdf_hi, tolerance: float, temperature: float):
+    """Whether u could fall in [cdf_lo, cdf_hi) once every logit moves by up to `tolerance`:
+    the mass below the token can shrink, and the mass up to it grow, by a factor exp(tol / T)."""
+    e = math.exp(min(tolerance / temperature, 700.0))
+    lo_min = cdf_lo / (cdf_lo + (1.0 - cdf_lo) * e)
+    hi_max = cdf_hi * e / (cdf_hi * e + (1.0 - cdf_hi))
+    return (lo_min <= u) & (u < hi_max)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    reason: str
+    first_divergence: int     # first generated index where spec and baseline differ (-1: none)
+    mismatches: int           # replayed positions whose emitted token is not the baseline rule's pick
+    max_mismatch_gap: float   # largest logit[pick] - logit[emitted] among them (NaN: none)
+    tolerance: float
+    positions: int            # positions replayed
+
+    @property
+    def lossless_ok(self) -> bool:
+        return self.verdict != FAIL
+
+
+def first_divergence(base_tokens, spec_tokens) -> tuple[int, int]:
+    """(index, sequence) of the earliest generated index where any sequence differs, (-1, -1)."""
+    best = (-1, -1)
+    for s, (a, b) in enumerate(zip(base_tokens, spec_tokens)):
+        n = min(len(a), len(b))
+        diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+        index = int(diff[0]) if diff.size else (n if len(a) != len(b) else -1)
+        if index >= 0 and (best[0] < 0 or index < best[0]):
+            best = (index, s)
+    return best
+
+
+def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: float,
+          seed: int, control: NoiseControl) -> Verdict:
+    """The verdict of one speculative run against its baseline (same prompts, seed, T)."""
+    prompts = engine.to_token_prompts(prompts)
+    index, _ = first_divergence(base_tokens, spec_tokens)
+    if index < 0:
+        return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else ""),
+                       -1, 0, math.nan, control.tolerance, sum(len(t) for t in spec_tokens))
+    replay = engine._core.replay(prompts, [list(map(int, t)) for t in spec_tokens], float(temperature), int(seed))
+    mismatch = replay["pick"] != replay["emitted"]
+    n_mismatch = int(mismatch.sum())
+    gaps = replay["gap"][mismatch]
+    max_gap = float(gaps.max()) if gaps.size else math.nan
+    tol = control.tolerance
+    if temperature > 0:
+        explained = within_reach(replay["u"][mismatch], replay["cdf_lo"][mismatch], replay["cdf_hi"][mismatch],
+                                 tol, temperature)
+    else:
+        explained = gaps <= tol
+    allowed = int(stats.poisson.ppf(FLIP_QUANTILE, control.flip_rate_bound * replay["pick"].size))
+    positions = int(replay["pick"].size)
+    if not explained.all():
+        where = np.flatnonzero(mismatch)[np.flatnonzero(~explained)[0]]
+        reason = (f"seq {int(replay['seq'][where])} index {int(replay['index'][where])}: emitted "
+                  f"{int(replay['emitted'][where])}, the baseline rule picks {int(replay['pick'][where])} "
+                  f"(logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g})")
+        return Verdict(FAIL, reason, index, n_mismatch, max_gap, tol, positions)
+    if n_mismatch > allowed:
+        reason = (f"{n_mismatch} near-tie mismatches in {positions} positions; the noise control's flip "
+                  f"rate allows {allowed}")
+        return Verdict(FAIL, reason, index, n_mismatch, max_gap, tol, positions)
+    reason = (f"{n_mismatch} mismatch(es) in {positions} positions, each within the measured noise "
+              f"(largest gap {max_gap:.3g} <= tolerance {tol:.3g})" if n_mismatch else
+              "differs from the baseline run, yet every emitted token is the baseline rule's pick on replay")
+    return Verdict(NUMERIC, reason, index, n_mismatch, max_gap, tol, positions)

@@ -1,0 +1,160 @@
+"""The lossless verdict (lossless.py): the noise control, forced replay, and planted bugs.
+
+The correct engine must never get `fail`; each planted bug (a switch in the C++ loop that only
+tests reach) must end as `fail`. Runs use the noisy tiny pair (some drafts rejected) at
+concurrency 3, so rollback and acceptance paths are exercised on every round shape.
+"""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from specnative import lossless
+from specnative.lossless import EXACT, FAIL, NUMERIC
+
+from conftest import PROMPTS
+
+N_PREDICT = 32
+GREEDY_BUGS = ("rollback_short", "rollback_long", "verify_position", "bonus_from_q")
+SAMPLING_BUGS = ("seed_mixup", "bonus_from_q", "rollback_short")
+
+
+def verdict_of(engine, k=4, temperature=0.0, seed=0, fault="none", rule=None):
+    rule = rule or ("greedy" if temperature == 0 else "match")
+    base = engine.generate(PROMPTS, n_predict=N_PREDICT, temperature=temperature, seed=seed)
+    engine._core._inject_fault(fault)
+    try:
+        spec = engine.generate(PROMPTS, n_predict=N_PREDICT, temperature=temperature, seed=seed, spec=True,
+                               k=k, accept_rule=rule)
+    finally:
+        engine._core._inject_fault("none")
+    control = lossless.measure_noise(engine, PROMPTS, base.tokens, k)
+    return lossless.judge(engine, PROMPTS, base.tokens, spec.tokens, temperature, seed, control), spec
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_correct_engine_is_never_fail_greedy(noisy_engine, k):
+    v, spec = verdict_of(noisy_engine, k=k)
+    assert v.verdict in (EXACT, NUMERIC), v.reason
+    assert 0 < spec.draft_accept_rate < 1  # drafts were both accepted and rejected
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_correct_engine_is_never_fail_sampling(noisy_engine, seed):
+    v, _ = verdict_of(noisy_engine, temperature=0.9, seed=seed)
+    assert v.verdict in (EXACT, NUMERIC), v.reason
+
+
+def test_exact_copy_draft_is_exact(copy_engine):
+    v, spec = verdict_of(copy_engine)
+    assert v.verdict == EXACT and v.first_divergence == -1
+
+
+@pytest.mark.parametrize("fault", GREEDY_BUGS)
+def test_planted_bug_fails_greedy(noisy_engine, fault):
+    v, _ = verdict_of(noisy_engine, fault=fault)
+    assert v.verdict == FAIL, (fault, v)
+    assert v.first_divergence >= 0 and v.mismatches > 0
+
+
+@pytest.mark.parametrize("fault", SAMPLING_BUGS)
+def test_planted_bug_fails_sampling(noisy_engine, fault):
+    # k = 1: fully accepted rounds (where a bonus token is drawn) are common
+    v, spec = verdict_of(noisy_engine, k=1, temperature=0.9, seed=5, fault=fault)
+    assert spec.totals["accept_len_hist"][-1] > 0
+    assert v.verdict == FAIL, (fault, v)
+
+
+def test_noise_control_covers_every_position(noisy_engine):
+    base = noisy_engine.generate(PROMPTS, n_predict=N_PREDICT)
+    control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, k=4)
+    assert control.positions == sum(len(t) for t in base.tokens)
+    assert control.chunk == 5 and control.concurrency == len(PROMPTS)
+    assert 0 <= control.max_abs_delta <= control.max_spread <= 2 * control.max_abs_delta + 1e-6
+    assert control.tolerance == pytest.approx(lossless.SAFETY * control.max_spread)
+
+
+def test_noise_control_is_zero_for_identical_shapes(noisy_engine):
+    base = noisy_engine.generate(PROMPTS, n_predict=8)
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    raw = noisy_engine._core.numeric_noise(prompts, [t.tolist() for t in base.tokens], 1, 1)
+    assert float(raw["max_abs_delta"].max()) == 0.0  # same shape twice: bit-identical on CPU
+
+
+def test_replay_of_the_baseline_picks_its_own_tokens(noisy_engine):
+    base = noisy_engine.generate(PROMPTS, n_predict=N_PREDICT, temperature=0.7, seed=3)
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    r = noisy_engine._core.replay(prompts, [t.tolist() for t in base.tokens], 0.7, 3)
+    assert (r["pick"] == r["emitted"]).all()
+    assert ((r["cdf_lo"] <= r["u"]) & (r["u"] < r["cdf_hi"])).all()
+
+
+def test_replay_refuses_bad_input(noisy_engine):
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    with pytest.raises(ValueError, match="forced continuations"):
+        noisy_engine._core.replay(prompts, [[1]], 0.0, 0)
+    with pytest.raises(ValueError, match="empty"):
+        noisy_engine._core.replay(prompts, [[1], [], [2]], 0.0, 0)
+    with pytest.raises(ValueError, match="vocabulary"):
+        noisy_engine._core.replay(prompts, [[1], [10**7], [2]], 0.0, 0)
+    with pytest.raises(ValueError, match="unknown fault"):
+        noisy_engine._core._inject_fault("typo")
+
+
+# --- the decision rules on synthetic replays ------------------------------------------------
+class FakeEngine:
+    """Hands judge() a prepared replay (no model): isolates the verdict's arithmetic."""
+
+    def __init__(self, replay):
+        self._core = SimpleNamespace(replay=lambda *args: replay)
+
+    @staticmethod
+    def to_token_prompts(prompts):
+        return prompts
+
+
+def fake_replay(picks, emitted, gaps):
+    n = len(picks)
+    return {"seq": np.zeros(n, np.int32), "index": np.arange(n, dtype=np.int32),
+            "pick": np.asarray(picks), "emitted": np.asarray(emitted), "gap": np.asarray(gaps, np.float32),
+            "u": np.zeros(0), "cdf_lo": np.zeros(0), "cdf_hi": np.zeros(0)}
+
+
+def control(spread, flips=0, positions=400):
+    return lossless.NoiseControl(positions=positions, chunk=5, concurrency=1, max_abs_delta=spread / 2,
+                                 q99_abs_delta=spread / 2, max_spread=spread, q99_spread=spread, flips=flips)
+
+
+def test_a_near_tie_within_tolerance_is_numeric_and_beyond_it_fail():
+    picks, emitted = [5] * 40, [5] * 40
+    emitted[10] = 6
+    gaps = [0.0] * 40
+    gaps[10] = 0.3
+    engine = FakeEngine(fake_replay(picks, emitted, gaps))
+    base, spec = [[5] * 40], [emitted]
+    assert lossless.judge(engine, [[1]], base, spec, 0.0, 0, control(spread=0.4)).verdict == NUMERIC
+    v = lossless.judge(engine, [[1]], base, spec, 0.0, 0, control(spread=0.2))
+    assert v.verdict == FAIL and "index 10" in v.reason
+
+
+def test_too_many_near_ties_fail_even_within_tolerance():
+    """A bug that always takes the runner-up of close calls hides among near-ties one by one."""
+    n = 400
+    emitted = [5 if i % 10 else 6 for i in range(n)]  # 40 mismatches, each tiny
+    gaps = [0.0 if i % 10 else 0.01 for i in range(n)]
+    engine = FakeEngine(fake_replay([5] * n, emitted, gaps))
+    v = lossless.judge(engine, [[1]], [[5] * n], [emitted], 0.0, 0, control(spread=1.0, flips=0))
+    assert v.verdict == FAIL and "near-tie" in v.reason
+
+
+def test_within_reach_widens_the_cdf_interval_with_the_tolerance():
+    lo, hi, temperature = np.array([0.40]), np.array([0.50]), 1.0
+    assert not lossless.within_reach(np.array([0.52]), lo, hi, 0.0, temperature)[0]
+    assert lossless.within_reach(np.array([0.45]), lo, hi, 0.0, temperature)[0]
+    assert lossless.within_reach(np.array([0.52]), lo, hi, 0.1, temperature)[0]   # hi grows to ~0.525
+    assert not lossless.within_reach(np.array([0.60]), lo, hi, 0.1, temperature)[0]
+    assert lossless.within_reach(np.array([0.60]), lo, hi, 1.0, temperature)[0]
+    assert math.isclose(lossless.NoiseControl(1, 5, 1, 0, 0, 0, 0, 0).flip_rate_bound, 3.0)
