@@ -1,0 +1,217 @@
+"""Misuse must not crash the interpreter or lose a result (issue 10): threads sharing an engine,
+parameter combinations llama.cpp would abort on, non-UTF-8 output, draft vocabularies of another
+size, prompts of the wrong shape. Whatever could crash runs in a subprocess, so that a crash
+fails the test instead of killing pytest."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import gguf
+import numpy as np
+import pytest
+
+from specnative import Engine
+from specnative.models import write_tiny_llama
+
+from conftest import ENGINE_KW, PROMPTS
+
+BYTE_E4 = 3 + 0xE4  # the tiny vocabulary's byte token <0xE4>: a UTF-8 lead byte, never valid alone
+
+
+def run_isolated(code: str, timeout: float = 90) -> str:
+    """Runs `code` in a fresh interpreter; a signal (SIGSEGV, SIGABRT) or an exception fails the
+    test with its output. Returns stdout."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode < 0:
+        pytest.fail(f"the interpreter died with signal {-proc.returncode}:\n{proc.stdout}\n{proc.stderr[-3000:]}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def byte_model(model_dir):
+    """The tiny target with the byte token <0xE4> made the overwhelming favourite: every
+    generated token is that byte, so no generated text is valid UTF-8."""
+    path = model_dir / "byte-e4.gguf"
+    if not path.exists():
+        source = write_tiny_llama(model_dir / "byte-e4-source.gguf")
+        shutil.copy(source, path)
+        reader = gguf.GGUFReader(path, "r+")
+        output = next(t for t in reader.tensors if t.name == "output.weight").data
+        output[BYTE_E4, :] = 0.0
+        output[BYTE_E4, 0] = 50.0  # reads the constant residual channel: a large logit everywhere
+        del output, reader
+    return path
+
+
+# --- threads -----------------------------------------------------------------------------------
+def test_threads_sharing_an_engine_are_serialized(noisy_pair):
+    target, draft = noisy_pair
+    out = run_isolated(f"""
+        import threading, time
+        import numpy as np
+        from specnative import Engine
+        engine = Engine({str(target)!r}, {str(draft)!r}, n_ctx=2048, n_batch=256, n_seq_max=4, n_threads=1)
+        prompts = ["The city of", "Hello"]
+        reference = {{spec: engine.generate(prompts, n_predict=30, spec=spec, k=3).tokens for spec in (False, True)}}
+        results, errors = [], []
+
+        def work(spec):
+            try:
+                for _ in range(4):
+                    results.append((spec, engine.generate(prompts, n_predict=30, spec=spec, k=3).tokens))
+                    engine.tokenize("more text"), engine.n_ctx
+            except Exception as error:
+                errors.append(repr(error))
+
+        threads = [threading.Thread(target=work, args=(i % 2 == 1,)) for i in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        assert not errors, errors
+        assert len(results) == 16
+        for spec, tokens in results:  # no run saw another's KV state
+            assert all(np.array_equal(a, b) for a, b in zip(tokens, reference[spec]))
+        print("serialized ok")
+        """)
+    assert "serialized ok" in out
+
+
+def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
+    target, draft = noisy_pair
+    out = run_isolated(f"""
+        import threading, time
+        from specnative import Engine
+        engine = Engine({str(target)!r}, {str(draft)!r}, n_ctx=2048, n_batch=256, n_seq_max=4, n_threads=1)
+        outcome = {{}}
+        started = threading.Event()
+
+        def long_run(spec):
+            started.set()
+            try:
+                outcome[spec] = engine.generate(["The"] * 4, n_predict=480, spec=spec, k=3)
+            except Exception as error:
+                outcome[spec] = error
+
+        runs = [threading.Thread(target=long_run, args=(spec,)) for spec in (False, True)]
+        for t in runs: t.start()
+        started.wait(); time.sleep(0.2)
+        engine.close()          # returns only once no call runs
+        for t in runs: t.join(timeout=30)
+        assert not any(t.is_alive() for t in runs)
+        for spec, result in outcome.items():
+            # stopped mid-way (RuntimeError), refused (closed first), or finished before close
+            assert isinstance(result, (RuntimeError, ValueError)) or result.decode_tokens > 0, result
+            print(spec, type(result).__name__, result if isinstance(result, Exception) else "finished")
+        assert any(isinstance(r, RuntimeError) and "closed" in str(r) for r in outcome.values())
+        for call in (lambda: engine.generate("The", n_predict=2), lambda: engine.tokenize("x"),
+                     lambda: engine.prompt_logits([5, 6]), lambda: engine.n_ctx, engine.close):
+            try:
+                call()
+            except ValueError as error:
+                assert "closed" in str(error)
+            else:
+                assert call == engine.close  # closing twice is harmless
+        print("close ok")
+        """)
+    assert "close ok" in out
+
+
+# --- parameters llama.cpp would abort on -----------------------------------------------------------
+def test_combinations_llama_cpp_asserts_on_are_refused(noisy_pair):
+    target, draft = noisy_pair
+    out = run_isolated(f"""
+        from specnative import Engine
+        T, D = {str(target)!r}, {str(draft)!r}
+
+        def refused(make, needle):
+            try:
+                make()
+            except ValueError as error:
+                assert needle in str(error), error
+                print("refused:", error)
+            else:
+                raise AssertionError("accepted: " + needle)
+
+        refused(lambda: Engine(T, n_ctx=256, n_batch=2, n_seq_max=4, n_threads=1), "n_seq_max")
+        refused(lambda: Engine(T, n_ctx=16, n_batch=512, n_seq_max=32, n_threads=1), "capped at n_ctx")
+        with Engine(T, D, n_ctx=256, n_batch=64, n_seq_max=2, n_threads=1) as engine:
+            refused(lambda: engine.prompt_logits([]), "empty")
+            refused(lambda: engine.generate([[]], n_predict=2), "empty")
+            refused(lambda: engine.generate("The", n_predict=2, spec=True, k=2**31 - 1), "k=")
+            refused(lambda: engine.generate("The", n_predict=2**31), "n_predict")
+            refused(lambda: engine.pending_logits(0), "no sequence")
+        # n_batch above n_ctx: llama.cpp caps it at n_ctx; a prompt longer than the cap is chunked
+        with Engine(T, n_ctx=16, n_batch=512, n_seq_max=1, n_threads=1) as engine:
+            result = engine.generate([list(range(300, 400))], n_predict=4)
+            assert len(result.tokens[0]) == 4
+        print("all refused")
+        """)
+    assert "all refused" in out
+
+
+# --- texts never cost the measurement --------------------------------------------------------------
+@pytest.mark.parametrize("kwargs", [
+    {}, {"temperature": 1.0, "seed": 3}, {"spec": True, "k": 3},
+    {"spec": True, "k": 3, "temperature": 1.0, "accept_rule": "rejection"},
+])
+def test_non_utf8_output_keeps_tokens_counts_and_timers(byte_model, kwargs):
+    with Engine(byte_model, byte_model, n_ctx=512, n_seq_max=2, **ENGINE_KW) as engine:
+        result = engine.generate(["The city of", "Hello"], n_predict=7, **kwargs)
+    for tokens, text in zip(result.tokens, result.texts):
+        assert tokens.tolist() == [BYTE_E4] * 7
+        assert text == "\ufffd" * 7  # each lone lead byte decodes to U+FFFD
+    assert result.decode_tokens == 2 * 6 and result.tps > 0
+    if kwargs.get("spec"):
+        assert result.totals["drafted"] > 0
+
+
+def test_detokenize_replaces_a_character_cut_in_the_middle(noisy_engine):
+    euro = [3 + b for b in "€".encode()]  # three byte tokens
+    assert noisy_engine.detokenize(euro) == "€"
+    assert noisy_engine.detokenize(euro[:2]) == "\ufffd"
+    ids = noisy_engine.tokenize("Hello", add_special=False).tolist()
+    assert noisy_engine.detokenize(ids + euro[:1]).startswith("Hello")
+
+
+# --- vocabularies of another size: refused at load, both directions --------------------------------
+@pytest.mark.parametrize("target_vocab, draft_vocab, word", [(960, None, "larger"), (None, 960, "smaller")])
+def test_draft_vocabulary_of_another_size_is_refused_at_load(model_dir, target_vocab, draft_vocab, word):
+    target = write_tiny_llama(model_dir / f"vocab-t{target_vocab}.gguf", n_vocab=target_vocab)
+    draft = write_tiny_llama(model_dir / f"vocab-d{draft_vocab}.gguf", n_vocab=draft_vocab)
+    with pytest.raises(ValueError, match=f"draft vocabulary .* is {word} than the target's"):
+        Engine(target, draft, n_ctx=256, **ENGINE_KW)
+
+
+# --- prompt shapes ----------------------------------------------------------------------------------
+def test_a_2d_array_is_one_prompt_per_row(noisy_engine):
+    rows = np.array([[300, 301, 302], [310, 311, 312]], dtype=np.int64)
+    assert noisy_engine.to_token_prompts(rows) == rows.tolist()
+    assert noisy_engine.to_token_prompts(rows[0]) == [rows[0].tolist()]
+    together = noisy_engine.generate(rows, n_predict=5)
+    assert len(together.tokens) == 2
+    np.testing.assert_array_equal(together.tokens[1], noisy_engine.generate(rows[1], n_predict=5).tokens[0])
+
+
+@pytest.mark.parametrize("prompts, message", [
+    (np.zeros((2, 2, 2), dtype=np.int32), "3-D"),
+    ([True, False, True], "integer token ids"),
+    (np.array([True, False]), "integer token ids"),
+    ([[300, True]], "integer token ids"),
+    (np.array([300.0, 301.0]), "integer token ids"),
+    ([[[300, 301]]], "1-D"),
+    ([[300, 2**40]], "outside the vocabulary"),
+    (["a\ud800"], "UTF-8"),
+])
+def test_malformed_prompts_are_refused(noisy_engine, prompts, message):
+    with pytest.raises(ValueError, match=message):
+        noisy_engine.generate(prompts, n_predict=2)
+
+
+def test_out_of_range_integers_are_value_errors(noisy_engine):
+    for kwargs in ({"n_predict": 2**40}, {"k": 2**33, "spec": True}, {"seed": 2**64}, {"n_predict": True}):
+        with pytest.raises(ValueError):
+            noisy_engine.generate(PROMPTS[0], **kwargs)
