@@ -1,80 +1,132 @@
 #!/usr/bin/env bash
-# GPU check, one script, no network: build specnative with CUDA for this GPU, run the test suite
-# with every layer offloaded, a short sweep and the peer table, and put everything in one folder.
+# GPU check, one prepared command for a GPU machine without network (Python 3.12, many cores):
+# build only the small extension against llama.cpp/ggml-cuda libraries compiled beforehand on a
+# machine with nvcc, then run the test suite with every layer offloaded, a short sweep, the
+# timer coverage per row and the peer table (llama-bench, llama-speculative-simple, -ngl 99).
 #
-#   here:        bash bench/prepare_device_carry.sh          (packs .carry/: llama.cpp + wheels)
-#   on the GPU:  bash bench/gpu_check.sh [OUT_DIR]           (device tool: carry [".carry"])
+#   here, once:   bash bench/build_cuda.sh                (sm_90 libraries; long on 2 cores)
+#   here:         bash bench/prepare_device_carry.sh      (fills .carry/, checks the 64 MiB limit)
+#   on the GPU:   bash bench/gpu_check.sh                 (device tool: carry [".carry/main"], timeout_s 540)
+#   dry run here: bash bench/prepare_device_carry.sh --dry-run   (CPU libraries, a clean venv)
 #
-# Env: CUDA_ARCH (default: what nvidia-smi reports, e.g. 90 on an H200), JOBS (default: nproc),
-#      GEMMA_GGUF=/path/gemma-3-270m-Q4_K_M.gguf to add the Gemma rows (too big to carry).
-# Sized for ~12 minutes on an H200 box: ggml-cuda for one architecture, FA kernels for f16 only.
+# Chunks are read from CARRY_DIR (.carry/main) and from /tmp/specnative-carry/, where earlier calls
+# on the same (still warm) machine copied what did not fit one call (bench/prepare_device_carry.sh
+# prints those calls); the Gemma rows run when the model's chunks are there.
+# Env: PREBUILT_NAME (cuda; cpu for the dry run), CARRY_DIR, PYTHON (python3), FA (on), WORKDIR
+#      (/tmp/specnative-gpu-check), step time limits T_BUILD T_TESTS T_SWEEP T_PEERS (seconds).
+# Outputs in OUT_DIR (argument, else $OUT, else bench/results/gpu-check), at most 8 plain files:
+#   gpu_check.log (every step and table), build.log, pytest.log, results.tar.gz (sweeps, peers).
+# Each step has a time limit so that the whole run stays within ~7 minutes even when one hangs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT_DIR=${1:-${OUT:-bench/results}/gpu-check}
-mkdir -p "$OUT_DIR"
+OUT_DIR=${1:-${OUT:-bench/results/gpu-check}}
+OUT_DIR=$(mkdir -p "$OUT_DIR" && cd "$OUT_DIR" && pwd)
+PREBUILT_NAME=${PREBUILT_NAME:-cuda}
+CARRY_DIR=${CARRY_DIR:-.carry/main}
+PYTHON=${PYTHON:-python3}
+FA=${FA:-on}
+WORKDIR=${WORKDIR:-/tmp/specnative-gpu-check}
+T_BUILD=${T_BUILD:-150} T_TESTS=${T_TESTS:-120} T_SWEEP=${T_SWEEP:-120} T_PEERS=${T_PEERS:-75}
 LOG="$OUT_DIR/gpu_check.log"
 exec > >(tee -a "$LOG") 2>&1
 t0=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 export PYTHONUNBUFFERED=1
+RESULTS="$WORKDIR/results"
+rm -rf "$WORKDIR" && mkdir -p "$WORKDIR/site" "$RESULTS"
+pack() {  # the few files that come back; called at the end and kept current after each step
+  tar -czf "$OUT_DIR/results.tar.gz" -C "$RESULTS" . 2>/dev/null
+}
 
 step "hardware"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv || echo "no nvidia-smi"
-nvcc --version | tail -1 || echo "no nvcc"
-CUDA_ARCH=${CUDA_ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')}
-CUDA_ARCH=${CUDA_ARCH:-90}
-JOBS=${JOBS:-$(nproc)}
-echo "CUDA_ARCH=$CUDA_ARCH JOBS=$JOBS"
+nvcc --version 2>/dev/null | tail -1 || echo "no nvcc"
+"$PYTHON" --version
+echo "cores: $(nproc)"
 
-step "inputs carried from a machine with network"
-if [ ! -d vendor/llama.cpp ] && [ -f .carry/llama.cpp-trimmed.tar.gz ]; then
-  tar -C vendor -xzf .carry/llama.cpp-trimmed.tar.gz
-  # derived from the pinned, hash-checked source: mark it so the build reuses it offline
-  python3 -c "import json;print(json.load(open('vendor/llama.cpp.lock'))['sha256'])" > vendor/llama.cpp/.specnative-pin
+step "prebuilt llama.cpp ($PREBUILT_NAME) from $CARRY_DIR and /tmp/specnative-carry"
+CHUNKS="$WORKDIR/chunks"  # links to every chunk that arrived, wherever it arrived
+mkdir -p "$CHUNKS"
+for f in "$CARRY_DIR"/* /tmp/specnative-carry/*; do
+  [ -f "$f" ] && ln -sf "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$CHUNKS/"
+done
+if ! (cd "$CHUNKS" && sha256sum -c --quiet "$PREBUILT_NAME-prebuilt.sha256"); then
+  ls -la "$CHUNKS"; echo "PREBUILT CHUNKS MISSING OR DAMAGED"; exit 1
 fi
-if ls .carry/wheels/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --target /tmp/specnative-site .carry/wheels/*.whl
-  export PYTHONPATH=/tmp/specnative-site${PYTHONPATH:+:$PYTHONPATH}
+cat "$CHUNKS"/$PREBUILT_NAME-prebuilt.tar.xz.part* | xz -d | tar -C "$WORKDIR" -xf -
+PREBUILT="$WORKDIR/$PREBUILT_NAME-prebuilt"
+cat "$PREBUILT/specnative-llama-build.cmake"
+# The CUDA runtime and cuBLAS of this Python's nvidia packages, for the peer tools (the wheel's
+# own libraries also look in site-packages/nvidia/cu13/lib); the driver comes from the system.
+NV_LIB=$("$PYTHON" -c "import nvidia, os; print(next((os.path.join(p, 'cu13', 'lib') for p in nvidia.__path__ if os.path.isdir(os.path.join(p, 'cu13', 'lib'))), ''))" 2>/dev/null)
+echo "nvidia libraries: ${NV_LIB:-none}"
+export LD_LIBRARY_PATH="$PREBUILT/lib${NV_LIB:+:$NV_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if [ -f "$PREBUILT/lib/libggml-cuda.so" ]; then
+  ldd "$PREBUILT/lib/libggml-cuda.so" | grep -E "cuda|cublas|not found"
 fi
 
-step "build (GGML_CUDA=ON, CMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH, peer tools in the same build)"
-export SPECNATIVE_CUDA=ON SPECNATIVE_PEER_TOOLS=ON CMAKE_BUILD_PARALLEL_LEVEL=$JOBS
-export CMAKE_ARGS="-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
-if ! python3 -m pip install --no-build-isolation --no-deps -v . > "$OUT_DIR/build.log" 2>&1; then
-  tail -40 "$OUT_DIR/build.log"; echo "BUILD FAILED"; exit 1
+step "Python packages carried as wheels"
+if ls "$CARRY_DIR"/wheels/*.whl >/dev/null 2>&1; then
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$WORKDIR/site" "$CARRY_DIR"/wheels/*.whl
 fi
-grep -E "specnative: (CUDA|CPU flags)|SPECNATIVE_CUDA=ON but" "$OUT_DIR/build.log" | head -3
-cd /tmp && python3 -c "import specnative; print(specnative.build_info())"; cd - >/dev/null
-BIN_DIR=$(dirname "$(find build -name llama-bench -type f | head -1)")
-echo "peer tools in $BIN_DIR"
+export PYTHONPATH="$WORKDIR/site${PYTHONPATH:+:$PYTHONPATH}"
 
-step "test suite, all layers on the GPU"
-SPECNATIVE_TEST_NGL=-1 python3 -m pytest -q -x --durations=5 -p no:cacheprovider > "$OUT_DIR/pytest.log" 2>&1
+step "build the extension only (SPECNATIVE_PREBUILT_LLAMA, limit ${T_BUILD}s)"
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+if ! timeout "$T_BUILD" "$PYTHON" -m pip install --no-build-isolation --no-deps --no-compile -v \
+     --target "$WORKDIR/site" -C build-dir="$WORKDIR/ext-build" \
+     -C cmake.define.SPECNATIVE_PREBUILT_LLAMA="$PREBUILT" . > "$OUT_DIR/build.log" 2>&1; then
+  tail -40 "$OUT_DIR/build.log"; echo "BUILD FAILED"; pack; exit 1
+fi
+grep -E "specnative: prebuilt" "$OUT_DIR/build.log" | head -2
+(cd "$WORKDIR" && "$PYTHON" -c "import specnative; print(specnative.__file__); print(specnative.build_info())")
+
+step "test suite, all layers on the GPU (limit ${T_TESTS}s)"
+SPECNATIVE_TEST_NGL=-1 timeout "$T_TESTS" "$PYTHON" -m pytest -q -x --durations=5 -p no:cacheprovider \
+  > "$OUT_DIR/pytest.log" 2>&1
 echo "pytest exit $?"; tail -15 "$OUT_DIR/pytest.log"
 
-step "short sweep: tiny preset, ctx 0/8192, concurrency 1/4/8"
-python3 -m specnative.sweep --preset tiny --ctx-len 0,8192 -np 1,4,8 -ngl -1 -r 3 -o "$OUT_DIR/sweep-tiny"
-if [ -n "${GEMMA_GGUF:-}" ] && [ -f "$GEMMA_GGUF" ]; then
-  step "short sweep: gemma3-270m"
-  python3 -c "from specnative.engine import quantize; quantize('$GEMMA_GGUF', '/tmp/gemma-Q8_0.gguf', 'Q8_0')"
-  python3 -m specnative.sweep -m "$GEMMA_GGUF" -m /tmp/gemma-Q8_0.gguf -md "$GEMMA_GGUF" \
-      --ctx-len 0,8192 -np 1,4,8 -ngl -1 -r 3 -n 64 -o "$OUT_DIR/sweep-gemma"
+step "short sweep: tiny preset, ctx 0/8192, concurrency 1/4/8, -ngl -1 -fa $FA (limit ${T_SWEEP}s)"
+timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0,8192 -np 1,4,8 -ngl -1 -fa "$FA" \
+  -r 3 --max-repeats 5 -o "$RESULTS/sweep-tiny" | tail -25
+pack
+GEMMA_GGUF=""
+if [ -f "$CHUNKS/gemma.sha256" ]; then
+  cat "$CHUNKS"/gemma-Q4_K_M.gguf.part* > "$WORKDIR/gemma-Q4_K_M.gguf"
+  if (cd "$WORKDIR" && sha256sum -c --quiet "$CHUNKS/gemma.sha256"); then
+    GEMMA_GGUF="$WORKDIR/gemma-Q4_K_M.gguf"
+  else
+    echo "gemma chunks missing or damaged: no gemma rows"
+  fi
+fi
+if [ -n "$GEMMA_GGUF" ]; then
+  step "short sweep: gemma3-270m Q8_0 and Q4_K_M targets, Q4_K_M draft (limit ${T_SWEEP}s)"
+  "$PYTHON" -c "from specnative.engine import quantize; quantize('$GEMMA_GGUF', '$WORKDIR/gemma-Q8_0.gguf', 'Q8_0')"
+  timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep -m "$GEMMA_GGUF" -m "$WORKDIR/gemma-Q8_0.gguf" -md "$GEMMA_GGUF" \
+    --ctx-len 0,8192 -np 1,4,8 -ngl -1 -fa "$FA" -r 3 --max-repeats 5 -n 64 -o "$RESULTS/sweep-gemma" | tail -25
+  pack
 fi
 
-step "timers cover the wall time (sum of step timers / total, every row)"
-python3 - "$OUT_DIR" <<'PY'
-import sys, glob
+step "timers cover the wall time: (prefill + draft + verify + resample + decode) / total, every row"
+"$PYTHON" - "$RESULTS" <<'PY'
+import glob, sys
 from specnative.schema import read_traces
-for path in glob.glob(f"{sys.argv[1]}/sweep-*/traces.csv"):
+parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms", "decode_ms"]
+for path in sorted(glob.glob(f"{sys.argv[1]}/sweep-*/traces.csv")):
     t = read_traces(path)
-    parts = t[["prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms", "decode_ms"]].fillna(0)
-    cover = parts.sum(axis=1) / t["total_ms"]
-    print(f"{path}: min coverage {cover.min():.4f} over {len(t)} rows", "OK" if cover.min() >= 0.99 else "BELOW 0.99")
+    cover = t[parts].astype(float).fillna(0).sum(axis=1) / t["total_ms"].astype(float)
+    for _, row in t.assign(cover=cover).iterrows():
+        print(f"  {row['spec_decode']:>3} np={row['concurrency']} ctx={row['ctx_len']:>5} "
+              f"q{row['quant_bits']}: {row['cover']:.4f}")
+    print(f"{path}: min {cover.min():.4f} over {len(t)} rows", "OK" if cover.min() >= 0.99 else "BELOW 0.99")
 PY
 
-step "peers side by side (llama-bench, llama-speculative-simple)"
-python3 bench/peers.py --models tiny --gpu-layers -1 --tools-dir "$BIN_DIR" --out "$OUT_DIR" || echo "peers failed"
+step "peers side by side: llama-bench, llama-speculative-simple, -ngl 99 (limit ${T_PEERS}s)"
+timeout "$T_PEERS" "$PYTHON" bench/peers.py --models tiny --gpu-layers 99 --flash-attn "$FA" \
+  --tools-dir "$PREBUILT/bin" --max-wait 20 --out "$RESULTS" ${PEERS_ARGS:-} || echo "peers exit $?"
+cat "$RESULTS"/peers-*.md 2>/dev/null | head -60
 
 step "pack results"
-tar -czf "$OUT_DIR/runs.tar.gz" -C "$OUT_DIR" $(cd "$OUT_DIR" && ls -d sweep-* 2>/dev/null) 2>/dev/null
+pack
+ls -la "$OUT_DIR"
 echo "done in $(( $(date +%s) - t0 ))s; results in $OUT_DIR"
