@@ -67,6 +67,42 @@ def test_speedup_curve_error_bars_are_the_repeat_range(tmp_path):
     assert segment[:, 1] == pytest.approx([1.5 * 0.98 / 1.02, 1.5 * 1.02 / 0.98])
 
 
+def with_ci(low, high, **on):
+    """A regime whose on row carries a 95 % speedup interval, as an adaptive sweep writes it."""
+    return [off_row(tps_ci_low=39.0, tps_ci_high=41.0, ci_level=0.95, repeats_used=4, warmup_used=1,
+                    warmup_settled=True, stop_reason="below-break-even", n_outliers=0),
+            on_row(speedup_ci_low=low, speedup_ci_high=high, tps_ci_low=30.0, tps_ci_high=34.0,
+                   ci_level=0.95, repeats_used=4, warmup_used=1, warmup_settled=True,
+                   stop_reason="below-break-even", **on)]
+
+
+def test_speedup_curve_error_bars_are_the_interval_where_recorded(tmp_path):
+    cells = cells_of(with_ci(0.70, 0.95, speedup=0.8), tmp_path)
+    fig = report.plot_speedup_curve(cells)
+    (bars,) = [c for c in fig.axes[0].containers if c.get_label() == "_range ctx 0"]
+    assert bars.lines[2][0].get_segments()[0][:, 1] == pytest.approx([0.70, 0.95])
+    assert "confidence interval" in fig.get_supxlabel()
+
+
+def test_summary_shows_intervals_repeats_and_outliers_with_their_reason(tmp_path):
+    note = "repeat 3: speedup 0.5 is 9.0 robust SDs below the median 0.8 (-38 %)"
+    write_run(tmp_path, with_ci(0.70, 0.95, speedup=0.8, n_outliers=1, outlier_note=note),
+              provenance=dict(PROVENANCE, max_repeats=10, ci_level=0.95, ci_width=0.05, warmup_tol=0.1))
+    text = report.write_report(tmp_path).read_text()
+    sure = text[text.index("## How sure"):text.index("## ", text.index("## How sure") + 3)]
+    assert "| q4, ctx 0, ×1, k=4 | on | 32.00 (30.00–34.00) | 0.80 (0.70–0.95) | 4 | below-break-even | 1 | 1 |" in sure
+    assert "| q4, ctx 0, ×1 | off | 40.00 (39.00–41.00) |  | 4 |" in sure
+    assert f"- q4, ctx 0, ×1, k=4, spec on: {note}" in sure
+    assert "0.80 (95% CI 0.70–0.95)" in text[text.index("## Advice"):]  # the verdict shows it
+    assert "3–10 timed runs" in text and "95% interval" in text       # the record says how
+
+
+def test_summary_says_when_a_file_has_no_intervals(run):
+    directory, _ = run
+    text = (directory / "summary.md").read_text()
+    assert "No intervals recorded" in text
+
+
 def test_curves_split_by_quant_when_the_sweep_varied_it(tmp_path):
     rows = grid_rows(4, speedups=SPEEDUPS) + grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()})
     for r in rows:
@@ -181,7 +217,7 @@ def test_summary_embeds_figures_by_relative_path(run):
     text = (directory / "summary.md").read_text()
     embedded = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert set(embedded) == {"speedup_curve.png", "timing_breakdown.png", "theory_vs_measured.png",
-                             "acceptance_by_position.png"}
+                             "acceptance_by_position.png", "by_task.png"}
     assert all((directory / path).is_file() for path in embedded)
 
 
@@ -190,7 +226,7 @@ def test_cells_table_has_every_row(run):
     text = (directory / "summary.md").read_text()
     table = text[text.index("## Cells"):text.index("## Advice")]
     assert table.count("| off |") == 6 and table.count("| on |") == 6
-    assert "| 72.00 ± 0.72 | 1.80 |" in table  # ctx 0, x1: 40 t/s x 1.8
+    assert "| 72.00 ± 0.72 | 1.80 (range 1.73–1.87) |" in table  # ctx 0, x1: 40 t/s x 1.8
 
 
 def test_missing_provenance_and_spec_rows_still_report(tmp_path):

@@ -120,8 +120,13 @@ def _errorbar(ax, x, cells, line_label, **style):
     lo, hi = cells["speedup_lo"].to_numpy(float), cells["speedup_hi"].to_numpy(float)
     err = np.vstack([np.clip(s - lo, 0, None), np.clip(hi - s, 0, None)])
     err = np.nan_to_num(err)  # no spread recorded: no bar
-    ax.plot(x, s, marker="o", label=line_label, **style)
+    line, = ax.plot(x, s, marker="o", label=line_label, **style)
     ax.errorbar(x, s, yerr=err, fmt="none", capsize=3, label=f"_range {line_label}", **style)
+    if "verdict" in cells:  # `numeric` lossless verdicts: hollow markers
+        numeric = (cells["verdict"] == "numeric").to_numpy()
+        if numeric.any():
+            ax.plot(np.asarray(x)[numeric], s[numeric], linestyle="none", marker="o", markerfacecolor="white",
+                    markeredgecolor=line.get_color(), label=f"_numeric {line_label}")
 
 
 def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
@@ -152,7 +157,7 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
     ax_x.set_xticks(sorted(cells["ctx_len"].unique()))
     ax_x.set_xlabel("context length (prompt tokens)")
     ax_x.set_title("(b) speedup vs context length")
-    _caption(fig, f"{BAND_CAPTION}; lossless cells only.", note)
+    _caption(fig, f"{BAND_CAPTION}; lossless cells only (hollow markers: `numeric` lossless verdict).", note)
     return fig
 
 
@@ -191,7 +196,8 @@ def _bar_label(row, dims) -> str:
 
 def _shade_regimes(ax, rows, y):
     """Alternate a light band behind each regime so its off and on bars read as one group."""
-    regime = rows[["quant_bits", "ctx_len", "concurrency", "temperature", "task"]].astype(str).agg("|".join, axis=1)
+    regime = (rows[["quant_bits", "ctx_len", "concurrency", "temperature", "task"]]
+              .astype(object).fillna("").astype(str).agg("|".join, axis=1))  # task: NA in older traces
     group = (regime != regime.shift()).cumsum().to_numpy()
     for g in np.unique(group)[::2]:
         members = y[group == g]
@@ -675,11 +681,37 @@ def verdicts_md(verdicts: pd.DataFrame, thresholds: Thresholds) -> str:
             + md_table(keys + ["decision", "speedup (interval)", "rule", "why", "also fired"], rows))
 
 
+def verdicts_of_cells_md(cells: pd.DataFrame) -> str:
+    """The three-way lossless verdict (lossless.py) per cell: counts, and every numeric or failed
+    cell with its evidence."""
+    if "verdict" not in cells or cells["verdict"].isna().all():
+        return ""
+    counts = cells["verdict"].value_counts()
+    head = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("exact", "numeric", "fail"))
+    listed = cells[cells["verdict"].isin(["numeric", "fail"])]
+    text = (f"Lossless verdicts: {head}. `numeric`: the output parts from the baseline only where the "
+            "target's own numeric noise explains it (forced replay; tolerance = "
+            "1.25 x the noise control's max logit-gap movement between the baseline's 1-token steps and "
+            "a k+1-token verify batch, same tokens, this cell's concurrency); such cells stay in the "
+            "curves (hollow markers). `fail` cells give no number.")
+    if listed.empty:
+        return text
+    rows = [[label(r, REGIME_KEYS), f"**{r['verdict']}**", _fmt(r["first_divergence"], 0), _fmt(r["mismatches"], 0),
+             _fmt(r["max_mismatch_gap"], 3), _fmt(r["noise_tolerance"], 3), _fmt(r["noise_max_abs_delta"], 3),
+             _fmt(r["noise_flips"], 0), str(r["verdict_reason"])] for _, r in listed.iterrows()]
+    return text + "\n\n" + md_table(["cell", "verdict", "first divergence", "mismatches", "max gap", "tolerance",
+                                      "noise max |Δ|", "noise flips", "evidence"], rows)
+
+
 def failures_md(cells: pd.DataFrame) -> str:
     failed = failed_cells(cells)
+    verdicts = verdicts_of_cells_md(cells)
     if failed.empty:
         methods = ", ".join(sorted(cells["lossless_method"].dropna().unique())) or "not recorded"
-        return f"All {len(cells)} spec-on cells passed the lossless check (method: {methods})."
+        return (f"All {len(cells)} spec-on cells passed the lossless check (method: {methods})."
+                + (f"\n\n{verdicts}" if verdicts else ""))
+    if verdicts:
+        return verdicts
     rows = [[label(r, REGIME_KEYS), r["lossless_method"], _fmt(r["first_divergence"], 0),
              _fmt(r["divergence_margin"], 3)] for _, r in failed.iterrows()]
     return (f"{len(failed)} of {len(cells)} spec-on cells **failed** and are left out of every "
