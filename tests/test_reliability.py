@@ -215,3 +215,11 @@ def test_out_of_range_integers_are_value_errors(noisy_engine):
     for kwargs in ({"n_predict": 2**40}, {"k": 2**33, "spec": True}, {"seed": 2**64}, {"n_predict": True}):
         with pytest.raises(ValueError):
             noisy_engine.generate(PROMPTS[0], **kwargs)
+    for ids in ([99999], [-1], [300, 2**40]):
+        with pytest.raises(ValueError, match="outside the vocabulary"):
+            noisy_engine.detokenize(ids)
+
+
+def test_out_of_range_engine_sizes_are_value_errors(noisy_pair):
+    with pytest.raises(ValueError, match="n_ctx"):
+        Engine(noisy_pair[0], n_ctx=2**40, **ENGINE_KW)

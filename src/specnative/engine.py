@@ -136,10 +136,11 @@ class Engine:
         self.target_path = _check_model_file(target, "target")
         self.draft_path = _check_model_file(draft, "draft") if draft is not None else None
         self._core = _core.Engine(
-            target=self.target_path, draft=self.draft_path or "", n_ctx=int(n_ctx),
-            n_batch=int(n_batch), n_threads=int(n_threads or default_threads()),
-            n_gpu_layers=int(n_gpu_layers), n_seq_max=int(n_seq_max),
+            target=self.target_path, draft=self.draft_path or "", n_ctx=_c_int(n_ctx, "n_ctx"),
+            n_batch=_c_int(n_batch, "n_batch"), n_threads=_c_int(n_threads or default_threads(), "n_threads"),
+            n_gpu_layers=_c_int(n_gpu_layers, "n_gpu_layers"), n_seq_max=_c_int(n_seq_max, "n_seq_max"),
             flash_attn=_flash_attn_code(flash_attn), kv_unified=bool(kv_unified))
+        self._n_vocab = int(self._core.target_info["n_vocab"])
 
     # -- lifecycle ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -174,7 +175,11 @@ class Engine:
 
     def detokenize(self, tokens) -> str:
         """Text of `tokens`, decoded as UTF-8 with errors="replace" (see GenerationResult.texts)."""
-        return self._core.detokenize(_token_ids(tokens, "tokens")).decode("utf-8", errors="replace")
+        ids = _token_ids(tokens, "tokens")
+        bad = next((t for t in ids if not 0 <= t < self._n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self._n_vocab})")
+        return self._core.detokenize(ids).decode("utf-8", errors="replace")
 
     # -- decoding -------------------------------------------------------------------------------
     def to_token_prompts(self, prompts) -> list[list[int]]:
@@ -193,6 +198,8 @@ class Engine:
             raise ValueError("prompts must be a text, a token list, or a non-empty list of those")
         out = []
         for i, prompt in enumerate(prompts):
+            if isinstance(prompt, str) and not prompt:
+                raise ValueError(f"prompt {i} is empty")
             tokens = self.tokenize(prompt).tolist() if isinstance(prompt, str) else \
                 _token_ids(prompt, f"prompt {i}")
             if not tokens:
