@@ -234,3 +234,13 @@ def test_sweep_timing_loop_runs_to_the_maximum_and_flags_a_hiccup():
     assert on["n_outliers"] == 1 and "speedup 0.5" in on["outlier_note"]
     off = sweep.interval_columns(runs, "off", measuring)
     assert "speedup_ci_low" not in off and off["n_outliers"] == 0
+
+
+def test_sweep_timing_loop_survives_a_run_without_a_rate():
+    """A run that decoded nothing (tps 0) leaves no interval: the cell runs to the maximum and
+    its row has empty bounds instead of the sweep failing."""
+    engine = FakeEngine(100.0, 0.6, itertools.chain([1.0] * 3, [0.0], itertools.repeat(1.0)))
+    runs, measuring = sweep.timed_runs(engine, [[1]], fake_config(max_repeats=4), {}, lambda msg: None)
+    assert (measuring["repeats_used"], measuring["stop_reason"]) == (4, MAX)
+    row = sweep.interval_columns(runs, 4, measuring)
+    assert math.isnan(row["speedup_ci_low"]) and math.isnan(row["tps_ci_high"]) and row["n_outliers"] == 0

@@ -226,17 +226,18 @@ def policy_of(cfg: SweepConfig) -> stats.Policy:
                         rel_width=cfg.ci_width, max_warmup=cfg.warmup, settle_tol=cfg.warmup_tol)
 
 
-def _interval(make, *values) -> stats.Interval:
-    """stats' interval, or an empty one where a run produced no rate (tps 0: nothing decoded)."""
+def _interval(make, *values, level: float) -> stats.Interval:
+    """stats' interval, or an empty one where a run produced no rate (tps 0: nothing decoded),
+    which stats refuses: such a cell cannot decide and runs to --max-repeats."""
     try:
-        return make(*values)
+        return make(*values, level=level)
     except ValueError:
-        return stats.Interval(math.nan, math.nan, math.nan, values[-1], 0)
+        return stats.Interval(math.nan, math.nan, math.nan, level, 0)
 
 
 def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
     off = [p["off"].tps for p in pairs]
-    return {k: _interval(stats.speedup_interval, [p[k].tps for p in pairs], off, level) for k in ks}
+    return {k: _interval(stats.speedup_interval, [p[k].tps for p in pairs], off, level=level) for k in ks}
 
 
 def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress) -> tuple[dict, dict]:
@@ -285,7 +286,7 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
     off rows are checked on their tps, on rows on their paired speedups, where a hiccup in
     either run of a pair shows)."""
     tps = [r.tps for r in runs[kind]]
-    tps_iv = _interval(stats.geometric_interval, tps, measuring["ci_level"])
+    tps_iv = _interval(stats.geometric_interval, tps, level=measuring["ci_level"])
     columns = {key: measuring[key] for key in ("repeats_used", "warmup_used", "warmup_settled",
                                                "stop_reason", "ci_level")}
     columns.update(tps_ci_low=tps_iv.low, tps_ci_high=tps_iv.high)
@@ -294,10 +295,12 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
     else:
         speedup = measuring["speedup_intervals"][kind]
         columns.update(speedup_ci_low=speedup.low, speedup_ci_high=speedup.high)
-        values = [a / b if b > 0 else math.nan for a, b in zip(tps, (r.tps for r in runs["off"]))]
+        try:
+            values = stats.paired_ratios(tps, [r.tps for r in runs["off"]])
+        except ValueError:  # a run without a rate: no ratios to judge
+            values = []
         what = "speedup"
-    found = stats.flag_outliers([v for v in values if math.isfinite(v)], measuring["outlier_threshold"],
-                                what=what)
+    found = stats.flag_outliers(values, measuring["outlier_threshold"], what=what)
     columns.update(n_outliers=len(found), outlier_note="; ".join(o.reason for o in found) or None)
     return columns
 
