@@ -165,6 +165,17 @@ def _rule_lossless(cell, t: Thresholds):
     ok = cell["lossless_ok"]
     if pd.isna(ok):
         return Finding("lossless-unchecked", "lossless check not recorded: cannot recommend")
+    verdict = cell.get("verdict")
+    if isinstance(verdict, str) and verdict:  # the three-way verdict of lossless.py
+        values = {"first_divergence": as_float(cell["first_divergence"]),
+                  "tolerance": as_float(cell.get("noise_tolerance"))}
+        if verdict == "fail":
+            return Finding("lossless", f"lossless verdict FAIL: {cell.get('verdict_reason')}: a bug, "
+                                       f"no number from this cell", values)
+        if verdict == "numeric":
+            return Finding("numeric-lossless", f"lossless up to the target's own numeric noise: "
+                                               f"{cell.get('verdict_reason')}", values)
+        return None
     if not ok:
         margin = cell["divergence_margin"]
         # llama.cpp's logits depend on the batch shape (k+1 verify tokens vs 1), so a greedy
@@ -299,7 +310,10 @@ SERIES_RULES = (_rule_saturation, _rule_long_context)
 # and low-alpha at every concurrency; saturation and long context are properties of the regime).
 OFF_CAUSES = ("heavy-draft", "low-alpha", "saturation", "long-context", "below-break-even")
 UNSETTLED = ("lossless", "lossless-unchecked", "unmeasured", "few-repeats", "noisy")
-RULES = UNSETTLED + OFF_CAUSES
+# Said, never deciding: a `numeric` lossless verdict (the output parts from the baseline only
+# where the target's own batch-shape noise explains it).
+NOTES = ("numeric-lossless",)
+RULES = UNSETTLED + OFF_CAUSES + NOTES
 
 
 def _decide(cell, findings: list, t: Thresholds) -> Verdict:

@@ -123,7 +123,7 @@ def _errorbar(ax, x, cells, line_label, **style):
     line, = ax.plot(x, s, marker="o", label=line_label, **style)
     ax.errorbar(x, s, yerr=err, fmt="none", capsize=3, label=f"_range {line_label}", **style)
     if "verdict" in cells:  # `numeric` lossless verdicts: hollow markers
-        numeric = (cells["verdict"] == "numeric").to_numpy()
+        numeric = (cells["verdict"] == "numeric").fillna(False).to_numpy(bool)
         if numeric.any():
             ax.plot(np.asarray(x)[numeric], s[numeric], linestyle="none", marker="o", markerfacecolor="white",
                     markeredgecolor=line.get_color(), label=f"_numeric {line_label}")
