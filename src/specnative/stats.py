@@ -212,8 +212,8 @@ def _median(values: Sequence[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
-def flag_outliers(values: Sequence[float], threshold: float = 3.5, min_rel_scale: float = 0.01,
-                  what: str = "value") -> list[Outlier]:
+def flag_outliers(values: Sequence[float], threshold: float = Policy.outlier_mads,
+                  min_rel_scale: float = 0.01, what: str = "value") -> list[Outlier]:
     """Values far outside the rest: modified z-score |0.6745 (x - median) / MAD| > threshold
     (Iglewicz and Hoaglin's rule; robust, so one hiccup cannot hide itself by inflating the
     spread the way it inflates a standard deviation). The MAD is floored at min_rel_scale of the
