@@ -64,6 +64,13 @@ std::function<void(Engine::Sequence&, const float*)> sample_first_token(const Ge
 // ---------------------------------------------------------------------------------------------
 // Construction and small queries
 // ---------------------------------------------------------------------------------------------
+namespace {
+void refuse_unsupported(const llama_model* model, const std::string& path, bool speculative) {
+    const std::string why = generation_unsupported(model, speculative);
+    if (!why.empty()) throw std::invalid_argument("cannot generate with " + path + ": " + why);
+}
+}  // namespace
+
 Engine::Engine(const std::string& target_path, const std::string& draft_path, const EngineParams& params)
     : params_(params), target_path_(target_path), draft_path_(draft_path) {
     if (params.n_ctx < 16) throw std::invalid_argument("n_ctx must be at least 16");
@@ -87,8 +94,10 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
     }
     try {
         target_model_ = load_model(target_path, params.n_gpu_layers);
+        refuse_unsupported(target_model_, target_path, !draft_path.empty());
         if (!draft_path.empty()) {
             draft_model_ = load_model(draft_path, params.n_gpu_layers);
+            refuse_unsupported(draft_model_, draft_path, true);
             const std::string why = vocab_incompatibility(target_model_, draft_model_);
             if (!why.empty()) {
                 throw std::invalid_argument("draft " + draft_path + " cannot speculate for target " +
@@ -97,6 +106,12 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
         }
         target_ = new Context(target_model_, params_);
         if (draft_model_ != nullptr) draft_ = new Context(draft_model_, params_);
+        for (const Context* c : {target_, draft_}) {  // embedding models pool; they have no logits
+            if (c != nullptr && llama_pooling_type(c->ctx) != LLAMA_POOLING_TYPE_NONE) {
+                throw std::invalid_argument("cannot generate with " + (c == target_ ? target_path : draft_path) +
+                                            ": it is an embedding model (pooled output, no logits)");
+            }
+        }
     } catch (...) {
         close();
         throw;

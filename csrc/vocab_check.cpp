@@ -53,4 +53,18 @@ std::string vocab_incompatibility(const llama_model* target, const llama_model* 
     return "";
 }
 
+std::string generation_unsupported(const llama_model* model, bool speculative) {
+    if (llama_vocab_type(llama_model_get_vocab(model)) == LLAMA_VOCAB_TYPE_NONE) {
+        return "it has no tokenizer (its GGUF holds no vocabulary)";  // llama.cpp's tokenizer asserts
+    }
+    if (llama_model_has_encoder(model) || !llama_model_has_decoder(model)) {
+        return "it is an encoder or encoder-decoder model; only decoder-only models generate here";
+    }
+    if (llama_model_is_diffusion(model)) return "it is a diffusion model, which does not decode token by token";
+    if (speculative && (llama_model_is_recurrent(model) || llama_model_is_hybrid(model))) {
+        return "its recurrent state cannot be rolled back to drop rejected drafts";
+    }
+    return "";
+}
+
 }  // namespace specnative

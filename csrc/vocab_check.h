@@ -13,4 +13,9 @@ namespace specnative {
 // Returns an empty string when compatible, else a sentence saying what differs.
 std::string vocab_incompatibility(const llama_model* target, const llama_model* draft);
 
+// Why a loaded model cannot be decoded by the engine (no tokenizer, an encoder, no decoder,
+// diffusion; with `speculative`, memory that cannot roll back rejected drafts), or "". llama.cpp
+// asserts, or silently returns no logits, on such models instead of refusing them.
+std::string generation_unsupported(const llama_model* model, bool speculative);
+
 }  // namespace specnative

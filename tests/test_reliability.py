@@ -186,6 +186,29 @@ def test_draft_vocabulary_of_another_size_is_refused_at_load(model_dir, target_v
         Engine(target, draft, n_ctx=256, **ENGINE_KW)
 
 
+def test_a_model_without_a_tokenizer_is_refused_at_load(model_dir, monkeypatch):
+    # llama.cpp's tokenizer and vocabulary queries GGML_ASSERT on a "no_vocab" model
+    writer = gguf.GGUFWriter
+    add_model = writer.add_tokenizer_model
+    monkeypatch.setattr(writer, "add_tokenizer_model", lambda self, name: add_model(self, "no_vocab"))
+    for name in ("add_token_list", "add_token_scores", "add_token_types", "add_unk_token_id",
+                 "add_bos_token_id", "add_eos_token_id", "add_add_bos_token", "add_add_eos_token",
+                 "add_add_space_prefix"):
+        monkeypatch.setattr(writer, name, lambda self, *args, **kwargs: None)
+    path = write_tiny_llama(model_dir / "no-vocab.gguf")
+    monkeypatch.undo()
+    out = run_isolated(f"""
+        from specnative import Engine
+        for draft in (None, {str(path)!r}):
+            try:
+                Engine({str(path)!r}, draft, n_ctx=256, n_threads=1)
+            except ValueError as error:
+                assert "no tokenizer" in str(error), error
+                print("refused")
+        """)
+    assert out.split() == ["refused", "refused"]
+
+
 # --- prompt shapes ----------------------------------------------------------------------------------
 def test_a_2d_array_is_one_prompt_per_row(noisy_engine):
     rows = np.array([[300, 301, 302], [310, 311, 312]], dtype=np.int64)
