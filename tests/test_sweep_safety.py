@@ -58,6 +58,7 @@ def fresh_copy(finished_run, tmp_path):
     (["--temp", "nan", "--accept-rule", "match"], "finite"),
     (["--temp", "0,inf", "--accept-rule", "match"], "finite"),
     (["-np", "300", "-b", "4096"], "most sequences"),
+    (["--temp", "0.5,0.5", "--accept-rule", "match"], "--temp has duplicates"),
 ])
 def test_impossible_grids_fail_before_loading(noisy_pair, tmp_path, monkeypatch, extra, message):
     no_engine(monkeypatch)
@@ -65,6 +66,12 @@ def test_impossible_grids_fail_before_loading(noisy_pair, tmp_path, monkeypatch,
         main(argv_for(noisy_pair, tmp_path / "out") + extra)
     assert message in str(exc.value.code)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_same_target_twice_fails_before_loading(noisy_pair, tmp_path, monkeypatch):
+    no_engine(monkeypatch)
+    with pytest.raises(SystemExit, match="same file twice"):
+        main(argv_for(noisy_pair, tmp_path / "out") + ["-m", str(noisy_pair[0])])
 
 
 @pytest.mark.parametrize("where", ["file", "under-file"])

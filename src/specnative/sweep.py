@@ -656,6 +656,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
             errors.append(f"{name} has duplicates")
     if not all(math.isfinite(t) and t >= 0 for t in args.temperature):
         errors.append("--temp values must be finite numbers >= 0")
+    if len(set(args.temperature)) != len(args.temperature):
+        errors.append("--temp has duplicates")
+    if args.target and len({Path(t).resolve() for t in args.target}) != len(args.target):
+        errors.append("-m/--target names the same file twice (its cells would be written twice)")
     if max(args.concurrency) > _core.max_parallel_sequences:
         errors.append(f"--concurrency values must be <= {_core.max_parallel_sequences} "
                       f"(llama.cpp's most sequences per context)")
