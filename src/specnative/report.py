@@ -34,7 +34,7 @@ STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "d
                "verify_ms": "#4e79a7", "resample_ms": "#e15759", "decode_ms": "#59a14f",
                "other_ms": "#ffffff"}
 BAND_CAPTION = ("error bars: the speedup's confidence interval (paired repeats, Student t on log "
-                "ratios; stats.py), or where a traces.csv has none, the range over the timed repeats "
+                "ratios; stats.py),\nor where a traces.csv has none, the range over the timed repeats "
                 "(slowest spec run / fastest baseline run to fastest / slowest); points: median tps ratio")
 
 
@@ -554,7 +554,24 @@ def provenance_md(prov: dict) -> str:
         md_table(["", ""], rows),
         "Command:\n\n```\n" + str(_value(prov, "command")) + "\n```",
         md_table(["role", "name", "file", "type", "bits", "params", "bytes", "sha256"], models)
-        if models else "Models: not recorded."])
+        if models else "Models: not recorded.",
+        *noise_control_md(prov)])
+
+
+def noise_control_md(prov: dict) -> list:
+    """The lossless verdict's control per target and backend (provenance noise_control)."""
+    noise = prov.get("noise_control") or {}
+    if not noise:
+        return []
+    rows = [[name, _fmt(n.get("max_abs_delta"), 3), _fmt(n.get("max_spread"), 3), _fmt(n.get("tolerance"), 3),
+             f"{n.get('flips', 0)}/{n.get('positions', 0)}",
+             ", ".join(f"{v} {c}" for v, c in (n.get("verdicts") or {}).items())]
+            for name, n in noise.items()]
+    return ["Numeric-noise control (the target's own logits, baseline 1-token steps vs k+1-token verify "
+            "batches, same tokens teacher-forced, per cell; the lossless verdict's tolerance is "
+            "1.25 x the largest logit-gap movement):",
+            md_table(["target [backend]", "max |Δlogit|", "max gap movement", "tolerance",
+                      "greedy flips / positions", "verdicts"], rows)]
 
 
 def _incomplete(prov: dict) -> list:
