@@ -20,7 +20,9 @@ from specnative.schema import COLUMN_NAMES
 
 LOCK_NAME = ".sweep.lock"
 # provenance.json keys that change from one invocation to the next without changing what a row
-# means (who ran it when, what it found so far); everything else must match for a resume.
+# means (who ran it when, what it found so far). Every other key the new run's record holds before
+# it measures anything must match the recorded one; keys a run adds while it measures (results
+# such as the models' records or a noise control) are not settings and are not compared.
 VOLATILE_KEYS = ("date", "run_id", "command", "models", "notes", "refused_cells", "completed", "workload")
 
 
@@ -102,7 +104,8 @@ def check_resume(out: Path, provenance: dict) -> None:
         raise SystemExit(f"error: cannot resume {out}: {path} is unreadable ({error}); start a new --out") from None
     if not isinstance(recorded, dict):
         raise SystemExit(f"error: cannot resume {out}: {path} is not a JSON object; start a new --out")
-    diffs = differences(comparable(recorded), comparable(provenance))
+    current = comparable(provenance)
+    diffs = differences({k: v for k, v in comparable(recorded).items() if k in current}, current)
     if diffs:
         raise SystemExit(f"error: cannot resume {out}: its settings differ from this run's, and rows of both "
                          f"would mix in one traces.csv:\n  " + "\n  ".join(diffs) +

@@ -245,6 +245,8 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
 
 
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
+# Required columns that every measured row fills (off rows leave the draft ones empty).
+ALWAYS_FILLED = ("quant_bits", "spec_decode", "concurrency", "ctx_len", "tps", "seed")
 
 
 def read_traces(path) -> pd.DataFrame:
@@ -255,6 +257,14 @@ def read_traces(path) -> pd.DataFrame:
     header, data = _csv_rows(path)
     lines = [line for line, _ in data]
     frame = pd.DataFrame([fields for _, fields in data], columns=header, dtype=str)
+    for name in ALWAYS_FILLED:  # every row has these: an empty one is a damaged row, not "n/a"
+        empty = (frame[name] == "").to_numpy().nonzero()[0]
+        if empty.size:
+            raise TracesError(f"{path}:{lines[empty[0]]}: column {name} is empty")
+    bad = (~frame["spec_decode"].isin(["on", "off"])).to_numpy().nonzero()[0]
+    if bad.size:
+        raise TracesError(f"{path}:{lines[bad[0]]}: spec_decode is {frame['spec_decode'].iloc[bad[0]]!r}, "
+                          f"not 'on' or 'off'")
     for column in COLUMNS:
         if column.name in frame:
             frame[column.name] = _typed(frame[column.name], column, path, lines)
