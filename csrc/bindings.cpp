@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <mutex>
+#include <thread>
 
 #include "engine.h"
 #include "model_io.h"
@@ -100,6 +101,11 @@ struct GuardedEngine : Engine {
     using Engine::Engine;
     std::mutex call_mutex;
     std::atomic<bool> closing{false};
+    // The thread inside a call, so that a close() from that same thread (a Python signal handler
+    // run while generate() polls for Ctrl-C) defers the close to the call's end instead of
+    // waiting for its own lock forever.
+    std::atomic<std::thread::id> owner{};
+    std::atomic<bool> close_deferred{false};
 };
 
 // Thrown out of a generate() that close() (from another thread) asked to stop.
@@ -114,6 +120,14 @@ auto locked(GuardedEngine& engine, F&& f) {
     py::gil_scoped_release release;
     std::lock_guard<std::mutex> lock(engine.call_mutex);
     if (engine.closing.load()) throw std::invalid_argument("the engine is closed");
+    struct InCall {  // marks the owner; runs a close() deferred during the call (also on throw)
+        GuardedEngine& e;
+        explicit InCall(GuardedEngine& engine) : e(engine) { e.owner.store(std::this_thread::get_id()); }
+        ~InCall() {
+            e.owner.store(std::thread::id{});
+            if (e.close_deferred.exchange(false)) e.close();
+        }
+    } in_call(engine);
     return f();
 }
 
@@ -295,6 +309,10 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("close", [](GuardedEngine& e) {
             e.closing.store(true);  // a running generate() stops at its next step ...
+            if (e.owner.load() == std::this_thread::get_id()) {  // called from inside that call
+                e.close_deferred.store(true);
+                return;
+            }
             py::gil_scoped_release release;
             std::lock_guard<std::mutex> lock(e.call_mutex);  // ... and is waited for
             e.close();

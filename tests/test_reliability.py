@@ -120,6 +120,27 @@ def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
     assert "close ok" in out
 
 
+def test_close_from_a_signal_handler_during_generate(noisy_pair):
+    # the handler runs on the generating thread itself, while generate() polls for Ctrl-C
+    out = run_isolated(f"""
+        import signal
+        from specnative import Engine
+        engine = Engine({str(noisy_pair[0])!r}, n_ctx=2048, n_batch=256, n_seq_max=4, n_threads=1)
+        signal.signal(signal.SIGALRM, lambda *args: engine.close())
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            engine.generate(["The"] * 4, n_predict=480)
+        except RuntimeError as error:
+            assert "closed" in str(error)
+            print("stopped")
+        try:
+            engine.tokenize("x")
+        except ValueError as error:
+            print("closed:", error)
+        """, timeout=60)
+    assert "stopped" in out and "closed: the engine is closed" in out
+
+
 # --- parameters llama.cpp would abort on -----------------------------------------------------------
 def test_combinations_llama_cpp_asserts_on_are_refused(noisy_pair):
     target, draft = noisy_pair
