@@ -121,9 +121,10 @@ class Engine:
     """A target model, an optional draft model, and one llama.cpp context for each.
 
     Threads: an Engine may be shared between threads; its calls are serialized (one at a time,
-    the others wait). close() from another thread stops a running generate() at its next step
-    (that call raises RuntimeError), waits for it, then frees the models; every call after
-    close() raises ValueError. For parallel decoding, give each thread its own Engine.
+    the others wait). close() from another thread (or a signal handler) stops a running
+    generate() at its next step (that call raises RuntimeError), waits for it, then frees the
+    models; every call after close() raises ValueError. For parallel decoding, give each thread
+    its own Engine.
 
     >>> with Engine("target.gguf", "draft.gguf", n_seq_max=4) as engine:
     ...     base = engine.generate(["Hello", "Once upon"], n_predict=64)
