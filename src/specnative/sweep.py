@@ -566,7 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     grid = p.add_argument_group("grid")
     grid.add_argument("--ctx-len", type=_int_list, default=None, metavar="N,N,...",
                       help="tokens of shared context (documents) ahead of each sequence's own prompt "
-                           "(default 0,8192,32768; the gemma3-270m preset: 0,2048; qwen2.5-coder: 0,1024)")
+                           "(default 0,8192,32768; the gemma3-270m preset: 0,2048; qwen2.5-coder: 0)")
     grid.add_argument("-np", "--concurrency", type=_int_list, default=None, metavar="N,N,...",
                       help="sequences decoded together (default 1,4,8)")
     grid.add_argument("--draft-max", "-k", dest="k", type=_int_list, default=[4], metavar="K,K,...",
