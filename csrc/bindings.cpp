@@ -227,7 +227,14 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("mean_accept_len", &GenerateResult::mean_accept_len)
         .def_property_readonly("round_ms", &GenerateResult::round_ms)
         .def_property_readonly("step_ms", &GenerateResult::step_ms)
-        .def_property_readonly("tps", &GenerateResult::tps);
+        .def_property_readonly("tps", &GenerateResult::tps)
+        .def_readonly("steady_steps", &GenerateResult::steady_steps)
+        .def_readonly("steady_tokens", &GenerateResult::steady_tokens)
+        .def_readonly("steady_ms", &GenerateResult::steady_ms)
+        .def_property_readonly("steady_tps", &GenerateResult::steady_tps)
+        .def_property_readonly("steady_iteration_ms", &GenerateResult::steady_iteration_ms)
+        .def_property_readonly("steady_tau", &GenerateResult::steady_tau)
+        .def_property_readonly("occupancy", &GenerateResult::occupancy);
 
     py::class_<GenerateOutput, GenerateResult>(m, "GenerateOutput")
         .def_property_readonly("texts", [](const GenerateOutput& r) {

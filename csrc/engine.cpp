@@ -52,6 +52,30 @@ int32_t faulty_bonus(const std::vector<float>& q_last, int32_t last_draft, const
                                keyed_uniform(p.seed, seq, index, Stream::target));
 }
 
+// Accounts one engine iteration for the steady-state window: `active` sequences took part,
+// `emitted` tokens came out, `ms` it took (the sum of the step buckets it was charged to).
+void count_iteration(GenerateResult& r, int active, int64_t emitted, double ms) {
+    r.steps += 1;
+    r.active_sum += active;
+    if (active == r.n_seq) {
+        r.steady_steps += 1;
+        r.steady_tokens += emitted;
+        r.steady_ms += ms;
+    }
+}
+
+int64_t generated(const std::vector<Engine::Sequence>& seqs) {
+    int64_t n = 0;
+    for (const auto& seq : seqs) n += static_cast<int64_t>(seq.out.size());
+    return n;
+}
+
+int active(const std::vector<Engine::Sequence>& seqs) {
+    int n = 0;
+    for (const auto& seq : seqs) n += seq.done ? 0 : 1;
+    return n;
+}
+
 // Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
 std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
     return [&p, n_vocab, probs = std::vector<float>()](Engine::Sequence& seq, const float* logits) mutable {
@@ -195,6 +219,10 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
     if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
         throw std::invalid_argument("temperature must be a finite number >= 0");
+    }
+    if (p.temperature > 0.0f && !std::isfinite(1.0f / p.temperature)) {  // softmax would make NaNs
+        throw std::invalid_argument("temperature " + std::to_string(p.temperature) +
+                                    " is too small to sample with; use 0 for greedy decoding");
     }
     int lookahead = 0;  // extra KV cells a speculative round holds before rollback
     if (p.spec) {
@@ -344,8 +372,12 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
 
     std::vector<float> probs;
     std::vector<int> row(seqs.size());
+    r.n_seq = static_cast<int>(seqs.size());
     while (true) {
         if (should_stop && should_stop()) throw Interrupted();
+        const int active_now = active(seqs);
+        const int64_t tokens_before = generated(seqs);
+        const double ms_before = r.times.decode;
         t.clear_batch();
         for (size_t s = 0; s < seqs.size(); ++s) {
             if (!seqs[s].done) row[s] = t.add(seqs[s].pending(), seqs[s].n_past_target, seqs[s].id, true);
@@ -361,8 +393,8 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
             seq.out.push_back(token);
             seq.done = finished(seq.out, p, t.vocab);
         }
-        r.steps += 1;
         clock.charge(r.times.decode);
+        count_iteration(r, active_now, generated(seqs) - tokens_before, r.times.decode - ms_before);
     }
     r.times.total = clock.elapsed_ms();
     return r;
@@ -403,8 +435,12 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     GenerateParams mixed_up = p;  // Fault::seed_mixup: another seed's draws
     mixed_up.seed = p.seed + 1;
 
+    r.n_seq = n_seq;
     while (true) {
         if (should_stop && should_stop()) throw Interrupted();
+        const int active_now = active(seqs);
+        const int64_t tokens_before = generated(seqs);
+        const double ms_before = r.times.draft + r.times.verify + r.times.resample;
         int k_max = 0;
         bool any_active = false;
         for (int s = 0; s < n_seq; ++s) {
@@ -540,8 +576,9 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
             seq.draft_todo.push_back(correction);
             seq.done = finished(seq.out, p, t.vocab);
         }
-        r.steps += 1;
         clock.charge(r.times.resample);
+        count_iteration(r, active_now, generated(seqs) - tokens_before,
+                        r.times.draft + r.times.verify + r.times.resample - ms_before);
     }
     r.times.total = clock.elapsed_ms();
     return r;
@@ -631,6 +668,23 @@ double GenerateResult::round_ms() const {
 
 double GenerateResult::step_ms() const {
     return steps > 0 && !speculative ? times.decode / steps : std::nan("");
+}
+
+double GenerateResult::steady_tps() const {
+    return steady_ms > 0 ? steady_tokens / (steady_ms / 1000.0) : std::nan("");
+}
+
+double GenerateResult::steady_iteration_ms() const {
+    return steady_steps > 0 ? steady_ms / steady_steps : std::nan("");
+}
+
+double GenerateResult::steady_tau() const {
+    return steady_steps > 0 ? static_cast<double>(steady_tokens) / (static_cast<double>(steady_steps) * n_seq)
+                            : std::nan("");
+}
+
+double GenerateResult::occupancy() const {
+    return steps > 0 ? static_cast<double>(active_sum) / (static_cast<double>(steps) * n_seq) : std::nan("");
 }
 
 double GenerateResult::tps() const {

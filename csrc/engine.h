@@ -82,6 +82,14 @@ struct GenerateResult {
     bool speculative = false;
     int64_t steps = 0;   // baseline decode steps, or speculative rounds (engine iterations)
     int64_t decode_tokens = 0;  // tokens produced after prefill (each sequence's first excluded)
+    // Steady state: the iterations in which every sequence of the batch was still active (a server
+    // at load N keeps N slots busy; the tail in which finished sequences leave a fixed batch is
+    // an artefact of the batch, and is left out of the steady_* quantities).
+    int64_t steady_steps = 0;     // iterations with all sequences active
+    int64_t steady_tokens = 0;    // tokens emitted by those iterations, all sequences
+    double steady_ms = 0;         // their wall time (the same step buckets, summed per iteration)
+    int64_t active_sum = 0;       // sequences active, summed over all iterations (occupancy)
+    int n_seq = 0;
 
     // Derived quantities, defined here and nowhere else.
     SeqCounts totals() const;         // counts summed over sequences
@@ -93,6 +101,12 @@ struct GenerateResult {
     double round_ms() const;          // T_round: mean wall time of one speculative round
     double step_ms() const;           // T_step: mean wall time of one baseline decode step
     double tps() const;               // decode_tokens per second of decoding (prefill excluded)
+    // In the steady-state window: tokens per second, T_round / T_step, and tau per sequence-round,
+    // so that steady_tps(on) / steady_tps(off) = steady_tau / (1 + c) exactly.
+    double steady_tps() const;
+    double steady_iteration_ms() const;  // T_round (speculative) or T_step (baseline)
+    double steady_tau() const;           // tokens per sequence per iteration (1 for the baseline)
+    double occupancy() const;            // mean active sequences per iteration / n_seq
 };
 
 // Teacher-forced target logits for the same tokens along two batch shapes (chunk_a and chunk_b

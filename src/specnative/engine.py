@@ -99,6 +99,11 @@ class GenerationResult:
     mean_accept_len: float = float("nan")    # tau = emitted / rounds (bonus token included)
     round_ms: float = float("nan")           # T_round, speculative runs
     step_ms: float = float("nan")            # T_step, baseline runs
+    # Steady state: only the iterations (rounds or steps) in which every sequence was active, as
+    # under a server's constant load N; steady_tps(on) / steady_tps(off) = steady_tau / (1 + c)
+    # exactly, with c = T_round / T_step - 1 from steady_iteration_ms.
+    steady: dict = field(default_factory=dict)  # steps, tokens, ms, tps, iteration_ms, tau
+    occupancy: float = float("nan")          # mean active sequences per iteration / sequences
     totals: dict = field(default_factory=dict)  # drafted, accepted, rounds, emitted, *_at, hist
     counts: list = field(default_factory=list)  # the same per sequence
     margins: list = field(default_factory=list)  # per sequence: target top-1 minus top-2 logit
@@ -232,6 +237,9 @@ class Engine:
             speculative=raw.speculative, draft_accept_rate=raw.draft_accept_rate,
             token_accept_rate=raw.token_accept_rate,
             mean_accept_len=raw.mean_accept_len, round_ms=raw.round_ms, step_ms=raw.step_ms,
+            steady={"steps": raw.steady_steps, "tokens": raw.steady_tokens, "ms": raw.steady_ms,
+                    "tps": raw.steady_tps, "iteration_ms": raw.steady_iteration_ms, "tau": raw.steady_tau},
+            occupancy=raw.occupancy,
             totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
             margins=raw.margins)
 

@@ -514,6 +514,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                 append_rows(traces, rows)
                 progress.finish(cell, rows)
                 provenance["workload"] = workload.record()
+                lossless.record_noise(provenance.setdefault("noise_control", {}), target_rec["name"], backend,
+                                      [r for r in rows if r["spec_decode"] == "on"])
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
     if not traces.exists() or traces.stat().st_size == 0:
