@@ -143,9 +143,14 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
     positions = int(replay["pick"].size)
     if not explained.all():
         where = np.flatnonzero(mismatch)[np.flatnonzero(~explained)[0]]
+        if temperature > 0:
+            why = (f"keyed uniform {float(replay['u'][where]):.4f} outside the emitted token's CDF interval "
+                   f"[{float(replay['cdf_lo'][where]):.4f}, {float(replay['cdf_hi'][where]):.4f}) even with "
+                   f"every logit moved by the tolerance {tol:.3g}")
+        else:
+            why = f"logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g}"
         reason = (f"seq {int(replay['seq'][where])} index {int(replay['index'][where])}: emitted "
-                  f"{int(replay['emitted'][where])}, the baseline rule picks {int(replay['pick'][where])} "
-                  f"(logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g})")
+                  f"{int(replay['emitted'][where])}, the baseline rule picks {int(replay['pick'][where])} ({why})")
         return Verdict(FAIL, reason, index, n_mismatch, max_gap, tol, positions)
     if n_mismatch > allowed:
         reason = (f"{n_mismatch} near-tie mismatches in {positions} positions; the noise control's flip "
