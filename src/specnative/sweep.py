@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import _core, lossless, stats, theory, workloads
+from specnative import _core, lossless, shards, stats, theory, workloads
 from specnative.engine import ACCEPT_RULES, Engine, default_threads
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative import rundir
@@ -89,6 +89,8 @@ class SweepConfig:
     # Testing aid: run the lossless check's spec run with another seed, which must fail it (the
     # way the seed note says real comparisons go wrong: two runs that differ in seed).
     check_seed_offset: int = 0
+    # --shard i/N: this run measures the grid cells whose index is i mod N (shards.py)
+    shard: "shards.Shard | None" = None
 
 
 @dataclass(frozen=True)
@@ -336,6 +338,17 @@ def cells_of(cfg: SweepConfig) -> list[Cell]:
                               cfg.tasks)]
 
 
+def shard_cells(cfg: SweepConfig) -> list[Cell]:
+    """The cells this run measures: the whole grid, or --shard's share of it."""
+    return [cell for _, cell in shards.select(cells_of(cfg), cfg.shard)]
+
+
+def shard_record(cfg: SweepConfig) -> dict:
+    owned = shards.select(cells_of(cfg), cfg.shard)
+    keys = [(i, cell.key(sha256_file(cell.target), cfg.accept_rule)) for i, cell in owned]
+    return shards.record(cfg.shard, len(cells_of(cfg)), keys)
+
+
 def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens: int = 64) -> int:
     """own_tokens: the longest sequence's own prompt after the shared context (workloads)."""
     per_sequence = own_tokens + cfg.n_predict + max(cfg.ks) + 1  # own prompt + generation + look-ahead
@@ -463,7 +476,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     env = environment()
     backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "")
-    cells = cells_of(cfg)
+    cells = shard_cells(cfg)
     progress = ProgressLine(len(cells))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
                   "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
@@ -475,6 +488,13 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                            "n_predict": cfg.n_predict, "task": cfg.tasks},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
+    if cfg.shard is not None:
+        provenance["shard"] = shard_record(cfg)
+        if not cells:
+            print(f"shard {cfg.shard} has no cells (the grid has {len(cells_of(cfg))})", file=sys.stderr)
+            provenance["completed"] = True
+            write_json(out / "provenance.json", provenance)
+            return traces
     done = resumed_cells(cfg, out, traces, cells, provenance) if cfg.resume else set()
     draft_shape = gguf_shape(cfg.draft)
     for target in map(Path, cfg.targets):
@@ -518,7 +538,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                                       [r for r in rows if r["spec_decode"] == "on"])
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
-    if not traces.exists() or traces.stat().st_size == 0:
+    if (not traces.exists() or traces.stat().st_size == 0) and cfg.shard is None:
         raise SystemExit(f"error: every cell was refused (reasons above and in {out / 'provenance.json'}): "
                          f"nothing was measured")
     return traces
@@ -616,6 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("-o", "--out", type=Path, default=None, help="run directory (default runs/<date-time>)")
     output.add_argument("--resume", action="store_true", help="continue --out, skipping cells already in traces.csv")
     output.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    output.add_argument("--shard", type=shards.parse_shard, default=None, metavar="i/N",
+                        help="measure only the grid cells whose index is i mod N (0 <= i < N), e.g. one "
+                             "Slurm array task each; join the run directories with python -m specnative.merge")
     return p
 
 
@@ -711,7 +734,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
         notes=preset.notes if preset else [],
         tasks=tasks, prompts=prompts, prompts_source=str(args.prompts) if args.prompts else "built-in",
-        context_file=args.context,
+        context_file=args.context, shard=args.shard,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 
@@ -730,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ninterrupted: finished cells are in {cfg.out_dir / 'traces.csv'}; "
               f"continue with --resume --out {cfg.out_dir}", file=sys.stderr)
         return 130
-    if cfg.report:
+    if cfg.report and traces.exists():  # a shard may have no cells of its own
         from specnative.report import write_report
         summary = write_report(cfg.out_dir)
         print(f"report: {summary}", file=sys.stderr)
