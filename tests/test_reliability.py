@@ -256,7 +256,8 @@ def test_malformed_prompts_are_refused(noisy_engine, prompts, message):
 
 
 def test_out_of_range_integers_are_value_errors(noisy_engine):
-    for kwargs in ({"n_predict": 2**40}, {"k": 2**33, "spec": True}, {"seed": 2**64}, {"n_predict": True}):
+    for kwargs in ({"n_predict": 2**40}, {"k": 2**33, "spec": True}, {"seed": 2**64}, {"n_predict": True},
+                   {"temperature": 1e-45}, {"temperature": 1e39}, {"temperature": float("nan")}):
         with pytest.raises(ValueError):
             noisy_engine.generate(PROMPTS[0], **kwargs)
     for ids in ([99999], [-1], [300, 2**40]):

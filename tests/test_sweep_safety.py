@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,6 +82,13 @@ def test_an_output_path_that_is_a_file_fails_before_loading(noisy_pair, tmp_path
     out = tmp_path / "taken" if where == "file" else tmp_path / "taken" / "run"
     with pytest.raises(SystemExit, match="is a file"):
         main(argv_for(noisy_pair, out))
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc (a place nobody can write)")
+def test_an_unwritable_output_path_fails_before_loading(noisy_pair, monkeypatch):
+    no_engine(monkeypatch)
+    with pytest.raises(SystemExit, match="not writable"):
+        main(argv_for(noisy_pair, "/proc/specnative-cannot-write-here"))
 
 
 def test_every_cell_refused_is_a_clear_error(noisy_pair, tmp_path, monkeypatch, capsys):
