@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "drafter.h"
 #include "engine.h"
 #include "model_io.h"
 #include "sampling.h"
@@ -139,7 +140,8 @@ struct GenerateOutput : GenerateResult {
 
 GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
-                        bool stop_at_eog, bool record_margins) {
+                        bool stop_at_eog, bool record_margins, const std::string& drafter,
+                        const std::map<std::string, std::string>& drafter_options) {
     GenerateParams p;
     p.n_predict = n_predict;
     p.temperature = temperature;
@@ -149,6 +151,8 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.rule = parse_rule(rule);
     p.stop_at_eog = stop_at_eog;
     p.record_margins = record_margins;
+    p.drafter.type = drafter;
+    p.drafter.options = drafter_options;
     auto should_stop = [&engine] {
         if (engine.closing.load()) throw ClosedDuringCall();
         return python_interrupt_pending();
@@ -243,10 +247,27 @@ PYBIND11_MODULE(_core, m) {
             return out;
         });
 
+    m.def("supports_rpc", [] { return llama_supports_rpc(); },
+          "whether this build has ggml's RPC backend (SPECNATIVE_RPC / GGML_RPC)");
+    m.def("rpc_device_names", [](const std::vector<std::string>& endpoints) { return rpc_device_names(endpoints); },
+          py::arg("endpoints"), "device names (RPC0, ...) of RPC servers an Engine added, in their order");
+
     py::class_<GuardedEngine>(m, "Engine")
         .def(py::init([](const std::string& target, const std::string& draft, int n_ctx, int n_batch,
-                         int n_threads, int n_gpu_layers, int n_seq_max, int flash_attn, bool kv_unified) {
+                         int n_threads, int n_gpu_layers, int n_seq_max, int flash_attn, bool kv_unified,
+                         const std::string& split_mode, const std::vector<float>& tensor_split, int main_gpu,
+                         const std::vector<std::string>& devices, const std::vector<std::string>& draft_devices,
+                         std::optional<int> n_gpu_layers_draft, const std::vector<std::string>& rpc_servers,
+                         int rpc_timeout_ms) {
                  EngineParams p;
+                 p.split_mode = split_mode;  // placement: checked in model_io.cpp before llama.cpp sees it
+                 p.tensor_split = tensor_split;
+                 p.main_gpu = main_gpu;
+                 p.devices = devices;
+                 p.draft_devices = draft_devices;
+                 p.n_gpu_layers_draft = n_gpu_layers_draft.value_or(EngineParams::kFollowTarget);
+                 p.rpc_servers = rpc_servers;
+                 p.rpc_timeout_ms = rpc_timeout_ms;
                  p.n_ctx = n_ctx;
                  p.n_batch = n_batch;
                  p.n_threads = n_threads;
@@ -258,10 +279,15 @@ PYBIND11_MODULE(_core, m) {
                  return new GuardedEngine(target, draft, p);
              }),
              py::arg("target"), py::arg("draft"), py::arg("n_ctx"), py::arg("n_batch"), py::arg("n_threads"),
-             py::arg("n_gpu_layers"), py::arg("n_seq_max"), py::arg("flash_attn"), py::arg("kv_unified"))
+             py::arg("n_gpu_layers"), py::arg("n_seq_max"), py::arg("flash_attn"), py::arg("kv_unified"),
+             py::arg("split_mode") = "layer", py::arg("tensor_split") = std::vector<float>{}, py::arg("main_gpu") = 0,
+             py::arg("devices") = std::vector<std::string>{}, py::arg("draft_devices") = std::vector<std::string>{},
+             py::arg("n_gpu_layers_draft") = py::none(), py::arg("rpc_servers") = std::vector<std::string>{},
+             py::arg("rpc_timeout_ms") = 5000)
         .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
-             py::arg("record_margins"))
+             py::arg("record_margins"), py::arg("drafter") = "model",
+             py::arg("drafter_options") = std::map<std::string, std::string>{})
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })
@@ -292,6 +318,9 @@ PYBIND11_MODULE(_core, m) {
             d["u"] = to_numpy(r.u);
             d["cdf_lo"] = to_numpy(r.cdf_lo);
             d["cdf_hi"] = to_numpy(r.cdf_hi);
+            py::list finals;
+            for (const auto& f : r.final_logits) finals.append(to_numpy(f));
+            d["final_logits"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"))
         // Tests of the lossless verdict only: plants a known bug in the speculative loop.
@@ -347,6 +376,13 @@ PYBIND11_MODULE(_core, m) {
           "alpha, per-token alpha and tau of pooled counts (the engine's own definitions)");
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));
+    m.attr("drafter_names") = drafter_names();
+    m.def("drafter_defaults", &ngram_drafter_defaults,
+          "llama.cpp's n-gram drafter options by CLI name (no dashes) with their defaults at this commit");
+    m.def("validate_drafter", [](const std::string& type, const std::map<std::string, std::string>& options) {
+        validate_drafter(DrafterParams{type, options});
+    }, py::arg("drafter"), py::arg("drafter_options"), "ValueError for an unknown drafter, option or value, "
+       "or an unreadable lookup cache file: the check generate() makes before decoding");
     m.attr("max_parallel_sequences") = static_cast<int>(llama_max_parallel_sequences());
     m.def("build_info", [] {
         ensure_backend();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "drafter.h"
 #include "phase_clock.h"
 #include "sampling.h"
 #include "vocab_check.h"
@@ -95,6 +96,27 @@ void refuse_unsupported(const llama_model* model, const std::string& path, bool 
 }
 }  // namespace
 
+namespace {
+// Where each model goes (EngineParams' placement fields; the draft follows the target unless set).
+Placement target_placement(const EngineParams& params) {
+    Placement p;
+    p.n_gpu_layers = params.n_gpu_layers;
+    p.split_mode = params.split_mode;
+    p.tensor_split = params.tensor_split;
+    p.main_gpu = params.main_gpu;
+    p.devices = params.devices;
+    p.rpc_servers = params.rpc_servers;
+    return p;
+}
+
+Placement draft_placement(const EngineParams& params) {
+    Placement p = target_placement(params);
+    if (params.n_gpu_layers_draft != EngineParams::kFollowTarget) p.n_gpu_layers = params.n_gpu_layers_draft;
+    if (!params.draft_devices.empty()) p.devices = params.draft_devices;
+    return p;
+}
+}  // namespace
+
 Engine::Engine(const std::string& target_path, const std::string& draft_path, const EngineParams& params)
     : params_(params), target_path_(target_path), draft_path_(draft_path) {
     if (params.n_ctx < 16) throw std::invalid_argument("n_ctx must be at least 16");
@@ -117,10 +139,11 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
                                     "of each sequence in one batch");
     }
     try {
-        target_model_ = load_model(target_path, params.n_gpu_layers);
+        add_rpc_servers(params.rpc_servers, params.rpc_timeout_ms);
+        target_model_ = load_model(target_path, target_placement(params));
         refuse_unsupported(target_model_, target_path, !draft_path.empty());
         if (!draft_path.empty()) {
-            draft_model_ = load_model(draft_path, params.n_gpu_layers);
+            draft_model_ = load_model(draft_path, draft_placement(params));
             refuse_unsupported(draft_model_, draft_path, true);
             const std::string why = vocab_incompatibility(target_model_, draft_model_);
             if (!why.empty()) {
@@ -226,7 +249,13 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     }
     int lookahead = 0;  // extra KV cells a speculative round holds before rollback
     if (p.spec) {
-        if (draft_ == nullptr) throw std::invalid_argument("spec=True needs a draft model (Engine(target, draft))");
+        validate_drafter(p.drafter);
+        if (p.drafter.type == "model" && draft_ == nullptr) {
+            throw std::invalid_argument("spec=True with drafter 'model' needs a draft model (Engine(target, draft)); "
+                                        "the n-gram drafters (e.g. drafter='ngram-simple') need none");
+        }
+        const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
+        if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
         if (p.k < 1) throw std::invalid_argument("k must be at least 1");
         if (static_cast<int64_t>(n_seq) * (static_cast<int64_t>(p.k) + 1) > params_.n_batch) {  // no int overflow
             throw std::invalid_argument("k=" + std::to_string(p.k) + " is too large: " + std::to_string(n_seq) +
@@ -400,32 +429,39 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     return r;
 }
 
-// One speculative round per iteration: draft k tokens for every active sequence (one batched
-// draft decode per position), verify all sequences' k+1 positions in one target decode, accept
-// per sequence, roll back the rejected tail of both KV caches.
+// The drafter of a speculative run (csrc/drafter.h): the draft model, or an n-gram lookup.
+std::unique_ptr<Drafter> Engine::make_drafter(const GenerateParams& p, int n_seq) {
+    if (p.drafter.type != "model") return make_ngram_drafter(p.drafter, p, n_seq, target_->n_vocab);
+    auto prefill_draft = [this](std::vector<Sequence>& seqs, int shared) { prefill(*draft_, seqs, shared, {}); };
+    return make_model_drafter(*draft_, prefill_draft, p, target_->n_vocab);
+}
+
+// One speculative round per iteration: the drafter proposes up to k tokens for every active
+// sequence (a draft model: one batched draft decode per position; an n-gram type: a lookup,
+// 0..k tokens), verify all sequences' pending + drafts in one target decode, accept per
+// sequence, roll back the rejected tail of the target's KV cache (the drafter its own state).
 GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                        const std::function<bool()>& should_stop) {
     GenerateResult r;
     r.speculative = true;
     PhaseClock clock;
     Context& t = *target_;
-    Context& d = *draft_;
     const int n_seq = static_cast<int>(seqs.size());
-    const int vocab = std::max(t.n_vocab, d.n_vocab);  // p and q are zero-padded to a common size
     const bool sampling = p.temperature > 0.0f;
     const AcceptRule rule = sampling ? p.rule : AcceptRule::greedy;  // all rules agree at T = 0
 
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
     for (Sequence& seq : seqs) {
         seq.done = finished(seq.out, p, t.vocab);
-        seq.draft_todo = {seq.pending()};
         seq.counts.drafted_at.assign(p.k, 0);
         seq.counts.accepted_at.assign(p.k, 0);
         seq.counts.accept_len_hist.assign(p.k + 1, 0);
     }
     clock.charge(r.times.prefill_target);
-    prefill(d, seqs, shared_prefix, {});
+    std::unique_ptr<Drafter> drafter = make_drafter(p, n_seq);
+    drafter->begin(seqs, shared_prefix);
     clock.charge(r.times.prefill_draft);
+    const int vocab = drafter->n_vocab();  // p and q are zero-padded to a common size
 
     std::vector<int> k_eff(n_seq), row(n_seq);
     std::vector<std::vector<int32_t>> drafts(n_seq);
@@ -441,48 +477,19 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         const int active_now = active(seqs);
         const int64_t tokens_before = generated(seqs);
         const double ms_before = r.times.draft + r.times.verify + r.times.resample;
-        int k_max = 0;
         bool any_active = false;
         for (int s = 0; s < n_seq; ++s) {
             const Sequence& seq = seqs[s];
             k_eff[s] = seq.done ? -1 : std::min<int>(p.k, p.n_predict - static_cast<int>(seq.out.size()) - 1);
-            k_max = std::max(k_max, k_eff[s]);
             any_active |= !seq.done;
             drafts[s].clear();
         }
         if (!any_active) break;
 
-        // ---- draft: position j predicts draft j+1 for every sequence that still drafts -------
-        for (int j = 0; j < k_max; ++j) {
-            d.clear_batch();
-            for (int s = 0; s < n_seq; ++s) {
-                if (k_eff[s] <= j) continue;
-                Sequence& seq = seqs[s];
-                if (j == 0) {  // catch up on everything emitted since the draft last ran
-                    for (size_t i = 0; i < seq.draft_todo.size(); ++i) {
-                        row[s] = d.add(seq.draft_todo[i], seq.n_past_draft++, seq.id, i + 1 == seq.draft_todo.size());
-                    }
-                    seq.draft_todo.clear();
-                } else {
-                    row[s] = d.add(drafts[s].back(), seq.n_past_draft++, seq.id, true);
-                }
-            }
-            d.decode("draft");
-            for (int s = 0; s < n_seq; ++s) {
-                if (k_eff[s] <= j) continue;
-                const float* logits = d.logits(row[s]);
-                int32_t token;
-                if (sampling) {
-                    std::vector<float>& qj = q[s][j];
-                    softmax(logits, d.n_vocab, p.temperature, qj);
-                    qj.resize(vocab, 0.0f);
-                    const int64_t index = seqs[s].next_index() + j;
-                    token = sample_from_weights(qj.data(), d.n_vocab, keyed_uniform(p.seed, seqs[s].id, index, Stream::draft));
-                } else {
-                    token = argmax(logits, d.n_vocab);  // the draft needs no margin
-                }
-                drafts[s].push_back(token);
-            }
+        // ---- draft: up to k_eff[s] tokens each; what came back (0..k_eff[s]) is verified ----------
+        drafter->draft(seqs, k_eff, drafts, q);
+        for (int s = 0; s < n_seq; ++s) {
+            if (!seqs[s].done) k_eff[s] = static_cast<int>(drafts[s].size());
         }
         clock.charge(r.times.draft);
 
@@ -559,21 +566,14 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
                                                                                      : 0;
             seq.n_past_target = pos0 + 1 + accepted + stale;
             llama_memory_seq_rm(t.memory(), seq.id, seq.n_past_target, -1);
-            // draft cache holds pending and drafts 1..k_eff-1 (the last draft was never fed)
-            if (k_eff[s] == 0) {
-                // the draft did not run; pending is still in draft_todo
-            } else if (accepted < k_eff[s]) {
-                seq.n_past_draft = pos0 + 1 + accepted + std::max(stale, 0);
-                llama_memory_seq_rm(d.memory(), seq.id, seq.n_past_draft, -1);
-            } else {
-                seq.draft_todo.push_back(drafts[s].back());
-            }
+            drafter->accept(seq, RoundOutcome{pos0, k_eff[s], accepted, stale, stopped_on_eog,
+                                              stopped_on_eog ? -1 : correction,
+                                              k_eff[s] > 0 ? drafts[s].back() : -1});
             if (stopped_on_eog) {
                 seq.done = true;
                 continue;
             }
             seq.out.push_back(correction);
-            seq.draft_todo.push_back(correction);
             seq.done = finished(seq.out, p, t.vocab);
         }
         clock.charge(r.times.resample);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -21,6 +23,18 @@ struct EngineParams {
     int n_seq_max = 8;
     int flash_attn = 0;      // -1 auto, 0 off, 1 on (llama_flash_attn_type)
     bool kv_unified = true;  // one KV buffer: lets sequences share a prompt prefix's cells
+    // Placement across devices and hosts, llama.cpp's names (model_io.h Placement): split mode
+    // (-sm), tensor split (-ts) and main GPU (-mg) apply to both models; devices (-dev / -devd)
+    // and GPU layers (-ngl / -ngld) per model, the draft's following the target's when unset.
+    std::string split_mode = "layer";
+    std::vector<float> tensor_split;
+    int main_gpu = 0;
+    std::vector<std::string> devices;
+    std::vector<std::string> draft_devices;
+    static constexpr int kFollowTarget = -1000;
+    int n_gpu_layers_draft = kFollowTarget;
+    std::vector<std::string> rpc_servers;  // --rpc host:port: added before devices are resolved
+    int rpc_timeout_ms = 5000;             // connect timeout when a server is first added
 };
 
 // Thrown when the caller's should_stop() asks to stop (Ctrl-C); Python sees KeyboardInterrupt.
@@ -29,6 +43,13 @@ struct Interrupted : std::runtime_error {
 };
 
 enum class AcceptRule { greedy, match, rejection };
+
+// Which drafter proposes the tokens of a speculative round (csrc/drafter.h): "model" (the draft
+// GGUF given to the Engine) or one of llama.cpp's model-free n-gram types by its --spec-type name.
+struct DrafterParams {
+    std::string type = "model";
+    std::map<std::string, std::string> options;  // llama.cpp CLI names, e.g. spec-ngram-mod-n-min
+};
 
 struct GenerateParams {
     int n_predict = 32;
@@ -40,6 +61,7 @@ struct GenerateParams {
     bool stop_at_eog = true;
     bool record_margins = false;  // top-1 minus top-2 target logit per token: one more pass
                                   // over the vocabulary, so only when asked (lossless checks)
+    DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).
@@ -128,6 +150,9 @@ struct ReplayCheck {
     std::vector<float> gap;           // logit[pick] - logit[emitted] (0 where they agree)
     std::vector<double> u;            // sampling: the keyed uniform the baseline drew there
     std::vector<double> cdf_lo, cdf_hi;  // sampling: [F(emitted - 1), F(emitted)) at the temperature
+    // Per sequence: the logits after its last emitted token, on a clean cache along the baseline's
+    // path: what pending_logits() must show on the cache a speculative run left (a state check).
+    std::vector<std::vector<float>> final_logits;
 };
 
 // Deliberate bugs for tests of the lossless verdict (never set in normal use): each breaks the
@@ -140,6 +165,8 @@ enum class Fault {
     seed_mixup,       // the target's samples in a round use the draft's random stream
     bonus_from_q,     // the bonus token after a fully accepted round comes from the draft's q
 };
+
+class Drafter;  // drafter.h
 
 class Engine {
 public:
@@ -196,6 +223,7 @@ private:
     void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const LastLogits& on_last);
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
+    std::unique_ptr<Drafter> make_drafter(const GenerateParams& p, int n_seq);
     GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                    const std::function<bool()>& should_stop);
 

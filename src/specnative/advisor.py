@@ -24,8 +24,9 @@ from specnative import schema, theory
 
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
 # carry no draft columns, so k and accept_rule cannot be part of the join).
-REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task")
-BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task")
+REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter")
+# (drafter: each drafter's cell measured its own baseline beside it; empty in older traces)
+BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter")
 # Off-row columns a regime needs: the baseline's rate, its spread and its timings.
 BASELINE_COLUMNS = ("tps", "tps_std", "tps_min", "tps_max", "repeats", "step_ms", "decode_ms",
                     "prefill_target_ms", "total_ms")
@@ -445,3 +446,35 @@ def task_advice(summary: pd.DataFrame) -> str:
         groups.setdefault(task_decision(row), []).append(row["task"])
     return "; ".join(f"{said[d]} {_task_names(groups[d])}" for d in said if d in groups)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Which drafter: per regime (every key but the drafter), the drafter the measurements favour.
+
+def drafter_advice(traces, thresholds: Thresholds | None = None) -> pd.DataFrame:
+    """One row per regime without the drafter key: the recommended drafter and why. Among the
+    drafters the advisor calls `on` there, the one whose speedup interval has the highest lower
+    bound (the surest gain, not the luckiest); if none is `on`: `none` when every drafter is
+    `off`, else `measure-more`. `ranking` lists every drafter's decision and speedup."""
+    frame = verdicts_frame(advise(traces, thresholds))
+    keys = [k for k in REGIME_KEYS if k != "drafter"]
+    if frame.empty:
+        return pd.DataFrame(columns=keys + ["recommend", "decision", "speedup", "speedup_lo", "ranking"])
+    frame = frame.assign(drafter=frame["drafter"].fillna("model"))
+    rows = []
+    for regime, group in frame.groupby([frame[k].astype(str) for k in keys], sort=False, dropna=False):
+        first = group.iloc[0]
+        ranked = group.sort_values("speedup_lo", ascending=False, na_position="last")
+        ranking = "; ".join(f"{r['drafter']} {r['decision']} {_fmt(r['speedup'])}" for _, r in ranked.iterrows())
+        on = ranked[ranked["decision"] == ON]
+        if not on.empty:
+            best, decision = on.iloc[0], ON
+            recommend = best["drafter"]
+        elif (group["decision"] == OFF).all():
+            best, decision, recommend = ranked.iloc[0], OFF, "none"
+        else:
+            best, decision, recommend = ranked.iloc[0], MORE, "measure-more"
+        rows.append({**{k: first[k] for k in keys}, "recommend": recommend, "decision": decision,
+                     "speedup": best["speedup"] if decision == ON else math.nan,
+                     "speedup_lo": best["speedup_lo"] if decision == ON else math.nan, "ranking": ranking})
+    return pd.DataFrame(rows)

@@ -16,6 +16,9 @@ import numpy as np
 from specnative import _core
 
 ACCEPT_RULES = ("greedy", "match", "rejection")
+# "model" (the draft GGUF) and llama.cpp's model-free n-gram drafters by their --spec-type names
+# (an extension built before the drafters knows only "model")
+DRAFTERS = tuple(getattr(_core, "drafter_names", ["model"]))
 Prompt = Union[str, Sequence[int], np.ndarray]
 
 
@@ -73,6 +76,44 @@ def _utf8(text: str) -> str:
     return text
 
 
+SPLIT_MODES = ("none", "layer", "row", "tensor")  # llama.cpp's -sm
+
+
+def _names(value, what: str) -> list[str]:
+    """A list of names from a list or a comma-separated string (llama.cpp's "a,b"); None: []."""
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if not all(isinstance(item, str) and item.strip() for item in items):
+        raise ValueError(f"{what} must be names (a list or 'a,b'), not {value!r}")
+    return [item.strip() for item in items]
+
+
+def _tensor_split(value) -> list[float]:
+    """llama.cpp's -ts: proportions per device, a list or '3,1'; the core checks the values."""
+    if value is None:
+        return []
+    items = value.replace("/", ",").split(",") if isinstance(value, str) else list(value)
+    try:
+        return [float(item) for item in items]
+    except (TypeError, ValueError):
+        raise ValueError(f"tensor_split must be numbers (a list or '3,1'), not {value!r}") from None
+
+
+def placement_args(split_mode="layer", tensor_split=None, main_gpu=0, devices=None, draft_devices=None,
+                   n_gpu_layers_draft=None, rpc_servers=None, rpc_timeout_s: float = 5.0) -> dict:
+    """The core Engine's placement arguments (llama.cpp's -sm, -ts, -mg, -dev, -devd, -ngld, --rpc)."""
+    if split_mode not in SPLIT_MODES:
+        raise ValueError(f"split_mode must be one of {', '.join(SPLIT_MODES)}, not {split_mode!r}")
+    if not (isinstance(rpc_timeout_s, (int, float)) and 0 < rpc_timeout_s <= 600):
+        raise ValueError(f"rpc_timeout_s must be a number of seconds in (0, 600], not {rpc_timeout_s!r}")
+    return {"split_mode": split_mode, "tensor_split": _tensor_split(tensor_split),
+            "main_gpu": _c_int(main_gpu, "main_gpu"), "devices": _names(devices, "devices"),
+            "draft_devices": _names(draft_devices, "draft_devices"),
+            "n_gpu_layers_draft": None if n_gpu_layers_draft is None else _c_int(n_gpu_layers_draft, "n_gpu_layers_draft"),
+            "rpc_servers": _names(rpc_servers, "rpc_servers"), "rpc_timeout_ms": int(rpc_timeout_s * 1000)}
+
+
 def _check_model_file(path, role: str) -> str:
     path = Path(path)
     if not path.is_file():
@@ -108,6 +149,8 @@ class GenerationResult:
     counts: list = field(default_factory=list)  # the same per sequence
     margins: list = field(default_factory=list)  # per sequence: target top-1 minus top-2 logit
                                                  # per token (record_margins=True only)
+    drafter: str = ""                            # speculative runs: which drafter proposed
+    drafter_options: dict = field(default_factory=dict)  # its llama.cpp options (n-gram types)
 
     @property
     def per_position_accept_rate(self) -> np.ndarray:
@@ -118,8 +161,29 @@ class GenerationResult:
             return np.where(drafted > 0, accepted / np.maximum(drafted, 1), np.nan)
 
     @property
+    def mean_draft_len(self) -> float:
+        """Tokens drafted per sequence-round (k for a draft model away from the end; 0..k for
+        an n-gram lookup, which proposes nothing where the history has no match)."""
+        rounds = self.totals.get("rounds", 0)
+        return self.totals["drafted"] / rounds if rounds else float("nan")
+
+    @property
+    def empty_draft_rounds(self) -> int:
+        """Sequence-rounds in which the drafter proposed nothing (plain target steps)."""
+        if not self.totals:
+            return 0
+        drafted_first = self.totals["drafted_at"][0] if len(self.totals["drafted_at"]) else 0
+        return int(self.totals["rounds"] - drafted_first)
+
+    @property
     def n_generated(self) -> int:
         return int(sum(len(t) for t in self.tokens))
+
+
+def rpc_device_names(rpc_servers) -> list[str]:
+    """Device names (RPC0, ...) of RPC servers already added by an Engine, in the servers' order:
+    what `devices` names to put a model on them."""
+    return list(_core.rpc_device_names(_names(rpc_servers, "rpc_servers")))
 
 
 class Engine:
@@ -138,14 +202,24 @@ class Engine:
 
     def __init__(self, target, draft=None, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_seq_max: int = 8,
-                 flash_attn=False, kv_unified: bool = True):
+                 flash_attn=False, kv_unified: bool = True, split_mode: str = "layer", tensor_split=None,
+                 main_gpu: int = 0, devices=None, draft_devices=None, n_gpu_layers_draft: int | None = None,
+                 rpc_servers=None, rpc_timeout_s: float = 5.0):
+        """Placement, with llama.cpp's names: `split_mode` (-sm: none, layer, row, tensor),
+        `tensor_split` (-ts: proportions per device), `main_gpu` (-mg), `devices` (-dev: device
+        names such as CUDA0 or RPC0, or "none"), and for the draft `draft_devices` (-devd) and
+        `n_gpu_layers_draft` (-ngld), which follow the target's when None. `rpc_servers` (--rpc:
+        "host:port" of running rpc-servers) adds their devices (RPC0, RPC1, ... in order; see
+        `rpc_device_names`); a server not reached within `rpc_timeout_s` is a ValueError."""
         self.target_path = _check_model_file(target, "target")
         self.draft_path = _check_model_file(draft, "draft") if draft is not None else None
         self._core = _core.Engine(
             target=self.target_path, draft=self.draft_path or "", n_ctx=_c_int(n_ctx, "n_ctx"),
             n_batch=_c_int(n_batch, "n_batch"), n_threads=_c_int(n_threads or default_threads(), "n_threads"),
             n_gpu_layers=_c_int(n_gpu_layers, "n_gpu_layers"), n_seq_max=_c_int(n_seq_max, "n_seq_max"),
-            flash_attn=_flash_attn_code(flash_attn), kv_unified=bool(kv_unified))
+            flash_attn=_flash_attn_code(flash_attn), kv_unified=bool(kv_unified),
+            **placement_args(split_mode, tensor_split, main_gpu, devices, draft_devices, n_gpu_layers_draft,
+                             rpc_servers, rpc_timeout_s))
         self._n_vocab = int(self._core.target_info["n_vocab"])
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -215,9 +289,18 @@ class Engine:
 
     def generate(self, prompts, *, n_predict: int = 32, temperature: float = 0.0, seed: int = 0,
                  spec: bool = False, k: int = 4, accept_rule: str = "greedy",
-                 stop_at_eos: bool = True, record_margins: bool = False) -> GenerationResult:
-        """Decode all prompts together. With spec=True the draft proposes k tokens per round and
-        `accept_rule` (greedy, match or rejection) decides what the target keeps.
+                 stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
+                 drafter_options: dict | None = None) -> GenerationResult:
+        """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
+        round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
+        drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
+        (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), which propose 0..k
+        tokens by lookup in each sequence's history; drafter_options sets their parameters by
+        llama.cpp's CLI names (e.g. {"spec-ngram-mod-n-min": 8}; see drafter_defaults()). The
+        drafter is chosen per call, not per Engine: one loaded target serves every drafter, and
+        an n-gram drafter starts from the prompts afresh on every call (repeatable measurements).
+        At temperature > 0 an n-gram draft is deterministic (q one-hot): `rejection` accepts it
+        with probability p(x), `match` when the target's keyed sample equals it.
         record_margins: also return the target's top-1 minus top-2 logit for every token (one
         more pass over the vocabulary per token; for lossless diagnostics, not timed runs)."""
         if accept_rule not in ACCEPT_RULES:
@@ -225,11 +308,13 @@ class Engine:
         if not 0 <= int(seed) < 2**64:
             raise ValueError("seed must be in [0, 2**64)")
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
+        options = _drafter_options(drafter, drafter_options)
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
                                   k=k, accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
-                                  record_margins=bool(record_margins))
+                                  record_margins=bool(record_margins), drafter=drafter,
+                                  drafter_options=options)
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,
@@ -241,7 +326,8 @@ class Engine:
                     "tps": raw.steady_tps, "iteration_ms": raw.steady_iteration_ms, "tau": raw.steady_tau},
             occupancy=raw.occupancy,
             totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
-            margins=raw.margins)
+            margins=raw.margins, drafter=drafter if raw.speculative else "",
+            drafter_options=options if raw.speculative else {})
 
     def prompt_logits(self, tokens) -> np.ndarray:
         """Target logits after feeding `tokens` to a cleared cache (sequence 0)."""
@@ -251,6 +337,30 @@ class Engine:
         """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
         return self._core.pending_logits(_c_int(seq, "seq"))
+
+
+def drafter_defaults() -> dict:
+    """llama.cpp's n-gram drafter options (CLI names without dashes, e.g. spec-ngram-mod-n-min)
+    with their defaults at the pinned commit (common/common.h); empty without its common library."""
+    return dict(_core.drafter_defaults()) if hasattr(_core, "drafter_defaults") else {}
+
+
+def _drafter_options(drafter, options) -> dict:
+    """{llama.cpp CLI name: value as text}; '--' and underscores are accepted for the name."""
+    if drafter not in DRAFTERS:
+        raise ValueError(f"drafter must be one of {DRAFTERS}, not {drafter!r}")
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise ValueError(f"drafter_options must be a dict, not {type(options).__name__}")
+    out = {}
+    for name, value in options.items():
+        if not isinstance(name, str):
+            raise ValueError(f"drafter option names are strings, not {name!r}")
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, str, os.PathLike)):
+            raise ValueError(f"drafter option {name} must be an integer or a path, not {value!r}")
+        out[name.lstrip("-").replace("_", "-")] = str(os.fspath(value) if isinstance(value, os.PathLike) else value)
+    return out
 
 
 def build_info() -> dict:

@@ -24,10 +24,10 @@ from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never i
 
 from specnative import theory
 from specnative.schema import TracesError
-from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, load_traces,
+from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice, load_traces,
                                 pair_cells, task_advice, threshold_fields, verdicts_frame)
 
-CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task")  # split lines if varied
+CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter")  # split lines if varied
 ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
 OFF_STEPS = ("prefill_target_ms", "decode_ms")
 STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "draft_ms": "#f28e2b",
@@ -69,7 +69,8 @@ def _key_text(key: str, value) -> str:
     if value is None or pd.isna(value):
         return f"{key} n/a"
     names = {"quant_bits": "q{}", "ctx_len": "ctx {}", "concurrency": "×{}", "k": "k={}",
-             "temperature": "T={:g}", "accept_rule": "{}", "draft_model": "draft {}", "task": "{}"}
+             "temperature": "T={:g}", "accept_rule": "{}", "draft_model": "draft {}", "task": "{}",
+             "drafter": "{}"}
     fmt = names.get(key, key + " {}")
     return fmt.format(float(value) if key == "temperature" else value)
 
@@ -252,6 +253,19 @@ def theory_table(cells: pd.DataFrame) -> pd.DataFrame:
         alpha, alpha_tok = as_float(cell["draft_accept_rate"]), as_float(cell["token_accept_rate"])
         k, c = as_float(cell["k"]), as_float(cell["verify_cost_c"])
         k = int(k) if math.isfinite(k) else 0
+        reach = _floats(cell.get("draft_reach"))
+        drafter = cell.get("drafter")
+        if reach and drafter is not None and not pd.isna(drafter) and drafter != "model":
+            # an n-gram lookup drafts 0..k tokens: the closed form over the measured length mix
+            # E[tokens/round] = 1 + sum_j alpha^j P(L >= j) (theory.py), not the fixed-k one
+            rows.append({**{key: cell[key] for key in REGIME_KEYS},
+                         "alpha": alpha, "alpha_token": alpha_tok, "c": c, "speedup": cell["speedup"],
+                         "predicted": theory.predicted_speedup_lengths(alpha, reach, c),
+                         "predicted_token": theory.predicted_speedup_lengths(alpha_tok, reach, c),
+                         "tau": as_float(cell["mean_accept_len"]),
+                         "tau_expected": theory.expected_tokens_per_round_lengths(alpha, reach),
+                         "tau_expected_token": theory.expected_tokens_per_round_lengths(alpha_tok, reach)})
+            continue
         rows.append({**{key: cell[key] for key in REGIME_KEYS},
                      "alpha": alpha, "alpha_token": alpha_tok, "c": c,
                      "speedup": cell["speedup"],
@@ -480,6 +494,88 @@ def task_md(summary: pd.DataFrame) -> str:
             + md_table(["task", "lossless cells", "α", "τ", "speedup [self-measured]",
                         "regimes on / off / measure-more"], rows)
             + "\n\n![by task](by_task.png)")
+
+
+# --------------------------------------------------------------------------------------------
+# By drafter (advisor.drafter_advice): which drafter pays, per regime and per task
+
+def has_ngram_drafters(traces: pd.DataFrame) -> bool:
+    return "drafter" in traces and (traces["drafter"].dropna() != "model").any()
+
+
+def by_drafter(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per task and drafter, over lossless cells: alpha and tau on summed counts, drafted tokens
+    per round, share of rounds without a draft, median c and median speedup (lowest-highest)."""
+    from specnative import _core
+
+    kept = lossless_cells(cells)
+    rows = []
+    for (task, drafter), group in kept.groupby([kept["task"].fillna("(not recorded)"),
+                                                kept["drafter"].fillna("model")], sort=True):
+        counts = {c: int(group[c].fillna(0).sum()) for c in ("drafted", "accepted", "rejected", "rounds", "emitted")}
+        rates = _core.accept_rates(**counts)
+        s = group["speedup"].dropna()
+        rows.append({"task": task, "drafter": drafter, "cells": len(group), "alpha": rates["draft_accept_rate"],
+                     "tau": rates["mean_accept_len"],
+                     "draft_len": counts["drafted"] / counts["rounds"] if counts["rounds"] else math.nan,
+                     "empty": group["empty_draft_frac"].astype(float).median(),
+                     "c": group["verify_cost_c"].astype(float).median(),
+                     "speedup": s.median() if len(s) else math.nan,
+                     "speedup_min": s.min() if len(s) else math.nan, "speedup_max": s.max() if len(s) else math.nan})
+    return pd.DataFrame(rows)
+
+
+def plot_by_drafter(summary: pd.DataFrame, note: str = "") -> Figure:
+    """Median speedup per task, one bar per drafter (whisker: lowest to highest cell)."""
+    tasks = list(dict.fromkeys(summary["task"])) if not summary.empty else []
+    fig, (ax,) = _new_figure(10, 1.8 + 0.5 * max(len(tasks), 1) * max(summary["drafter"].nunique(), 1)
+                             if not summary.empty else 3)
+    if summary.empty:
+        _empty(ax, "no lossless spec-on cell")
+        return fig
+    drafters = sorted(summary["drafter"].unique(), key=lambda d: (d != "model", d))
+    height = 0.8 / len(drafters)
+    for i, (drafter, color) in enumerate(zip(drafters, colors(len(drafters)))):
+        part = summary[summary["drafter"] == drafter].set_index("task").reindex(tasks)
+        y = np.arange(len(tasks)) + i * height
+        s = part["speedup"].to_numpy(float)
+        err = np.nan_to_num(np.vstack([s - part["speedup_min"].to_numpy(float),
+                                       part["speedup_max"].to_numpy(float) - s]).clip(0))
+        ax.barh(y, s, height=height, xerr=err, color=color, capsize=2, label=drafter)
+        for yy, a, tau in zip(y, part["alpha"], part["tau"]):
+            if math.isfinite(as_float(a)):
+                ax.text(0.02, yy, f"α {_fmt(a)} τ {_fmt(tau)}", va="center", fontsize=7)
+    ax.axvline(1.0, color="black", ls="--", lw=1)
+    ax.set_yticks(np.arange(len(tasks)) + 0.4 - height / 2, tasks)
+    ax.set_xlabel("speedup: median over the cells of the task (bar: lowest to highest)")
+    ax.set_title("Which drafter pays, by task")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    _caption(fig, "Lossless cells only; α = accepted / drafted, τ = tokens per sequence-round (bonus included).",
+             note)
+    return fig
+
+
+def drafters_md(traces: pd.DataFrame, cells: pd.DataFrame, thresholds: Thresholds) -> str:
+    advice = drafter_advice(traces, thresholds)
+    keys = [k for k in REGIME_KEYS if k != "drafter" and k in advice and advice[k].nunique(dropna=False) > 1] \
+        or ["concurrency"]
+    regime_rows = [[label(r, keys), f"**{r['recommend']}**", _fmt(r["speedup"]), r["ranking"]]
+                   for _, r in advice.iterrows()]
+    summary = by_drafter(cells)
+    task_rows = [[r["task"], r["drafter"], r["cells"], _fmt(r["alpha"]), _fmt(r["tau"]), _fmt(r["draft_len"]),
+                  _fmt(r["empty"]), _fmt(r["c"]),
+                  f"{_fmt(r['speedup'])} ({_fmt(r['speedup_min'])}–{_fmt(r['speedup_max'])})"]
+                 for _, r in summary.iterrows()]
+    return ("The advisor's drafter per regime: among the drafters it calls **on** there, the one whose "
+            "speedup interval has the highest lower bound; `none`: every drafter is off; `measure-more`: "
+            "none is decided on. Ranking: every drafter's decision and speedup, surest first.\n\n"
+            + md_table(["regime", "drafter", "speedup [self-measured]", "ranking"], regime_rows)
+            + "\n\nPer task (lossless cells; α, τ on summed counts; draft length = drafted tokens per "
+              "sequence-round; empty = share of rounds without a draft, i.e. plain target steps):\n\n"
+            + md_table(["task", "drafter", "cells", "α", "τ", "draft length", "empty", "c",
+                        "speedup [self-measured]"], task_rows)
+            + "\n\n![by drafter](by_drafter.png)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -749,13 +845,17 @@ def timing_md(traces: pd.DataFrame) -> str:
 def theory_md(table: pd.DataFrame) -> str:
     if table.empty:
         return "No lossless spec-on cell."
+    ngram = "drafter" in table and table["drafter"].notna().any() and (table["drafter"].fillna("model") != "model").any()
+    note = ("n-gram drafters propose 0..k tokens per round: their predictions use the measured length mix, "
+            "E[τ] = 1 + Σ_j α^j P(L ≥ j) with P(L ≥ j) from draft_reach (the fixed-k closed form would "
+            "credit them k drafts in every round).\n\n" if ngram else "")
     keys = [k for k in REGIME_KEYS if table[k].nunique(dropna=False) > 1] or ["concurrency"]
     rows = [[label(r, keys), _fmt(r["alpha"]), _fmt(r["alpha_token"]), _fmt(r["c"]),
              _fmt(r["speedup"]), _fmt(r["predicted"]), _fmt(r["predicted_token"]),
              _fmt(r["tau"]), _fmt(r["tau_expected"]), _fmt(r["tau_expected_token"])]
             for _, r in table.iterrows()]
-    return md_table(["cell", "α", "α per position", "c", "speedup", "predicted (α)",
-                     "predicted (α per position)", "τ", "E[τ] (α)", "E[τ] (α per position)"], rows)
+    return note + md_table(["cell", "α", "α per position", "c", "speedup", "predicted (α)",
+                            "predicted (α per position)", "τ", "E[τ] (α)", "E[τ] (α per position)"], rows)
 
 
 def slope_md(results: list[dict]) -> str:
@@ -818,12 +918,16 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                "theory_vs_measured": plot_theory(table, note),
                "acceptance_by_position": plot_acceptance_by_position(cells, note),
                "by_task": plot_by_task(by_task(traces, thresholds), note)}
+    if has_ngram_drafters(traces):
+        figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
     out = {}
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
     verdicts.to_csv(out["advice.csv"], index=False)
     sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
+    if has_ngram_drafters(traces):
+        sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
     if compare is not None:
         sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
@@ -864,7 +968,8 @@ FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
                  "timing_breakdown": "Per-step timing breakdown",
                  "theory_vs_measured": "Closed form against measurement",
                  "acceptance_by_position": "Acceptance by draft position",
-                 "by_task": "Acceptance and speedup by task category"}
+                 "by_task": "Acceptance and speedup by task category",
+                 "by_drafter": "Which drafter pays, by task"}
 
 
 def _render(prov: dict, sections: list, figures: list) -> str:

@@ -27,11 +27,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("quant_bits", "int", "bits per weight of the target's quantization (from its GGUF file type)"),
     Column("spec_decode", "str", "'on' (speculative) or 'off' (target alone)"),
     Column("draft_accept_rate", "float", "alpha = accepted / drafted over the timed repeats (on rows)"),
-    Column("verify_cost_c", "float", "c = T_round / T_step - 1 from this cell's on and off runs (on rows)"),
+    Column("verify_cost_c", "float", "c = T_round / T_step - 1 from this cell's on and off runs, steady state, so that "
+           "speedup = steady_tau / (1 + c) exactly (on rows)"),
     Column("concurrency", "int", "sequences decoded together"),
     Column("ctx_len", "int", "tokens of shared context (documents, a prefix common to all sequences) before "
            "each sequence's own prompt; 0: the prompt alone (prompt_tokens: the whole prompt)"),
-    Column("tps", "float", "generated tokens per second of decoding, all sequences, prefill excluded; median of repeats"),
+    Column("tps", "float", "generated tokens per second of decoding, all sequences, prefill excluded, in the steady "
+           "state (iterations with every sequence active), pooled over the timed repeats"),
     Column("lossless_ok", "bool", "spec output equals the baseline's (see lossless_method)"),
     Column("seed", "int", "sampling seed (position-keyed RNG)"),
     # --- extras -------------------------------------------------------------------------------
@@ -52,8 +54,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("predicted_speedup", "float", "(1 - a^(k+1)) / ((1 - a)(1 + c)) with a = token_accept_rate (on rows)"),
     Column("c_draft", "float", "one draft decode step / one baseline target step (on rows)"),
     Column("verify_ratio", "float", "T_verify per round / T_step (on rows)"),
-    Column("round_ms", "float", "T_round: mean wall time of a speculative round, median over repeats (on rows)"),
-    Column("step_ms", "float", "T_step: mean wall time of a baseline decode step, median over repeats"),
+    Column("round_ms", "float", "T_round: mean wall time of a speculative round in the steady state, pooled over repeats (on rows)"),
+    Column("step_ms", "float", "T_step: mean wall time of a baseline decode step in the steady state, pooled over repeats"),
     Column("prefill_target_ms", "float", "per run, mean over repeats (a cached shared prefix is not re-prefilled)"),
     Column("prefill_draft_ms", "float", "per run, mean over repeats (on rows)"),
     Column("draft_ms", "float", "per run, mean over repeats (on rows)"),
@@ -119,6 +121,22 @@ COLUMNS: tuple[Column, ...] = (
     Column("noise_max_spread", "float", "noise control: most any pairwise logit gap moved between the shapes (on rows)"),
     Column("noise_flips", "int", "noise control: positions whose greedy choice differed between the shapes (on rows)"),
     Column("noise_positions", "int", "noise control: positions compared (on rows)"),
+    # --- steady state (a constant load of `concurrency` sequences) ------------------------------
+    Column("steady_tau", "float", "tokens per sequence per round in the steady state, pooled (on rows); "
+           "speedup = steady_tau / (1 + verify_cost_c)"),
+    Column("occupancy", "float", "mean active sequences per iteration / concurrency over whole runs: below 1 where "
+           "sequences finished early and left the batch (that tail is outside tps)"),
+    # --- which drafter proposed (csrc/drafter.h) ---------------------------------------------------
+    Column("drafter", "str", "the cell's drafter: model (the draft GGUF) or a llama.cpp n-gram type (ngram-simple, "
+           "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); off rows: the cell whose baseline they are"),
+    Column("drafter_options", "str", "the n-gram drafter's llama.cpp options name=value, ';'-separated, defaults "
+           "included (on rows of n-gram cells)"),
+    Column("mean_draft_len", "float", "drafted tokens per sequence-round: k for a draft model (less only at the "
+           "end), 0..k for an n-gram lookup (on rows)"),
+    Column("empty_draft_frac", "float", "share of sequence-rounds in which the drafter proposed nothing: plain "
+           "target steps (on rows)"),
+    Column("draft_reach", "str", "share of sequence-rounds whose draft reached position 1..k, ';'-separated: "
+           "P(L >= j) of the draft length L, all 1 for a draft model away from the end (on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -127,7 +145,8 @@ DRAFT_ONLY: tuple[str, ...] = (
     "draft_accept_rate", "verify_cost_c", "k", "accept_rule", "token_accept_rate", "mean_accept_len", "predicted_speedup",
     "c_draft", "verify_ratio", "round_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms",
     "drafted", "accepted", "rounds", "emitted", "rejected", "accept_at_pos", "accept_len_hist", "draft_model",
-    "draft_type", "draft_sha256")
+    "draft_type", "draft_sha256", "drafter_options", "mean_draft_len", "empty_draft_frac",
+    "draft_reach")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 

@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from specnative import _core, lossless, shards, stats, theory, workloads
-from specnative.engine import ACCEPT_RULES, Engine, default_threads
+from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, default_threads, drafter_defaults,
+                               placement_args)
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative import rundir
 from specnative.provenance import environment, model_record, now_iso, sha256_file, write_json
@@ -91,6 +92,24 @@ class SweepConfig:
     check_seed_offset: int = 0
     # --shard i/N: this run measures the grid cells whose index is i mod N (shards.py)
     shard: "shards.Shard | None" = None
+    # Placement across devices and RPC hosts: Engine keyword arguments (split_mode, tensor_split,
+    # main_gpu, devices, draft_devices, n_gpu_layers_draft, rpc_servers); empty: defaults
+    placement: dict = field(default_factory=dict)
+    # --drafter: a grid axis; "model" is the draft GGUF, the others llama.cpp's n-gram types
+    drafters: list = field(default_factory=lambda: ["model"])
+    drafter_options: dict = field(default_factory=dict)  # n-gram options set on the command line
+
+
+def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
+    """The llama.cpp options a cell's n-gram drafter runs with (none for the draft model)."""
+    return {} if drafter == "model" else dict(getattr(cfg, "drafter_options", {}))
+
+
+def drafter_options_text(drafter: str, options: dict) -> str | None:
+    """traces.csv's drafter_options: llama.cpp's defaults overlaid with the given options."""
+    if drafter == "model":
+        return None
+    return ";".join(f"{name}={value}" for name, value in sorted({**drafter_defaults(), **options}.items()))
 
 
 @dataclass(frozen=True)
@@ -100,10 +119,13 @@ class Cell:
     concurrency: int
     temperature: float
     task: str = workloads.MIXED
+    drafter: str = "model"
 
     def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
         base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
                 f"|task={self.task}")
+        if self.drafter != "model":  # draft-model keys stay as before (--resume of older runs)
+            base += f"|drafter={self.drafter}"
         return base if k is None else f"{base}|k{k}"
 
 
@@ -154,7 +176,7 @@ def first_divergence(base, spec) -> tuple[int, float]:
     return best
 
 
-def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float) -> dict:
+def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model") -> dict:
     if temperature == 0:
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
@@ -164,10 +186,12 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     common = dict(n_predict=cfg.n_predict, temperature=temperature)
     base = engine.generate(prompts, seed=cfg.seed, record_margins=True, **common)
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
-                           accept_rule=rule, **common)
+                           accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
+                           **common)
+    pending = lossless.pending_state(engine, len(prompts))  # before anything else touches the cache
     index, margin = first_divergence(base, spec)
     control = lossless.measure_noise(engine, prompts, base.tokens, k)
-    verdict = lossless.judge(engine, prompts, base.tokens, spec.tokens, temperature, cfg.seed, control)
+    verdict = lossless.judge(engine, prompts, base.tokens, spec.tokens, temperature, cfg.seed, control, pending)
     return {"lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
             "divergence_margin": margin, "verdict": verdict.verdict, "verdict_reason": verdict.reason,
             "mismatches": verdict.mismatches, "max_mismatch_gap": verdict.max_mismatch_gap,
@@ -176,11 +200,32 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
             "noise_positions": control.positions}
 
 
+def steady_rate(run) -> float:
+    """A run's tokens per second in its steady-state window (every sequence active: a server's
+    constant load N; engine.GenerationResult.steady). Every rate of the sweep is this one."""
+    return run.steady["tps"]
+
+
+def pooled_steady(results) -> dict:
+    """Steady-state windows pooled over repeats: tokens / time, time per iteration (T_round or
+    T_step) and tokens per sequence-iteration (tau; 1 for the baseline). Pooled, not medians, so
+    that speedup = tau / (1 + c) holds exactly in every row."""
+    tokens = sum(r.steady["tokens"] for r in results)
+    ms = sum(r.steady["ms"] for r in results)
+    steps = sum(r.steady["steps"] for r in results)
+    n_seq = len(results[0].tokens)
+    return {"tps": tokens / (ms / 1000.0) if ms > 0 else math.nan,
+            "iteration_ms": ms / steps if steps else math.nan,
+            "tau": tokens / (steps * n_seq) if steps else math.nan,
+            "occupancy": statistics.fmean(r.occupancy for r in results)}
+
+
 def _median_row(results) -> dict:
-    tps = [r.tps for r in results]
+    tps = [steady_rate(r) for r in results]
     mean_time = lambda name: statistics.fmean(r.times[name] for r in results)
+    steady = pooled_steady(results)
     return {
-        "tps": statistics.median(tps),
+        "tps": steady["tps"], "occupancy": steady["occupancy"],
         "tps_std": statistics.stdev(tps) if len(tps) > 1 else 0.0,
         "tps_min": min(tps), "tps_max": max(tps),
         "prefill_target_ms": mean_time("prefill_target"), "prefill_draft_ms": mean_time("prefill_draft"),
@@ -203,13 +248,14 @@ def _spec_row(results, base_row: dict, k: int) -> dict:
     rates = _core.accept_rates(drafted=drafted, accepted=accepted, rejected=rejected, rounds=rounds,
                                emitted=emitted)  # pooled over the repeats
     alpha, token_alpha = rates["draft_accept_rate"], rates["token_accept_rate"]
-    round_ms = statistics.median(r.round_ms for r in results)  # medians: robust to one slow run
+    steady = pooled_steady(results)
+    round_ms = steady["iteration_ms"]
     step_ms = base_row["step_ms"]
     c = theory.verify_cost_c(round_ms, step_ms)
     engine_rounds = sum(r.steps for r in results)
     row.update({
         "draft_accept_rate": alpha, "token_accept_rate": token_alpha, "verify_cost_c": c, "k": k,
-        "mean_accept_len": rates["mean_accept_len"],
+        "mean_accept_len": rates["mean_accept_len"], "steady_tau": steady["tau"],
         "predicted_speedup": theory.predicted_speedup(token_alpha, k, c),
         "c_draft": theory.draft_cost_ratio(sum(r.times["draft"] for r in results) / engine_rounds, k, step_ms),
         "verify_ratio": (sum(r.times["verify"] for r in results) / engine_rounds) / step_ms,
@@ -219,7 +265,13 @@ def _spec_row(results, base_row: dict, k: int) -> dict:
         "accept_len_hist": ";".join(str(int(h)) for h in hist),
         "tps_baseline": base_row["tps"],
         "speedup": theory.measured_speedup(row["tps"], base_row["tps"]),
+        "mean_draft_len": drafted / rounds if rounds else math.nan,
+        "empty_draft_frac": (rounds - drafted_at[0]) / rounds if rounds and len(drafted_at) else math.nan,
+        "draft_reach": ";".join(f"{d / rounds:.4f}" for d in drafted_at) if rounds else None,
     })
+    if getattr(results[0], "drafter", "model") != "model":  # 0..k tokens per round: the closed form over the length mix
+        reach = drafted_at / rounds if rounds else []
+        row["predicted_speedup"] = theory.predicted_speedup_lengths(token_alpha, reach, c)
     return row
 
 
@@ -238,8 +290,8 @@ def _interval(make, *values, level: float) -> stats.Interval:
 
 
 def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
-    off = [p["off"].tps for p in pairs]
-    return {k: _interval(stats.speedup_interval, [p[k].tps for p in pairs], off, level=level) for k in ks}
+    off = [steady_rate(p["off"]) for p in pairs]
+    return {k: _interval(stats.speedup_interval, [steady_rate(p[k]) for p in pairs], off, level=level) for k in ks}
 
 
 def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress) -> tuple[dict, dict]:
@@ -269,7 +321,7 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress) -> 
         shown = " ".join(f"[{iv.low:.2f},{iv.high:.2f}]" for iv in intervals.values())
         return stats.combined_reason([stats.stop_reason(iv, policy) for iv in intervals.values()])
 
-    first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [run.tps for run in pair.values()],
+    first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(run) for run in pair.values()],
                                                 policy)
     pairs, reason = stats.repeat_until_decided(
         one_repeat, decide, policy, first,
@@ -287,7 +339,7 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
     repeats and warm-up used, why measuring stopped, and flagged outliers (kept, not removed:
     off rows are checked on their tps, on rows on their paired speedups, where a hiccup in
     either run of a pair shows)."""
-    tps = [r.tps for r in runs[kind]]
+    tps = [steady_rate(r) for r in runs[kind]]
     tps_iv = _interval(stats.geometric_interval, tps, level=measuring["ci_level"])
     columns = {key: measuring[key] for key in ("repeats_used", "warmup_used", "warmup_settled",
                                                "stop_reason", "ci_level")}
@@ -298,7 +350,7 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
         speedup = measuring["speedup_intervals"][kind]
         columns.update(speedup_ci_low=speedup.low, speedup_ci_high=speedup.high)
         try:
-            values = stats.paired_ratios(tps, [r.tps for r in runs["off"]])
+            values = stats.paired_ratios(tps, [steady_rate(r) for r in runs["off"]])
         except ValueError:  # a run without a rate: no ratios to judge
             values = []
         what = "speedup"
@@ -310,14 +362,15 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
 def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: None) -> list[dict]:
     """Rows (one off, one on per k) of one cell, without the identity columns."""
     prompts = build_prompts(engine, cell, cfg)
-    common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed)
+    common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed,
+                  drafter=cell.drafter, drafter_options=drafter_options_of(cfg, cell.drafter))
     checks = {}
     for k in cfg.ks:
         on_progress(f"lossless check k={k}")
-        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature)
+        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter)
     runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress)
     off = _median_row(runs["off"])
-    off.update({"step_ms": statistics.median(r.step_ms for r in runs["off"]), "speedup": 1.0,
+    off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
     off["tps_baseline"] = off["tps"]
     rows = [{"spec_decode": "off", **off, **interval_columns(runs, "off", measuring)}]
@@ -333,9 +386,17 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
 def cells_of(cfg: SweepConfig) -> list[Cell]:
     # ctx ascending per target: the prefix cache grows from one cell to the next
     # (tasks innermost: their cells share the same context documents)
-    return [Cell(Path(t), ctx, conc, temp, task) for t, ctx, conc, temp, task in
+    return [Cell(Path(t), ctx, conc, temp, task, drafter) for t, ctx, conc, temp, task, drafter in
             itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures,
-                              cfg.tasks)]
+                              cfg.tasks, getattr(cfg, "drafters", ["model"]))]
+
+
+def placement_tag(cfg: SweepConfig) -> str:
+    """What the backend column adds for a model split over RPC servers or devices."""
+    placement = getattr(cfg, "placement", {})
+    tags = [f"rpc={len(placement['rpc_servers'])}"] if placement.get("rpc_servers") else []
+    tags += [f"dev={','.join(placement['devices'])}"] if placement.get("devices") else []
+    return "".join(" " + tag for tag in tags)
 
 
 def shard_cells(cfg: SweepConfig) -> list[Cell]:
@@ -402,7 +463,7 @@ class ProgressLine:
 
     def show(self, cell: Cell, what: str) -> None:
         print(f"\r[{self.done + 1}/{self.total}] {cell.target.name} ctx={cell.ctx_len} "
-              f"conc={cell.concurrency} T={cell.temperature:g} {cell.task}: {what:<22} {self.eta()}   ",
+              f"conc={cell.concurrency} T={cell.temperature:g} {cell.task} {cell.drafter}: {what:<22} {self.eta()}   ",
               end="", file=sys.stderr, flush=True)
 
     def finish(self, cell: Cell, rows: list[dict]) -> None:
@@ -411,7 +472,7 @@ class ProgressLine:
         summary = ", ".join(f"k={r['k']} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f}"
                             f"{'' if r['lossless_ok'] else ' LOSSY'}" for r in on)
         print(f"\r[{self.done}/{self.total}] {cell.target.name} ctx={cell.ctx_len} conc={cell.concurrency} "
-              f"T={cell.temperature:g} {cell.task}: base {rows[0]['tps']:.1f} t/s; {summary}" + " " * 10,
+              f"T={cell.temperature:g} {cell.task} {cell.drafter}: base {rows[0]['tps']:.1f} t/s; {summary}" + " " * 10,
               file=sys.stderr, flush=True)
 
 
@@ -444,7 +505,7 @@ def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: in
     n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens) for c in cells)
     return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
                   n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
-                  flash_attn=cfg.flash_attn, kv_unified=True)
+                  flash_attn=cfg.flash_attn, kv_unified=True, **getattr(cfg, "placement", {}))
 
 
 def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
@@ -475,7 +536,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
         raise SystemExit(f"error: {traces} exists; pass --resume to continue it or choose another --out")
     run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
     env = environment()
-    backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "")
+    backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "") + placement_tag(cfg)
     cells = shard_cells(cfg)
     progress = ProgressLine(len(cells))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
@@ -485,9 +546,14 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                   "n_threads": cfg.threads, "n_gpu_layers": cfg.gpu_layers, "flash_attn": cfg.flash_attn,
                   "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
                            "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
-                           "n_predict": cfg.n_predict, "task": cfg.tasks},
+                           "n_predict": cfg.n_predict, "task": cfg.tasks,
+                           "drafter": getattr(cfg, "drafters", ["model"])},
+                  "drafter_options": {d: drafter_options_text(d, drafter_options_of(cfg, d))
+                                      for d in getattr(cfg, "drafters", ["model"]) if d != "model"},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
+    if getattr(cfg, "placement", None):  # only when set: older run directories still resume
+        provenance["placement"] = cfg.placement
     if cfg.shard is not None:
         provenance["shard"] = shard_record(cfg)
         if not cells:
@@ -529,6 +595,10 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                 ident = identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend)
                 for row in rows:
                     row.update(ident)
+                    row["drafter"] = cell.drafter
+                    if cell.drafter != "model":  # no draft model took part
+                        row.update(draft_model=None, draft_type=None, draft_sha256=None,
+                                   drafter_options=drafter_options_text(cell.drafter, drafter_options_of(cfg, cell.drafter)))
                     row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
                                               row["k"] if row["spec_decode"] == "on" else None)
                 append_rows(traces, rows)
@@ -593,6 +663,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="sequences decoded together (default 1,4,8)")
     grid.add_argument("--draft-max", "-k", dest="k", type=_int_list, default=[4], metavar="K,K,...",
                       help="draft tokens per round (llama.cpp's --spec-draft-n-max)")
+    grid.add_argument("--drafter", type=_list_of(str, "drafter names"), default=["model"], metavar="D,D,...",
+                      help=f"drafters, one cell each: {', '.join(DRAFTERS)} (model: the draft GGUF; the "
+                           f"others: llama.cpp's model-free n-gram drafters, --spec-type names)")
+    ngram = p.add_argument_group("n-gram drafters (llama.cpp's options and defaults; k still caps each draft)")
+    for name, default in sorted(drafter_defaults().items()):
+        ngram.add_argument(f"--{name}", dest=f"drafter_opt_{name}", default=None, metavar="PATH" if "cache" in name
+                           else "N", help=f"llama.cpp's --{name} (default: {default or 'none'})")
     grid.add_argument("--temp", "--temperature", dest="temperature", type=_float_list, default=[0.0],
                       metavar="T,T,...", help="sampling temperature (0 = greedy)")
     grid.add_argument("--accept-rule", choices=ACCEPT_RULES, default=None,
@@ -629,6 +706,23 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("-s", "--seed", type=int, default=0, help="sampling seed")
     runs.add_argument("-t", "--threads", type=int, default=default_threads(), help="CPU threads")
     runs.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to the GPU (-1: all)")
+    placement = p.add_argument_group("placement across devices and hosts (llama.cpp's names)")
+    placement.add_argument("-ngld", "--gpu-layers-draft", type=int, default=None,
+                           help="the draft's layers offloaded (default: as -ngl)")
+    placement.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default="layer",
+                           help="how a model is split across devices")
+    placement.add_argument("-ts", "--tensor-split", type=_float_list, default=None, metavar="N0,N1,...",
+                           help="proportion of the model on each device, e.g. 3,1")
+    placement.add_argument("-mg", "--main-gpu", type=int, default=0,
+                           help="the device used with --split-mode none (an index into the devices)")
+    placement.add_argument("-dev", "--device", type=_list_of(str, "device names"), default=None,
+                           metavar="DEV,...", help="devices for the target, e.g. CUDA0,CUDA1 or RPC0,RPC1 "
+                           "(none: no offload; default: every GPU and the --rpc servers)")
+    placement.add_argument("-devd", "--device-draft", type=_list_of(str, "device names"), default=None,
+                           metavar="DEV,...", help="devices for the draft (default: as --device)")
+    placement.add_argument("--rpc", type=_list_of(str, "host:port"), default=None, metavar="HOST:PORT,...",
+                           help="rpc-server processes whose devices (RPC0, RPC1, ... in this order) hold "
+                                "offloaded layers; give -ngl too (a build with SPECNATIVE_RPC)")
     runs.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off", help="flash attention")
     runs.add_argument("-b", "--batch-size", type=int, default=512, help="n_batch: most tokens per llama_decode")
     runs.add_argument("--max-kv-gib", type=float, default=8.0, help="refuse cells whose KV cache would exceed this")
@@ -660,6 +754,31 @@ def workload_args(args: argparse.Namespace, preset_defaults: dict, errors: list)
         errors.append(f"--tasks: {error}")
         tasks = []
     return prompts, tasks
+
+
+def placement_from_args(args: argparse.Namespace) -> dict:
+    """Engine placement keywords for the flags given (defaults left out)."""
+    given = {"split_mode": args.split_mode if args.split_mode != "layer" else None,
+             "tensor_split": args.tensor_split, "main_gpu": args.main_gpu or None, "devices": args.device,
+             "draft_devices": args.device_draft, "n_gpu_layers_draft": args.gpu_layers_draft,
+             "rpc_servers": args.rpc}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def placement_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the placement flags, before any work (device names are checked
+    when the models load: RPC devices exist only once their servers are added)."""
+    try:
+        placement_args(**placement_from_args(args))
+    except ValueError as error:
+        return str(error)
+    if args.tensor_split and (min(args.tensor_split) < 0 or not all(map(math.isfinite, args.tensor_split))):
+        return "--tensor-split values must be proportions >= 0"
+    if args.rpc and args.gpu_layers == 0 and not args.gpu_layers_draft:
+        return "--rpc needs -ngl (and/or -ngld): layers that are not offloaded stay on this machine's CPU"
+    if args.rpc and not _core.supports_rpc():
+        return "--rpc: this build has no RPC backend (rebuild with -DSPECNATIVE_RPC=ON)"
+    return None
 
 
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
@@ -714,7 +833,21 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     for path in (args.target or []) + ([args.draft] if args.draft else []):
         if not Path(path).is_file():
             errors.append(f"model file not found: {path}")
+    if problem := placement_problem(args):
+        errors.append(problem)
     prompts, tasks = workload_args(args, preset_defaults, errors)
+    drafter_options = {name: getattr(args, f"drafter_opt_{name}") for name in drafter_defaults()
+                       if getattr(args, f"drafter_opt_{name}", None) is not None}
+    if len(set(args.drafter)) != len(args.drafter):
+        errors.append("--drafter has duplicates")
+    for drafter in args.drafter:
+        try:
+            if drafter not in DRAFTERS:
+                raise ValueError(f"unknown drafter (one of: {', '.join(DRAFTERS)})")
+            if drafter != "model":
+                _core.validate_drafter(drafter, drafter_options)
+        except ValueError as error:
+            errors.append(f"--drafter {drafter}: {error}")
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
@@ -734,7 +867,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
         notes=preset.notes if preset else [],
         tasks=tasks, prompts=prompts, prompts_source=str(args.prompts) if args.prompts else "built-in",
-        context_file=args.context, shard=args.shard,
+        context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 

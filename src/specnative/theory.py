@@ -44,3 +44,20 @@ def measured_speedup(tps_spec: float, tps_baseline: float) -> float:
     if not (tps_baseline > 0):
         return math.nan
     return tps_spec / tps_baseline
+
+
+def expected_tokens_per_round_lengths(alpha: float, reach) -> float:
+    """E[tokens per round] when the draft length L varies from round to round (an n-gram lookup
+    proposes 0..k tokens): 1 + sum_j alpha^j P(L >= j), with reach[j-1] = P(L >= j) measured as
+    (rounds that drafted position j) / rounds. For L = k in every round this is the closed form
+    (1 - alpha^(k+1)) / (1 - alpha); a round with no draft counts 1 token (a plain target step)."""
+    if not math.isfinite(alpha):
+        return math.nan
+    return 1.0 + sum(alpha ** j * float(r) for j, r in enumerate(reach, start=1))
+
+
+def predicted_speedup_lengths(alpha: float, reach, c: float) -> float:
+    """The closed form for variable draft lengths: expected_tokens_per_round_lengths / (1 + c)."""
+    if not math.isfinite(c) or c <= -1.0:
+        return math.nan
+    return expected_tokens_per_round_lengths(alpha, reach) / (1.0 + c)

@@ -1,0 +1,69 @@
+// The one interface every drafter implements, so that the round loop (Engine::run_speculative)
+// treats a draft model and llama.cpp's model-free n-gram drafters alike: ask for at most k_max[s]
+// tokens per sequence, verify what came back (0..k_max[s] tokens), report what was accepted.
+// One file per family: drafter_model.cpp (a second GGUF model), drafter_ngram.cpp (llama.cpp's
+// common/speculative.h types ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+#include "engine_internal.h"
+
+namespace specnative {
+
+// What happened to one sequence's draft in one round (given to Drafter::accept).
+struct RoundOutcome {
+    int32_t pos0;           // position of the pending token (the first verified one)
+    int drafted;            // tokens the drafter proposed this round (0..k_max)
+    int accepted;           // of those, how many the target kept
+    int stale;              // Fault::rollback_*: cells kept (+1) or lost (-1) by a planted bug
+    bool stopped_on_eog;    // an accepted end-of-generation token ended the sequence
+    int32_t correction;     // the corrected/bonus token emitted after the accepted drafts (-1 if none)
+    int32_t last_draft;     // the last proposed token (when drafted > 0)
+};
+
+// q[s][j]: the distribution draft j+1 of sequence s was drawn from, `vocab` floats (rejection rule).
+using DraftDists = std::vector<std::vector<std::vector<float>>>;
+
+class Drafter {
+public:
+    virtual ~Drafter() = default;
+    // Tokens a q vector has: at least the target's vocabulary (p and q are zero-padded alike).
+    virtual int n_vocab() const = 0;
+    // Sees every prompt once, after the target's prefill (each sequence holds its first token as
+    // pending). Charged to the prefill_draft timer.
+    virtual void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) = 0;
+    // Proposes drafts[s] (cleared by the caller) of 0..k_max[s] tokens for every sequence with
+    // k_max[s] >= 1 (k_max[s] = 0: none wanted; -1: the sequence is done). When sampling
+    // (temperature > 0) it also fills q[s][j] for every proposed token. Charged to `draft`.
+    virtual void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
+                       std::vector<std::vector<int32_t>>& drafts, DraftDists& q) = 0;
+    // After the target judged sequence `seq`'s draft (also when it proposed nothing).
+    virtual void accept(Engine::Sequence& seq, const RoundOutcome& outcome) = 0;
+};
+
+// ---- the draft-model family (drafter_model.cpp) -------------------------------------------------
+using DraftPrefill = std::function<void(std::vector<Engine::Sequence>&, int shared_prefix)>;
+std::unique_ptr<Drafter> make_model_drafter(Engine::Context& draft, const DraftPrefill& prefill,
+                                            const GenerateParams& p, int target_vocab);
+
+// ---- the n-gram family (drafter_ngram.cpp) ------------------------------------------------------
+// The names a generate() call may ask for ("model" plus llama.cpp's model-free --spec-type names).
+const std::vector<std::string>& drafter_names();
+bool is_ngram_drafter(const std::string& name);
+// llama.cpp's parameters of the n-gram drafters by their CLI names without the dashes
+// (common/arg.cpp: spec-ngram-simple-size-n, ..., lookup-cache-static), with the defaults of
+// common_params_speculative at this commit. Values are strings (cache files are paths).
+std::map<std::string, std::string> ngram_drafter_defaults();
+// Throws std::invalid_argument for an unknown drafter or option, a value out of llama.cpp's
+// range, a cache file that cannot be read, or a build without llama.cpp's common library.
+void validate_drafter(const DrafterParams& params);
+std::unique_ptr<Drafter> make_ngram_drafter(const DrafterParams& params, const GenerateParams& p, int n_seq,
+                                            int target_vocab);
+
+}  // namespace specnative

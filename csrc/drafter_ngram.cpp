@@ -1,0 +1,274 @@
+// llama.cpp's model-free n-gram drafters, driven through its own `common` library exactly as its
+// server and llama-speculative-simple drive them (common/speculative.h): common_speculative_init
+// with one --spec-type, common_speculative_begin per sequence with its prompt, then per round
+// common_speculative_get_draft_params + common_speculative_draft for all sequences together and
+// common_speculative_accept per sequence. Nothing of the n-gram algorithms is reimplemented here.
+//
+// A lookup proposes 0..n tokens: nothing when the history holds no matching n-gram (that round
+// is a plain target step for the sequence). Drafts are deterministic, so when sampling the
+// proposal distribution is one-hot: the rejection rule then accepts x with probability p(x) and
+// resamples from p without x (still exactly p in distribution); `match` works unchanged.
+#include "drafter.h"
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+
+#ifdef SPECNATIVE_HAVE_COMMON
+#include "common.h"
+#include "ngram-cache.h"
+#include "speculative.h"
+#endif
+
+namespace specnative {
+
+const std::vector<std::string>& drafter_names() {
+    static const std::vector<std::string> names = {"model",         "ngram-simple", "ngram-map-k",
+                                                   "ngram-map-k4v", "ngram-mod",    "ngram-cache"};
+    return names;
+}
+
+bool is_ngram_drafter(const std::string& name) {
+    return name != "model" && std::find(drafter_names().begin(), drafter_names().end(), name) != drafter_names().end();
+}
+
+#ifdef SPECNATIVE_HAVE_COMMON
+namespace {
+
+// One option of common_params_speculative by its llama.cpp CLI name, with arg.cpp's range.
+struct IntOption {
+    const char* name;
+    int lo, hi;
+    std::function<int&(common_params_speculative&)> field;
+};
+
+const std::vector<IntOption>& int_options() {
+    // (the ngram-map-style groups hold uint16_t fields: kMapGroups below)
+    static const std::vector<IntOption> options = {
+        {"spec-ngram-mod-n-match", 1, 1024, [](common_params_speculative& c) -> int& { return c.ngram_mod.n_match; }},
+        {"spec-ngram-mod-n-min", 0, 1024, [](common_params_speculative& c) -> int& { return c.ngram_mod.n_min; }},
+        {"spec-ngram-mod-n-max", 0, 1024, [](common_params_speculative& c) -> int& { return c.ngram_mod.n_max; }},
+    };
+    return options;
+}
+
+// The three ngram-map-style option groups (uint16_t fields in llama.cpp).
+struct MapGroup {
+    const char* prefix;  // spec-ngram-simple, spec-ngram-map-k, spec-ngram-map-k4v
+    common_params_speculative_ngram_map common_params_speculative::*field;
+};
+const MapGroup kMapGroups[] = {
+    {"spec-ngram-simple", &common_params_speculative::ngram_simple},
+    {"spec-ngram-map-k", &common_params_speculative::ngram_map_k},
+    {"spec-ngram-map-k4v", &common_params_speculative::ngram_map_k4v},
+};
+
+int parse_int(const std::string& name, const std::string& value, int lo, int hi) {
+    size_t used = 0;
+    long v = 0;
+    try {
+        v = std::stol(value, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used == 0 || used != value.size()) {
+        throw std::invalid_argument("drafter option " + name + " must be an integer, not '" + value + "'");
+    }
+    if (v < lo || v > hi) {
+        throw std::invalid_argument("drafter option " + name + "=" + value + " is out of llama.cpp's range [" +
+                                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return static_cast<int>(v);
+}
+
+// A lookup cache file as common_ngram_cache_load reads it (records of one n-gram, a count of
+// continuations, then (token, count) pairs). llama.cpp asserts (aborts the process) on a damaged
+// file, so its structure is checked here first; the contents are read by llama.cpp itself.
+void check_lookup_cache_file(const std::string& option, const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::invalid_argument(option + ": cannot read the lookup cache file '" + path + "'");
+    auto bad = [&](const std::string& why) {
+        return std::invalid_argument(option + ": '" + path + "' is not a llama.cpp lookup cache (" + why +
+                                     "); make one with llama-lookup-create");
+    };
+    common_ngram ngram;
+    while (f.read(reinterpret_cast<char*>(&ngram), sizeof(ngram))) {
+        int32_t n_tokens = 0;
+        if (!f.read(reinterpret_cast<char*>(&n_tokens), sizeof(n_tokens)) || n_tokens <= 0) {
+            throw bad("a record without continuations");
+        }
+        for (int32_t i = 0; i < n_tokens; ++i) {
+            int32_t token_and_count[2];
+            if (!f.read(reinterpret_cast<char*>(token_and_count), sizeof(token_and_count)) || token_and_count[1] <= 0) {
+                throw bad("a truncated or zero-count record");
+            }
+        }
+    }
+    if (f.gcount() != 0) throw bad("it ends inside a record");
+}
+
+common_params_speculative to_common_params(const DrafterParams& params) {
+    common_params_speculative c;
+    const common_speculative_type type = common_speculative_type_from_name(params.type);
+    c.types = {type};
+    for (const auto& [name, value] : params.options) {
+        bool known = false;
+        for (const IntOption& o : int_options()) {
+            if (name == o.name) {
+                o.field(c) = parse_int(name, value, o.lo, o.hi);
+                known = true;
+            }
+        }
+        for (const MapGroup& g : kMapGroups) {
+            common_params_speculative_ngram_map& m = c.*(g.field);
+            const std::string prefix = g.prefix;
+            if (name == prefix + "-size-n") m.size_n = static_cast<uint16_t>(parse_int(name, value, 1, 1024)), known = true;
+            if (name == prefix + "-size-m") m.size_m = static_cast<uint16_t>(parse_int(name, value, 1, 1024)), known = true;
+            if (name == prefix + "-min-hits") m.min_hits = static_cast<uint16_t>(parse_int(name, value, 1, 65535)), known = true;
+        }
+        if (name == "lookup-cache-static") c.ngram_cache.lookup_cache_static = value, known = true;
+        if (name == "lookup-cache-dynamic") c.ngram_cache.lookup_cache_dynamic = value, known = true;
+        if (!known) {
+            std::string all;
+            for (const auto& [n, v] : ngram_drafter_defaults()) all += (all.empty() ? "" : ", ") + n;
+            throw std::invalid_argument("unknown drafter option '" + name + "' (llama.cpp's names: " + all + ")");
+        }
+    }
+    if (type == COMMON_SPECULATIVE_TYPE_NGRAM_CACHE) {
+        if (!c.ngram_cache.lookup_cache_static.empty()) {
+            check_lookup_cache_file("lookup-cache-static", c.ngram_cache.lookup_cache_static);
+        }
+        if (!c.ngram_cache.lookup_cache_dynamic.empty()) {
+            check_lookup_cache_file("lookup-cache-dynamic", c.ngram_cache.lookup_cache_dynamic);
+        }
+    }
+    return c;
+}
+
+class NgramDrafter final : public Drafter {
+public:
+    NgramDrafter(const DrafterParams& params, const GenerateParams& p, int n_seq, int target_vocab)
+        : cparams_(to_common_params(params)), p_(p), vocab_(target_vocab), history_(n_seq), synced_(n_seq, 0),
+          result_(n_seq) {
+        spec_.reset(common_speculative_init(cparams_, static_cast<uint32_t>(n_seq)));
+        if (!spec_) throw std::runtime_error("llama.cpp could not set up the drafter " + params.type);
+    }
+
+    int n_vocab() const override { return vocab_; }
+
+    // The drafter's history of a sequence is what the target's cache holds: the prompt, then the
+    // emitted tokens up to (not including) the pending one (llama-speculative-simple's prompt_tgt).
+    void begin(std::vector<Engine::Sequence>& seqs, int /*shared_prefix*/) override {
+        for (Engine::Sequence& seq : seqs) {
+            history_[seq.id] = seq.prompt;
+            synced_[seq.id] = 0;
+            common_speculative_begin(spec_.get(), seq.id, history_[seq.id]);
+        }
+    }
+
+    void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
+               std::vector<std::vector<int32_t>>& drafts, DraftDists& q) override {
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            Engine::Sequence& seq = seqs[s];
+            common_speculative_draft_params& dp = common_speculative_get_draft_params(spec_.get(), seq.id);
+            dp.drafting = false;
+            if (k_max[s] < 1) continue;
+            llama_tokens& history = history_[seq.id];
+            for (; synced_[seq.id] + 1 < seq.out.size(); ++synced_[seq.id]) history.push_back(seq.out[synced_[seq.id]]);
+            result_[seq.id].clear();
+            dp.drafting = true;
+            dp.n_max = k_max[s];  // llama.cpp truncates the proposal to this
+            dp.pos0 = seq.n_past_target;
+            dp.id_last = seq.pending();
+            dp.prompt = &history;
+            dp.result = &result_[seq.id];
+        }
+        common_speculative_draft(spec_.get());
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            if (k_max[s] < 1) continue;
+            for (llama_token token : result_[seqs[s].id]) {
+                // a static cache made with another tokenizer can hold ids the target lacks
+                if (static_cast<int>(drafts[s].size()) == k_max[s] || token < 0 || token >= vocab_) break;
+                drafts[s].push_back(token);
+            }
+            if (p_.temperature > 0.0f) {  // a deterministic proposal: q is one-hot
+                for (size_t j = 0; j < drafts[s].size(); ++j) {
+                    q[s][j].assign(vocab_, 0.0f);
+                    q[s][j][drafts[s][j]] = 1.0f;
+                }
+            }
+        }
+    }
+
+    void accept(Engine::Sequence& seq, const RoundOutcome& o) override {
+        // as llama-speculative-simple: after every verify, also when nothing was drafted
+        common_speculative_accept(spec_.get(), seq.id, static_cast<uint16_t>(o.accepted));
+    }
+
+private:
+    common_params_speculative cparams_;
+    common_speculative_ptr spec_;
+    const GenerateParams& p_;
+    int vocab_;
+    std::vector<llama_tokens> history_;  // per sequence id
+    std::vector<size_t> synced_;         // emitted tokens already in history_
+    std::vector<llama_tokens> result_;   // the proposal llama.cpp writes
+};
+
+}  // namespace
+
+std::map<std::string, std::string> ngram_drafter_defaults() {
+    common_params_speculative c;  // llama.cpp's defaults (common/common.h)
+    std::map<std::string, std::string> out;
+    for (const IntOption& o : int_options()) out[o.name] = std::to_string(o.field(c));
+    for (const MapGroup& g : kMapGroups) {
+        const common_params_speculative_ngram_map& m = c.*(g.field);
+        const std::string prefix = g.prefix;
+        out[prefix + "-size-n"] = std::to_string(m.size_n);
+        out[prefix + "-size-m"] = std::to_string(m.size_m);
+        out[prefix + "-min-hits"] = std::to_string(m.min_hits);
+    }
+    out["lookup-cache-static"] = c.ngram_cache.lookup_cache_static;
+    out["lookup-cache-dynamic"] = c.ngram_cache.lookup_cache_dynamic;
+    return out;
+}
+
+void validate_drafter(const DrafterParams& params) {
+    if (std::find(drafter_names().begin(), drafter_names().end(), params.type) == drafter_names().end()) {
+        std::string all;
+        for (const auto& n : drafter_names()) all += (all.empty() ? "" : ", ") + n;
+        throw std::invalid_argument("unknown drafter '" + params.type + "' (one of: " + all + ")");
+    }
+    if (params.type == "model") {
+        if (!params.options.empty()) {
+            throw std::invalid_argument("drafter 'model' takes no n-gram options (got " +
+                                        params.options.begin()->first + ")");
+        }
+        return;
+    }
+    to_common_params(params);  // throws for a bad option or cache file
+}
+
+std::unique_ptr<Drafter> make_ngram_drafter(const DrafterParams& params, const GenerateParams& p, int n_seq,
+                                            int target_vocab) {
+    return std::make_unique<NgramDrafter>(params, p, n_seq, target_vocab);
+}
+
+#else  // built against prebuilt llama.cpp libraries without `common`
+
+std::map<std::string, std::string> ngram_drafter_defaults() { return {}; }
+
+void validate_drafter(const DrafterParams& params) {
+    if (params.type == "model") return;
+    throw std::invalid_argument("drafter '" + params.type + "' needs llama.cpp's common library, which this "
+                                "build does not link (SPECNATIVE_PREBUILT_LLAMA without libllama-common)");
+}
+
+std::unique_ptr<Drafter> make_ngram_drafter(const DrafterParams& params, const GenerateParams&, int, int) {
+    validate_drafter(params);
+    return nullptr;
+}
+
+#endif
+
+}  // namespace specnative

@@ -1,0 +1,204 @@
+"""The drafter axis: llama.cpp's model-free n-gram drafters (common/speculative.h) through the same
+round loop as the draft model: exact counts with variable draft lengths 0..k, rounds without a
+draft, timers, lossless verdicts, and clear errors at start."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from specnative import Engine, _core, lossless, theory
+from specnative.engine import DRAFTERS, drafter_defaults
+from specnative.models import FIRST_NORMAL_ID
+
+from conftest import ENGINE_KW
+
+NGRAM = [d for d in DRAFTERS if d != "model"]
+# Short n-grams, so that a tiny model's 60-token generations find matches (llama.cpp's defaults
+# look for 12- to 24-token matches; those are tested on the empty side below).
+SHORT = {
+    "spec-ngram-simple-size-n": 1, "spec-ngram-simple-size-m": 4,
+    "spec-ngram-map-k-size-n": 1, "spec-ngram-map-k-size-m": 4,
+    "spec-ngram-map-k4v-size-n": 1, "spec-ngram-map-k4v-size-m": 4,
+    "spec-ngram-mod-n-match": 1, "spec-ngram-mod-n-min": 1, "spec-ngram-mod-n-max": 4,
+}
+# No token repeats: no n-gram of two or more tokens occurs twice.
+DISTINCT = list(range(FIRST_NORMAL_ID, FIRST_NORMAL_ID + 20))
+
+
+@pytest.fixture(scope="module")
+def target_only(noisy_pair):
+    """The target alone: the n-gram drafters need no draft model."""
+    with Engine(noisy_pair[0], n_ctx=4096, n_batch=256, n_seq_max=2, **ENGINE_KW) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def own_text(target_only):
+    """A prompt of the target's own greedy text: the token pairs it favours recur in it, so a
+    lookup finds continuations the target often agrees with (drafts, some accepted)."""
+    prompt = target_only.tokenize("The city of").tolist()
+    return prompt + target_only.generate([prompt], n_predict=300).tokens[0].tolist()
+
+
+def check_counts(result, k):
+    """The invariants every drafter's counts obey, draft lengths 0..k included."""
+    for c, tokens in zip(result.counts, result.tokens):
+        eog_stops = c["rounds"] - (c["emitted"] - c["accepted"])
+        assert eog_stops in (0, 1)                               # only a final accepted EOG emits nothing more
+        assert c["emitted"] == len(tokens) - 1                   # the first token is prefill's
+        assert c["drafted"] == c["drafted_at"].sum()
+        assert c["accepted"] == c["accepted_at"].sum() <= c["drafted"]
+        assert c["accept_len_hist"].sum() == c["rounds"]
+        assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
+        assert np.all(np.diff(c["drafted_at"]) <= 0)             # a draft of length L drafts positions 1..L
+        assert np.all(c["accepted_at"] <= c["drafted_at"])
+        assert c["drafted_at"][0] <= c["rounds"]
+
+
+def check_timers(result):
+    t = result.times
+    parts = ["prefill_target", "prefill_draft", "draft", "verify", "resample"]
+    assert all(t[p] >= 0 for p in parts) and t["decode"] == 0
+    assert t["draft"] > 0 and t["verify"] > 0
+    assert sum(t[p] for p in parts) >= 0.99 * t["total"]
+
+
+@pytest.mark.parametrize("drafter", NGRAM)
+def test_ngram_drafter_counts_timers_and_verdict(target_only, own_text, drafter):
+    k, prompts = 4, [own_text, own_text[40:]]
+    base = target_only.generate(prompts, n_predict=48, record_margins=True)
+    spec = target_only.generate(prompts, n_predict=48, spec=True, k=k, drafter=drafter, drafter_options=SHORT)
+    assert spec.drafter == drafter and spec.drafter_options == {n: str(v) for n, v in SHORT.items()}
+    check_counts(spec, k)
+    check_timers(spec)
+    control = lossless.measure_noise(target_only, prompts, base.tokens, k)
+    verdict = lossless.judge(target_only, prompts, base.tokens, spec.tokens, 0.0, 0, control)
+    assert verdict.lossless_ok, verdict.reason
+    assert 0 <= spec.mean_draft_len <= k
+    assert spec.totals["accepted"] > 0                           # drafts were made and some kept
+    assert 0 < spec.empty_draft_rounds < spec.totals["rounds"]  # ... and some rounds had none
+
+
+def test_no_repeated_ngram_means_empty_drafts_counted_as_plain_steps(target_only):
+    """llama.cpp's default ngram-simple needs 12 + 48 + 1 tokens of history: a 20-token prompt and
+    30 generated tokens never reach that, so every round is a plain target step."""
+    n_predict = 30
+    base = target_only.generate([DISTINCT], n_predict=n_predict)
+    spec = target_only.generate([DISTINCT], n_predict=n_predict, spec=True, k=4, drafter="ngram-simple")
+    np.testing.assert_array_equal(base.tokens[0], spec.tokens[0])
+    totals = spec.totals
+    assert totals["drafted"] == 0 and totals["accepted"] == 0
+    assert totals["rounds"] == n_predict - 1 == spec.empty_draft_rounds
+    assert totals["accept_len_hist"][0] == totals["rounds"] and totals["emitted"] == totals["rounds"]
+    assert spec.mean_accept_len == 1.0 and spec.mean_draft_len == 0.0
+    check_timers(spec)
+
+
+def test_rounds_with_and_without_drafts_in_one_run(target_only):
+    """Distinct prompt tokens: early rounds find no 2-gram match; once the generation repeats
+    itself the lookup drafts. Both kinds of round are counted in one run."""
+    options = {"spec-ngram-simple-size-n": 1, "spec-ngram-simple-size-m": 4}
+    spec = target_only.generate([DISTINCT], n_predict=64, spec=True, k=4, drafter="ngram-simple",
+                                drafter_options=options)
+    check_counts(spec, 4)
+    assert 0 < spec.empty_draft_rounds < spec.totals["rounds"]
+    assert spec.totals["drafted"] > 0
+
+
+def test_model_drafter_unchanged_by_the_interface(noisy_engine):
+    """The draft model behind the drafter interface: identical tokens and counts either way."""
+    prompts = ["The city of", "Hello"]
+    default = noisy_engine.generate(prompts, n_predict=32, spec=True, k=4)
+    named = noisy_engine.generate(prompts, n_predict=32, spec=True, k=4, drafter="model")
+    for a, b in zip(default.tokens, named.tokens):
+        np.testing.assert_array_equal(a, b)
+    assert default.totals["accepted"] == named.totals["accepted"]
+    assert named.empty_draft_rounds <= len(prompts)  # only a last round with no room left to draft
+    assert named.drafter == "model"
+
+
+def test_match_rule_with_ngram_drafts_reproduces_seeded_sampling(target_only, own_text):
+    prompts = [own_text]
+    for seed in (1, 2):
+        base = target_only.generate(prompts, n_predict=40, temperature=0.8, seed=seed)
+        spec = target_only.generate(prompts, n_predict=40, temperature=0.8, seed=seed, spec=True, k=4,
+                                    accept_rule="match", drafter="ngram-simple", drafter_options=SHORT)
+        np.testing.assert_array_equal(base.tokens[0], spec.tokens[0])
+        assert spec.totals["drafted"] > 0
+
+
+def test_rejection_step_with_a_one_hot_q_reproduces_p():
+    """An n-gram draft is deterministic: q is one-hot at x. The rejection step then accepts x with
+    probability p(x) and otherwise resamples from p without x: the output is distributed as p."""
+    rng = np.random.default_rng(4)
+    p = rng.dirichlet(np.full(30, 0.5))
+    p = (p / p.sum()).astype(np.float64)
+    q = np.zeros(30)
+    q[int(np.argmax(p))] = 1.0  # a draft the target likes, so both paths run
+    n = 100_000
+    hist, accepted = _core.rejection_histogram(p, q, n, seed=11)
+    assert 0 < accepted < n
+    assert accepted / n == pytest.approx(float(p.max()), abs=0.01)
+    expected = p / p.sum() * n
+    keep = expected >= 5
+    observed = np.append(hist[keep], hist[~keep].sum()).astype(np.float64)
+    expected = np.append(expected[keep], expected[~keep].sum())
+    observed, expected = observed[expected > 0], expected[expected > 0]
+    expected *= observed.sum() / expected.sum()
+    assert stats.chisquare(observed, expected).pvalue > 1e-3
+
+
+def test_rejection_rule_with_ngram_drafts_counts(target_only, own_text):
+    spec = target_only.generate([own_text, own_text[40:]], n_predict=40, temperature=0.6, seed=3, spec=True, k=4,
+                                accept_rule="rejection", drafter="ngram-simple", drafter_options=SHORT)
+    check_counts(spec, 4)
+    assert spec.totals["drafted"] > 0
+
+
+def test_closed_form_over_draft_lengths():
+    """E[tokens per round] = 1 + sum_j alpha^j P(L >= j): the closed form when L = k always, one
+    token per round without drafts, and the length mix in between."""
+    a, k = 0.6, 4
+    assert theory.expected_tokens_per_round_lengths(a, [1.0] * k) == pytest.approx(
+        theory.expected_tokens_per_round(a, k))
+    assert theory.expected_tokens_per_round_lengths(a, [0.0] * k) == 1.0
+    half = theory.expected_tokens_per_round_lengths(a, [0.5] * k)
+    assert half == pytest.approx(0.5 * 1 + 0.5 * theory.expected_tokens_per_round(a, k))
+    assert theory.predicted_speedup_lengths(a, [1.0] * k, 0.25) == pytest.approx(theory.predicted_speedup(a, k, 0.25))
+
+
+# --- parameters and errors at start ----------------------------------------------------------------
+def test_defaults_are_llama_cpps():
+    defaults = drafter_defaults()
+    # common/common.h at the pinned commit
+    assert defaults["spec-ngram-simple-size-n"] == "12" and defaults["spec-ngram-simple-size-m"] == "48"
+    assert defaults["spec-ngram-mod-n-match"] == "24" and defaults["spec-ngram-mod-n-min"] == "48"
+    assert defaults["spec-ngram-mod-n-max"] == "64" and defaults["lookup-cache-static"] == ""
+    assert set(DRAFTERS) == {"model", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"drafter": "ngram-bogus"}, "drafter must be one of"),
+    ({"drafter": "ngram-mod", "drafter_options": {"spec-ngram-mod-n-nope": 3}}, "unknown drafter option"),
+    ({"drafter": "ngram-mod", "drafter_options": {"spec-ngram-mod-n-match": 0}}, r"range \[1, 1024\]"),
+    ({"drafter": "ngram-simple", "drafter_options": {"spec-ngram-simple-size-n": "x"}}, "must be an integer"),
+    ({"drafter": "model"}, "needs a draft model"),
+])
+def test_bad_drafter_arguments_raise(target_only, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        target_only.generate([DISTINCT], n_predict=8, spec=True, **kwargs)
+
+
+def test_lookup_cache_files_are_checked_before_decoding(target_only, tmp_path):
+    missing = tmp_path / "missing.bin"
+    with pytest.raises(ValueError, match="cannot read the lookup cache file"):
+        target_only.generate([DISTINCT], n_predict=8, spec=True, drafter="ngram-cache",
+                             drafter_options={"lookup-cache-static": missing})
+    damaged = tmp_path / "damaged.bin"
+    damaged.write_bytes(b"\x01\x00\x00\x00" * 5)  # an n-gram, then a half record
+    with pytest.raises(ValueError, match="not a llama.cpp lookup cache"):
+        target_only.generate([DISTINCT], n_predict=8, spec=True, drafter="ngram-cache",
+                             drafter_options={"lookup-cache-dynamic": damaged})
+    with pytest.raises(ValueError, match="lookup cache"):
+        _core.validate_drafter("ngram-cache", {"lookup-cache-static": str(missing)})
