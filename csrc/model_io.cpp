@@ -8,6 +8,16 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <netdb.h>
+#include <poll.h>
+#include <set>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "llama.h"
 
 namespace specnative {
@@ -58,7 +68,211 @@ std::string last_llama_errors() {
     return errors;
 }
 
+namespace {
+
+// ------------------------------------------------------------------------------------------
+// RPC servers (llama.cpp's --rpc, common/arg.cpp add_rpc_devices)
+// ------------------------------------------------------------------------------------------
+std::mutex g_rpc_mutex;
+
+// "host:port" split the way ggml's RPC client splits it (at the first ':').
+std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
+    const size_t colon = endpoint.find(':');
+    const std::string host = colon == std::string::npos ? "" : endpoint.substr(0, colon);
+    const std::string port_text = colon == std::string::npos ? "" : endpoint.substr(colon + 1);
+    char* end = nullptr;
+    const long port = std::strtol(port_text.c_str(), &end, 10);
+    if (host.empty() || port_text.empty() || *end != '\0' || port < 1 || port > 65535) {
+        throw std::invalid_argument("RPC server '" + endpoint + "' is not host:port (e.g. 127.0.0.1:50052)");
+    }
+    return {host, static_cast<int>(port)};
+}
+
+// A TCP connect bounded in time: ggml's client connects without a timeout and aborts the
+// process when it fails, so an unreachable server must be found here first.
+void probe_endpoint(const std::string& endpoint, int timeout_ms) {
+    const auto [host, port] = parse_endpoint(endpoint);
+    addrinfo hints = {};
+    hints.ai_family = AF_INET;  // ggml's client is IPv4
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0 || found == nullptr) {
+        throw std::invalid_argument("RPC server " + endpoint + ": cannot resolve host '" + host + "'");
+    }
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    std::string why;
+    if (fd < 0) {
+        why = std::strerror(errno);
+    } else {
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+        if (connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno != EINPROGRESS) {
+            why = std::strerror(errno);
+        } else {
+            pollfd waiting = {fd, POLLOUT, 0};
+            const int ready = poll(&waiting, 1, timeout_ms);
+            int error = 0;
+            socklen_t size = sizeof(error);
+            if (ready == 0) {
+                why = "no answer within " + std::to_string(timeout_ms) + " ms";
+            } else if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0 || error != 0) {
+                why = std::strerror(ready < 0 ? errno : error);
+            }
+        }
+        close(fd);
+    }
+    freeaddrinfo(found);
+    if (!why.empty()) {
+        throw std::invalid_argument("RPC server " + endpoint + " cannot be reached (" + why +
+                                    "); is rpc-server running there?");
+    }
+}
+
+bool is_registered(ggml_backend_reg_t reg) {
+    for (size_t i = 0; i < ggml_backend_reg_count(); ++i) {
+        if (ggml_backend_reg_get(i) == reg) return true;
+    }
+    return false;
+}
+
+bool is_rpc_device(ggml_backend_dev_t dev) {
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    return reg != nullptr && std::strcmp(ggml_backend_reg_name(reg), "RPC") == 0;
+}
+
+std::string offload_device_names() {
+    std::string names;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (ggml_backend_dev_type(dev) != GGML_BACKEND_DEVICE_TYPE_CPU) {
+            names += std::string(names.empty() ? "" : ", ") + ggml_backend_dev_name(dev) + " (" +
+                     ggml_backend_dev_description(dev) + ")";
+        }
+    }
+    return names.empty() ? "none in this build and process" : names;
+}
+
+// ------------------------------------------------------------------------------------------
+// Placement -> llama_model_params
+// ------------------------------------------------------------------------------------------
+llama_split_mode split_mode_of(const std::string& name) {
+    if (name == "none") return LLAMA_SPLIT_MODE_NONE;
+    if (name == "layer") return LLAMA_SPLIT_MODE_LAYER;
+    if (name == "row") return LLAMA_SPLIT_MODE_ROW;
+    if (name == "tensor") return LLAMA_SPLIT_MODE_TENSOR;
+    throw std::invalid_argument("split_mode must be none, layer, row or tensor, not '" + name + "'");
+}
+
+// NULL-terminated device list for llama_model_params.devices; empty: let llama.cpp choose.
+std::vector<ggml_backend_dev_t> resolve_devices(const std::vector<std::string>& names) {
+    std::vector<ggml_backend_dev_t> devices;
+    if (names.size() == 1 && names[0] == "none") {
+        return {nullptr};  // an empty list: no offload (llama.cpp's -dev none)
+    }
+    for (const std::string& name : names) {
+        ggml_backend_dev_t dev = ggml_backend_dev_by_name(name.c_str());
+        if (dev == nullptr || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+            throw std::invalid_argument("unknown offload device '" + name + "'; available: " +
+                                        offload_device_names() + " (or 'none'; RPC devices appear once "
+                                        "their servers are given)");
+        }
+        devices.push_back(dev);
+    }
+    if (!devices.empty()) devices.push_back(nullptr);
+    return devices;
+}
+
+// llama.cpp's default device choice uses every registered RPC device, but RPC servers are
+// process-wide: an Engine must not land on servers another Engine added. With RPC devices
+// registered, the default list is spelled out the way llama.cpp orders it (this Engine's RPC
+// servers first, then GPUs, integrated GPUs only without GPUs); otherwise llama.cpp chooses.
+std::vector<ggml_backend_dev_t> default_devices(const std::vector<std::string>& rpc_servers) {
+    std::vector<ggml_backend_dev_t> gpus, igpus;
+    bool any_rpc = false;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        const auto type = ggml_backend_dev_type(dev);
+        if (is_rpc_device(dev)) {
+            any_rpc = true;
+        } else if (type == GGML_BACKEND_DEVICE_TYPE_GPU) {
+            gpus.push_back(dev);
+        } else if (type == GGML_BACKEND_DEVICE_TYPE_IGPU) {
+            igpus.push_back(dev);
+        }
+    }
+    if (!any_rpc) return {};
+    std::vector<ggml_backend_dev_t> devices;
+    for (const std::string& name : rpc_device_names(rpc_servers)) {
+        devices.push_back(ggml_backend_dev_by_name(name.c_str()));
+    }
+    const auto& local = gpus.empty() ? igpus : gpus;
+    devices.insert(devices.end(), local.begin(), local.end());
+    devices.push_back(nullptr);  // (an empty list: no offload)
+    return devices;
+}
+
+void check_tensor_split(const Placement& placement, size_t n_devices) {
+    if (placement.tensor_split.size() > llama_max_devices()) {
+        throw std::invalid_argument("tensor_split has " + std::to_string(placement.tensor_split.size()) +
+                                    " entries; llama.cpp takes at most " + std::to_string(llama_max_devices()));
+    }
+    if (n_devices > 0 && placement.tensor_split.size() > n_devices) {
+        throw std::invalid_argument("tensor_split has " + std::to_string(placement.tensor_split.size()) +
+                                    " entries for " + std::to_string(n_devices) + " device(s)");
+    }
+    for (float share : placement.tensor_split) {
+        if (!std::isfinite(share) || share < 0) {
+            throw std::invalid_argument("tensor_split entries must be finite proportions >= 0");
+        }
+    }
+}
+
+}  // namespace
+
+void add_rpc_servers(const std::vector<std::string>& endpoints, int timeout_ms) {
+    if (endpoints.empty()) return;
+    ensure_backend();
+    for (const std::string& endpoint : endpoints) parse_endpoint(endpoint);  // all well-formed first
+    ggml_backend_reg_t rpc = ggml_backend_reg_by_name("RPC");
+    if (rpc == nullptr) {
+        throw std::invalid_argument("this build has no RPC backend: rebuild with -DSPECNATIVE_RPC=ON "
+                                    "(GGML_RPC) to use RPC servers");
+    }
+    using add_server_fn = ggml_backend_reg_t (*)(const char* endpoint);
+    auto add_server = reinterpret_cast<add_server_fn>(ggml_backend_reg_get_proc_address(rpc, "ggml_backend_rpc_add_server"));
+    if (add_server == nullptr) {
+        throw std::runtime_error("the RPC backend lacks ggml_backend_rpc_add_server");
+    }
+    std::lock_guard<std::mutex> lock(g_rpc_mutex);
+    for (const std::string& endpoint : endpoints) {
+        probe_endpoint(endpoint, timeout_ms);
+        ggml_backend_reg_t reg = add_server(endpoint.c_str());  // cached per endpoint by ggml
+        if (reg == nullptr) {
+            throw std::invalid_argument("RPC server " + endpoint + " offers no devices");
+        }
+        if (!is_registered(reg)) ggml_backend_register(reg);
+    }
+}
+
+std::vector<std::string> rpc_device_names(const std::vector<std::string>& endpoints) {
+    std::vector<std::string> names;
+    for (const std::string& endpoint : endpoints) {
+        for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+            ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+            if (is_rpc_device(dev) && endpoint == ggml_backend_dev_description(dev)) {
+                names.push_back(ggml_backend_dev_name(dev));
+            }
+        }
+    }
+    return names;
+}
+
 llama_model* load_model(const std::string& path, int n_gpu_layers) {
+    Placement placement;
+    placement.n_gpu_layers = n_gpu_layers;
+    return load_model(path, placement);
+}
+
+llama_model* load_model(const std::string& path, const Placement& placement) {
     ensure_backend();
     std::ifstream probe(path, std::ios::binary);
     if (!probe.good()) {
@@ -68,7 +282,23 @@ llama_model* load_model(const std::string& path, int n_gpu_layers) {
         throw std::invalid_argument("not a GGUF file (bad magic): " + path);
     }
     llama_model_params params = llama_model_default_params();
-    params.n_gpu_layers = n_gpu_layers;
+    params.n_gpu_layers = placement.n_gpu_layers;
+    params.split_mode = split_mode_of(placement.split_mode);
+    if (placement.main_gpu < -1) throw std::invalid_argument("main_gpu must be >= -1 (-1: no device)");
+    params.main_gpu = placement.main_gpu;
+    std::vector<ggml_backend_dev_t> devices =
+        placement.devices.empty() ? default_devices(placement.rpc_servers) : resolve_devices(placement.devices);
+    const size_t n_devices = devices.empty() ? 0 : devices.size() - 1;
+    if (!placement.devices.empty() && params.split_mode == LLAMA_SPLIT_MODE_NONE && n_devices > 0 &&
+        placement.main_gpu >= static_cast<int>(n_devices)) {
+        throw std::invalid_argument("main_gpu " + std::to_string(placement.main_gpu) + " is not one of the " +
+                                    std::to_string(n_devices) + " device(s) given");
+    }
+    params.devices = devices.empty() ? nullptr : devices.data();
+    check_tensor_split(placement, placement.devices.empty() ? 0 : n_devices);
+    std::vector<float> split(llama_max_devices(), 0.0f);  // llama.cpp reads llama_max_devices() entries
+    std::copy(placement.tensor_split.begin(), placement.tensor_split.end(), split.begin());
+    if (!placement.tensor_split.empty()) params.tensor_split = split.data();
     last_llama_errors();  // drop stale messages
     llama_model* model = llama_model_load_from_file(path.c_str(), params);
     if (model == nullptr) {

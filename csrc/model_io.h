@@ -16,8 +16,28 @@ namespace specnative {
 void ensure_backend();
 std::string last_llama_errors();
 
-// Throws std::invalid_argument for a missing or non-GGUF file, std::runtime_error when
-// llama.cpp refuses it.
+// Where a model's weights go, with llama.cpp's names (-ngl, -sm, -ts, -mg, -dev).
+struct Placement {
+    int n_gpu_layers = 0;               // -1 = all
+    std::string split_mode = "layer";   // none, layer, row, tensor
+    std::vector<float> tensor_split;    // proportion per device; empty: llama.cpp's default
+    int main_gpu = 0;                   // split_mode none: the device used (-1: none)
+    std::vector<std::string> devices;   // device names, or {"none"}; empty: llama.cpp's default
+                                        // (with RPC servers: only those of `rpc_servers`)
+    std::vector<std::string> rpc_servers;  // host:port servers (added) the default list may use
+};
+
+// llama.cpp's --rpc: makes each "host:port" rpc-server's devices (named RPC0, RPC1, ...) usable
+// by Placement::devices. Each server is first reached with a plain TCP connect bounded by
+// `timeout_ms`: a server that is down, refuses or does not answer is a std::invalid_argument
+// here, where ggml's RPC client would abort the process. Adding a server twice is a no-op.
+void add_rpc_servers(const std::vector<std::string>& endpoints, int timeout_ms);
+// The device names (ggml_backend_dev_name) of the servers' devices, in the servers' order.
+std::vector<std::string> rpc_device_names(const std::vector<std::string>& endpoints);
+
+// Throws std::invalid_argument for a missing or non-GGUF file or a bad placement (split mode,
+// tensor split, unknown device), std::runtime_error when llama.cpp refuses it.
+llama_model* load_model(const std::string& path, const Placement& placement);
 llama_model* load_model(const std::string& path, int n_gpu_layers);
 
 struct ModelInfo {

@@ -1,0 +1,136 @@
+"""A target split across rpc-server processes on loopback (llama.cpp's RPC backend, CPU devices):
+output under the lossless verdict against the local run, exact counts, timers that add up; bad
+placements and unreachable servers are clear errors, without a hang."""
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+
+from specnative import Engine, _core, lossless, schema
+from specnative.engine import rpc_device_names
+from specnative.rpc_servers import find_rpc_server, local_rpc_servers
+from specnative.sweep import SweepConfig, run_sweep
+
+from conftest import PROMPTS
+
+BINARY, HOW = find_rpc_server()
+needs_rpc = pytest.mark.skipif(not _core.supports_rpc() or BINARY is None,
+                               reason="this build has no RPC backend (SPECNATIVE_RPC=OFF)"
+                               if not _core.supports_rpc() else HOW)
+KW = dict(n_ctx=1024, n_batch=256, n_seq_max=4, n_threads=1)
+K = 3
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Two rpc-servers on 127.0.0.1, stopped at the end of the module whatever happens."""
+    if not _core.supports_rpc() or BINARY is None:
+        pytest.skip("no RPC backend or rpc-server binary")
+    with local_rpc_servers(2, BINARY, log_dir=tmp_path_factory.mktemp("rpc")) as endpoints:
+        yield endpoints
+
+
+@pytest.fixture(scope="module")
+def local_runs(noisy_pair):
+    target, draft = noisy_pair
+    with Engine(target, draft, **KW) as local:
+        base = local.generate(PROMPTS, n_predict=24)
+        spec = local.generate(PROMPTS, n_predict=24, spec=True, k=K)
+    return base, spec
+
+
+def check_counts_and_timers(spec, k: int) -> None:
+    totals = spec.totals
+    assert totals["emitted"] == spec.decode_tokens
+    assert totals["accepted"] + totals["rejected"] <= totals["drafted"] <= k * totals["rounds"]
+    assert (totals["accept_len_hist"] * np.arange(k + 1)).sum() == totals["accepted"]
+    assert totals["accept_len_hist"].sum() == totals["rounds"]
+    t = spec.times
+    parts = ["prefill_target", "prefill_draft", "draft", "verify", "resample"]
+    assert all(t[p] >= 0 for p in parts) and t["verify"] > 0
+    assert sum(t[p] for p in parts) <= t["total"] * 1.0001
+    assert sum(t[p] for p in parts) >= 0.99 * t["total"]  # network waits are charged to a step
+
+
+@needs_rpc
+def test_target_across_two_servers_is_lossless_against_the_local_run(noisy_pair, servers, local_runs):
+    target, draft = noisy_pair
+    local_base, local_spec = local_runs
+    with Engine(target, draft, **KW, n_gpu_layers=-1, rpc_servers=servers, split_mode="layer",
+                tensor_split=[1, 1], draft_devices="none", n_gpu_layers_draft=0) as remote:
+        names = rpc_device_names(servers)
+        assert len(names) == len(set(names)) == 2 and all(n.startswith("RPC") for n in names)
+        base = remote.generate(PROMPTS, n_predict=24)
+        spec = remote.generate(PROMPTS, n_predict=24, spec=True, k=K)
+        control = lossless.measure_noise(remote, PROMPTS, local_base.tokens, K)
+        for tokens in (base.tokens, spec.tokens):
+            verdict = lossless.judge(remote, PROMPTS, local_base.tokens, tokens, 0.0, 0, control)
+            assert verdict.lossless_ok, verdict.reason
+    check_counts_and_timers(spec, K)
+    # the same arithmetic (ggml's CPU kernels behind the servers): the same drafts are accepted
+    if all(np.array_equal(a, b) for a, b in zip(spec.tokens, local_spec.tokens)):
+        assert spec.totals["accepted"] == local_spec.totals["accepted"]
+
+
+@needs_rpc
+def test_target_on_one_named_server_device(noisy_pair, servers, local_runs):
+    target, draft = noisy_pair
+    with Engine(target, **KW, rpc_servers=servers[:1]):  # adds the server (nothing offloaded: -ngl 0)
+        pass
+    (name,) = rpc_device_names(servers[:1])
+    with Engine(target, draft, **KW, n_gpu_layers=-1, rpc_servers=servers[:1], split_mode="none",
+                devices=[name], draft_devices="none") as remote:
+        base = remote.generate(PROMPTS, n_predict=24)
+        control = lossless.measure_noise(remote, PROMPTS, local_runs[0].tokens, K)
+        verdict = lossless.judge(remote, PROMPTS, local_runs[0].tokens, base.tokens, 0.0, 0, control)
+        assert verdict.lossless_ok, verdict.reason
+
+
+@needs_rpc
+def test_sweep_over_rpc_tags_its_rows_and_counts_as_locally(noisy_pair, servers, tmp_path):
+    target, draft = noisy_pair
+    frames = {}
+    for name, layers, placement in [("local", 0, {}),
+                                    ("rpc", -1, {"rpc_servers": servers, "draft_devices": ["none"]})]:
+        cfg = SweepConfig(targets=[target], draft=draft, ctx_lens=[0], concurrencies=[2], ks=[2], n_predict=6,
+                          warmup=0, repeats=1, max_repeats=1, threads=1, gpu_layers=layers, out_dir=tmp_path / name,
+                          report=False, placement=placement)
+        frames[name] = schema.read_traces(run_sweep(cfg))
+    assert set(frames["rpc"]["backend"]) == {"CPU ngl=-1 rpc=2"}
+    same = ["cell_id", "drafted", "accepted", "rejected", "emitted", "first_divergence", "verdict"]
+    assert frames["rpc"][same].equals(frames["local"][same])
+
+
+def test_unreachable_server_is_a_clear_error_without_a_hang(noisy_pair):
+    if not _core.supports_rpc():
+        with pytest.raises(ValueError, match="no RPC backend"):
+            Engine(noisy_pair[0], rpc_servers=["127.0.0.1:1"], **KW)
+        return
+    with socket.socket() as bound:  # a port that is taken but not listening: connection refused
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        with pytest.raises(ValueError, match=rf"127.0.0.1:{port} cannot be reached"):
+            Engine(noisy_pair[0], rpc_servers=[f"127.0.0.1:{port}"], rpc_timeout_s=2, **KW)
+    with pytest.raises(ValueError, match="cannot resolve host"):
+        Engine(noisy_pair[0], rpc_servers=["no-such-host.invalid:50052"], rpc_timeout_s=2, **KW)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(split_mode="rows"), "split_mode must be one of"),
+    (dict(tensor_split=[1, -1]), "tensor_split"),
+    (dict(tensor_split="a,b"), "tensor_split must be numbers"),
+    (dict(tensor_split=[1.0] * 1000), "tensor_split has 1000 entries"),
+    (dict(devices=["NoSuchGPU0"]), "unknown offload device 'NoSuchGPU0'"),
+    (dict(devices=["CPU"]), "unknown offload device 'CPU'"),
+    (dict(draft_devices=["NoSuchGPU0"]), "unknown offload device"),
+    (dict(main_gpu=-2), "main_gpu"),
+    (dict(rpc_servers=["localhost"]), "not host:port"),
+    (dict(rpc_servers=["127.0.0.1:99999"]), "not host:port"),
+    (dict(rpc_timeout_s=0), "rpc_timeout_s"),
+])
+def test_bad_placements_are_value_errors(noisy_pair, kwargs, message):
+    target, draft = noisy_pair
+    with pytest.raises(ValueError, match=message):
+        Engine(target, draft, **KW, **kwargs)
