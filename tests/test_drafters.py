@@ -3,7 +3,10 @@ round loop as the draft model: exact counts with variable draft lengths 0..k, ro
 draft, timers, lossless verdicts, and clear errors at start."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -202,3 +205,43 @@ def test_lookup_cache_files_are_checked_before_decoding(target_only, tmp_path):
                              drafter_options={"lookup-cache-dynamic": damaged})
     with pytest.raises(ValueError, match="lookup cache"):
         _core.validate_drafter("ngram-cache", {"lookup-cache-static": str(missing)})
+
+
+# --- the sweep axis ----------------------------------------------------------------------------------
+def test_sweep_measures_each_drafter_as_its_own_cell(noisy_pair, tmp_path):
+    from specnative import schema
+    from specnative.advisor import drafter_advice
+    from specnative.sweep import SweepConfig, run_sweep
+
+    target, draft = noisy_pair
+    cfg = SweepConfig(targets=[target], draft=draft, ctx_lens=[0], concurrencies=[2], ks=[3], n_predict=12,
+                      warmup=0, repeats=2, max_repeats=2, threads=1, out_dir=tmp_path, report=False,
+                      drafters=["model", "ngram-simple"], drafter_options={"spec-ngram-simple-size-n": "2"})
+    traces = schema.read_traces(run_sweep(cfg))
+    assert list(traces["drafter"]) == ["model", "model", "ngram-simple", "ngram-simple"]
+    on = traces[traces["spec_decode"] == "on"].set_index("drafter")
+    assert on.loc["model", "mean_draft_len"] > 2 and pd.isna(on.loc["model", "drafter_options"])
+    assert "spec-ngram-simple-size-n=2" in on.loc["ngram-simple", "drafter_options"]
+    assert "spec-ngram-mod-n-min=48" in on.loc["ngram-simple", "drafter_options"]  # defaults recorded
+    assert pd.isna(on.loc["ngram-simple", "draft_model"])  # no draft model took part
+    assert traces["cell_id"].is_unique
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert prov["grid"]["drafter"] == ["model", "ngram-simple"]
+    assert "spec-ngram-simple-size-n=2" in prov["drafter_options"]["ngram-simple"]
+    advice = drafter_advice(traces)
+    assert len(advice) == 1 and advice["recommend"].iloc[0] in ("model", "ngram-simple", "none", "measure-more")
+    assert "model" in advice["ranking"].iloc[0] and "ngram-simple" in advice["ranking"].iloc[0]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--drafter", "ngram-bogus"], "unknown drafter"),
+    (["--drafter", "ngram-mod", "--spec-ngram-mod-n-match", "0"], "range"),
+    (["--drafter", "ngram-cache", "--lookup-cache-static", "/nonexistent/cache.bin"], "lookup cache"),
+    (["--drafter", "model,model"], "duplicates"),
+])
+def test_bad_drafter_flags_fail_before_any_work(argv, message, capsys):
+    from specnative.sweep import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert message in str(exc.value.code) + capsys.readouterr().err
