@@ -118,8 +118,20 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
     require_open();
     const int32_t n_vocab = target_->n_vocab;
     ReplayCheck check;
+    check.final_logits.resize(forced.size());
     std::vector<float> probs;
-    forced_pass(prompts, forced, 1, [&](int s, int64_t index, const float* logits) {
+    // One placeholder token per continuation (never fed) makes the pass visit the position after
+    // the last emitted token too.
+    for (size_t s = 0; s < forced.size(); ++s) {
+        if (forced[s].empty()) throw std::invalid_argument("forced continuation " + std::to_string(s) + " is empty");
+    }
+    std::vector<std::vector<int32_t>> extended = forced;
+    for (auto& tokens : extended) tokens.push_back(0);
+    forced_pass(prompts, extended, 1, [&](int s, int64_t index, const float* logits) {
+        if (index == static_cast<int64_t>(forced[s].size())) {
+            check.final_logits[s].assign(logits, logits + n_vocab);
+            return;
+        }
         const int32_t emitted = forced[s][index];
         int32_t pick;
         if (temperature <= 0.0f) {

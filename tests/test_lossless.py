@@ -31,8 +31,9 @@ def verdict_of(engine, k=4, temperature=0.0, seed=0, fault="none", rule=None):
                                k=k, accept_rule=rule)
     finally:
         engine._core._inject_fault("none")
+    pending = lossless.pending_state(engine, len(PROMPTS))
     control = lossless.measure_noise(engine, PROMPTS, base.tokens, k)
-    return lossless.judge(engine, PROMPTS, base.tokens, spec.tokens, temperature, seed, control), spec
+    return lossless.judge(engine, PROMPTS, base.tokens, spec.tokens, temperature, seed, control, pending), spec
 
 
 @pytest.mark.parametrize("k", [1, 3, 4])
@@ -158,3 +159,13 @@ def test_within_reach_widens_the_cdf_interval_with_the_tolerance():
     assert not lossless.within_reach(np.array([0.60]), lo, hi, 0.1, temperature)[0]
     assert lossless.within_reach(np.array([0.60]), lo, hi, 1.0, temperature)[0]
     assert math.isclose(lossless.NoiseControl(1, 5, 1, 0, 0, 0, 0, 0).flip_rate_bound, 3.0)
+
+
+def test_a_stale_cache_that_changed_no_token_yet_still_fails():
+    """The KV-state check: the run's cache must give the logits a clean replay gives."""
+    clean = [np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.0, 1.0])]
+    same = [c + 0.5 for c in clean]  # a uniform shift moves no logit gap
+    assert lossless.state_problem(clean, same, tolerance=0.0) is None
+    moved = [clean[0], np.array([1.0, 1.5, 1.0])]
+    problem = lossless.state_problem(clean, moved, tolerance=0.1)
+    assert problem and problem.startswith("seq 1")

@@ -120,15 +120,43 @@ def first_divergence(base_tokens, spec_tokens) -> tuple[int, int]:
     return best
 
 
+def pending_state(engine, n_seq: int) -> list:
+    """Call right after a speculative run: the target's logits for each sequence's last token on
+    top of the KV cache the run left (judge compares them with a clean replay's)."""
+    return [engine.pending_logits(s) for s in range(n_seq)]
+
+
+def state_problem(final_logits: list, pending: list, tolerance: float) -> str | None:
+    """A KV cache left stale or short by the run shows as logits that a clean replay does not
+    give, even when no emitted token has changed yet."""
+    for s, (clean, left) in enumerate(zip(final_logits, pending)):
+        delta = np.asarray(left, np.float64) - np.asarray(clean, np.float64)
+        spread = float(delta.max() - delta.min())
+        if spread > tolerance:
+            return (f"seq {s}: the KV cache the run left gives logits that move {spread:.3g} against a clean "
+                    f"replay (tolerance {tolerance:.3g}): a stale or missing cache entry")
+    return None
+
+
 def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: float,
-          seed: int, control: NoiseControl) -> Verdict:
-    """The verdict of one speculative run against its baseline (same prompts, seed, T)."""
+          seed: int, control: NoiseControl, pending: list | None = None) -> Verdict:
+    """The verdict of one speculative run against its baseline (same prompts, seed, T).
+    `pending` (pending_state() right after the run) adds the KV-state check."""
     prompts = engine.to_token_prompts(prompts)
     index, _ = first_divergence(base_tokens, spec_tokens)
-    if index < 0:
+    positions = sum(len(t) for t in spec_tokens)
+    if index < 0 and pending is None:
         return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else ""),
-                       -1, 0, math.nan, control.tolerance, sum(len(t) for t in spec_tokens))
+                       -1, 0, math.nan, control.tolerance, positions)
     replay = engine._core.replay(prompts, [list(map(int, t)) for t in spec_tokens], float(temperature), int(seed))
+    state = state_problem(replay["final_logits"], pending, control.tolerance) if pending is not None else None
+    if state:
+        return Verdict(FAIL, state, index, int((replay["pick"] != replay["emitted"]).sum()), math.nan,
+                       control.tolerance, positions)
+    if index < 0:
+        return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else "")
+                       + "; the KV cache it left matches a clean replay", -1, 0, math.nan, control.tolerance,
+                       positions)
     mismatch = replay["pick"] != replay["emitted"]
     n_mismatch = int(mismatch.sum())
     gaps = replay["gap"][mismatch]
