@@ -25,8 +25,9 @@ from pathlib import Path
 from specnative import lossless, rundir, schema
 from specnative.provenance import now_iso, write_json
 
-# Hardware a shard ran on: the same on "identical machines"; compared unless allowed to differ.
-HARDWARE_KEYS = ("cpu_model", "cpu_count", "memory_gb", "gpu", "os")
+# Hardware a shard ran on: the same on "identical machines"; compared unless allowed to differ
+# (placement too: each array task may have its own rpc-server hosts).
+HARDWARE_KEYS = ("cpu_model", "cpu_count", "memory_gb", "gpu", "os", "placement")
 # Keys each shard fills in for its own share (joined below), beside rundir's volatile ones.
 PER_SHARD_KEYS = ("shard", "noise_control")
 
