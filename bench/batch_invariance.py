@@ -118,10 +118,10 @@ class Tally:
 
 
 def probe_model(path: Path, threads: int, flash_attn: bool = False, kv_unified: bool = True,
-                n_seq: int = 4) -> dict:
+                gpu_layers: int = 0, n_seq: int = 4) -> dict:
     tallies = {"prefill": Tally(), "chunks5": Tally(), f"{n_seq}seq": Tally()}
     common = dict(n_ctx=1024, n_threads=threads, n_seq_max=n_seq, flash_attn=flash_attn,
-                  kv_unified=kv_unified)
+                  kv_unified=kv_unified, n_gpu_layers=gpu_layers)
     with Engine(path, **common) as engine, Engine(path, n_batch=5, **common) as chunked:
         for i, prompt in enumerate(PROMPTS):
             tokens = engine.tokenize(prompt).tolist()
@@ -171,6 +171,7 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="1 is fastest on a busy machine; results do not depend on it")
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp's flash attention on")
+    parser.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded (-1: all)")
     parser.add_argument("--kv-split", action="store_true",
                         help="one KV stream per sequence (kv_unified=False) instead of a shared one")
     parser.add_argument("--json", help="append one JSON line per model and shape to this file")
@@ -187,13 +188,15 @@ def main(argv=None) -> int:
         parser.error("nothing to probe: give --gemma, --tiny or --model")
 
     label = (build_label() + (" flash_attn=on" if args.flash_attn else "")
-             + (" kv_unified=off" if args.kv_split else ""))
+             + (" kv_unified=off" if args.kv_split else "")
+             + (f" gpu_layers={args.gpu_layers}" if args.gpu_layers else ""))
     print(f"# build: {label}  ({specnative.__file__})")
     print(f"{'model':16} {'type':7} {'shape':8} {'max|d|':>10} {'p99.9|d|':>10} {'ident':>7} {'flips':>6}  weights")
     out = open(args.json, "a") if args.json else None
     for family, type_name, path in models:
         weights = tensor_types(path)
-        for shape, s in probe_model(path, args.threads, args.flash_attn, not args.kv_split).items():
+        for shape, s in probe_model(path, args.threads, args.flash_attn, not args.kv_split,
+                                        args.gpu_layers).items():
             print(f"{family:16} {type_name:7} {shape:8} {s['max_abs']:10.4g} {s['p999_abs']:10.4g} "
                   f"{s['identical']:>3}/{s['positions']:<3} {s['flips']:>6}"
                   f"{'  diverged ' + str(s['diverged']) if s['diverged'] else ''}  {weights}", flush=True)

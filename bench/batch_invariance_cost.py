@@ -1,13 +1,13 @@
 """What the batch-invariant build costs: tg t/s, verify ms per k+1=5-token batch and prefill t/s,
 the default build and the invariant one side by side.
 
-Each build is an installed copy of the package: "default" is whatever `python` imports; any other
-is NAME=DIR, a folder the build was installed into with `pip install --target DIR`. Such a build
-runs under `python -S` with DIR first on PYTHONPATH, so the editable install's import hook (a .pth
-file in site-packages) cannot shadow it. The builds run as child processes, interleaved
+Each build is NAME=DIR, a folder the package was installed into (`pip install --target DIR`), or
+NAME= for whatever `python` imports. A DIR build runs under `python -S` with DIR first on
+PYTHONPATH, so the editable install's import hook (a .pth file in site-packages) cannot shadow it.
+The first build is the reference of the ratios. The builds run as child processes, interleaved
 (A B A B ...), and the table gives medians over the repeats.
 
-    python bench/batch_invariance_cost.py --model M.gguf --build invariant=/tmp/inv-site --repeats 5
+    python bench/batch_invariance_cost.py --model M.gguf --build default= --build invariant=/tmp/inv-site
 """
 from __future__ import annotations
 
@@ -74,10 +74,11 @@ def main(argv=None) -> int:
         print(json.dumps(measure(args.model, args.threads, args.n_predict, args.k)))
         return 0
 
-    builds = {"default": None}
-    for spec in args.build:
+    builds = {}
+    for spec in args.build or ["default="]:
         name, _, directory = spec.partition("=")
-        builds[name] = directory
+        builds[name] = directory or None
+    reference = next(iter(builds))
     samples = {name: [] for name in builds}
     for _ in range(args.repeats):
         for name, directory in builds.items():  # interleaved, so load drifts hit both alike
@@ -95,8 +96,8 @@ def main(argv=None) -> int:
                            for key in keys)
         print(f"{name:10} {m['tg_tps']:8.2f} {m['verify_ms']:10.2f} {m['prefill_tps']:12.1f}   {spread}")
     for name in list(builds)[1:]:
-        ratios = {key: medians[name][key] / medians["default"][key] for key in keys}
-        print(f"{name}/default: tg {ratios['tg_tps']:.3f}x  verify {ratios['verify_ms']:.3f}x  "
+        ratios = {key: medians[name][key] / medians[reference][key] for key in keys}
+        print(f"{name}/{reference}: tg {ratios['tg_tps']:.3f}x  verify {ratios['verify_ms']:.3f}x  "
               f"prefill {ratios['prefill_tps']:.3f}x")
     if args.json:
         with open(args.json, "a") as out:
