@@ -202,7 +202,7 @@ class FakeEngine:
         self.calls.append("on" if spec else "off")
         cold = 0.5 if len(self.calls) <= 2 else 1.0  # the first pair runs cold
         tps = self.off_tps * cold * (self.on_ratio * next(self.noise) if spec else 1.0)
-        return SimpleNamespace(tps=tps)
+        return SimpleNamespace(tps=tps, steady={"tps": tps})  # the sweep's rate is the steady one
 
 
 def fake_config(**overrides):
