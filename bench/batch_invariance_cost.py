@@ -18,28 +18,40 @@ import site
 import statistics
 import subprocess
 import sys
+import time
 
 PROMPT = ("The history of the printing press begins in the fifteenth century, when a goldsmith in "
           "Mainz combined movable metal type, an oil-based ink and a screw press adapted from wine "
           "making. ")
 
 
+def _timed(work) -> tuple:
+    """(wall seconds, CPU seconds of this process) of work(). With one thread the CPU time is the
+    kernels' work, which a busy machine stretches much less than the wall clock."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    work()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def measure(model: str, threads: int, n_predict: int, k: int) -> dict:
-    """One child's figures for one model (the first generate of each kind warms up)."""
+    """One child's figures for one model: tg (1-token steps), a k+1-token batch (the verify
+    shape, on an empty cache), and a 128-token prefill; each as wall and CPU time."""
     from specnative import Engine, build_info
 
-    with Engine(model, model, n_ctx=2048, n_threads=threads, n_seq_max=1) as engine:
-        long_prompt = engine.tokenize(PROMPT * 8).tolist()[:256]
-        short_prompt = engine.tokenize(PROMPT).tolist()
-        for _ in range(2):  # warm-up, then the measured run
-            base = engine.generate([long_prompt], n_predict=n_predict, stop_at_eos=False)
-            spec = engine.generate([short_prompt], n_predict=n_predict, spec=True, k=k,
-                                   stop_at_eos=False)
-    return {"build_flags": build_info()["build_flags"],
-            "tg_tps": base.tps,
-            "prefill_tps": len(long_prompt) / (base.times["prefill_target"] / 1000.0),
-            "verify_ms": spec.times["verify"] / spec.steps,
-            "step_ms": base.step_ms}
+    with Engine(model, n_ctx=1024, n_threads=threads, n_seq_max=1) as engine:
+        prefill_tokens = engine.tokenize(PROMPT * 8).tolist()[:128]
+        verify_tokens = prefill_tokens[:k + 1]
+        start = engine.tokenize("Hello").tolist()
+        engine.generate([start], n_predict=4, stop_at_eos=False)   # warm-up
+        out = {"build_flags": build_info()["build_flags"]}
+        wall, cpu = _timed(lambda: engine.generate([start], n_predict=n_predict, stop_at_eos=False))
+        out.update(tg_tps=n_predict / wall, tg_tps_cpu=n_predict / cpu)
+        reps = 8
+        wall, cpu = _timed(lambda: [engine.prompt_logits(verify_tokens) for _ in range(reps)])
+        out.update(verify_ms=1000 * wall / reps, verify_ms_cpu=1000 * cpu / reps)
+        wall, cpu = _timed(lambda: engine.prompt_logits(prefill_tokens))
+        out.update(prefill_tps=len(prefill_tokens) / wall, prefill_tps_cpu=len(prefill_tokens) / cpu)
+    return out
 
 
 def child_command(build_dir: str | None) -> tuple[list, dict]:
@@ -84,21 +96,20 @@ def main(argv=None) -> int:
         for name, directory in builds.items():  # interleaved, so load drifts hit both alike
             samples[name].append(run_child(directory, args))
 
-    keys = ("tg_tps", "verify_ms", "prefill_tps")
+    keys = ("tg_tps", "verify_ms", "prefill_tps", "tg_tps_cpu", "verify_ms_cpu", "prefill_tps_cpu")
     medians = {name: {key: statistics.median(s[key] for s in runs) for key in keys}
                for name, runs in samples.items()}
     print(f"# {os.path.basename(args.model)}  threads={args.threads} repeats={args.repeats} "
           f"n_predict={args.n_predict} k+1={args.k + 1}")
-    print(f"{'build':10} {'tg t/s':>8} {'verify ms':>10} {'prefill t/s':>12}   (median; min-max)")
+    print("median (min-max); *_cpu: per CPU second of the process, wall: per wall-clock second")
+    print(f"{'build':10} " + " ".join(f"{key:>22}" for key in keys))
     for name, runs in samples.items():
-        m = medians[name]
-        spread = "  ".join(f"{key} {min(s[key] for s in runs):.4g}-{max(s[key] for s in runs):.4g}"
-                           for key in keys)
-        print(f"{name:10} {m['tg_tps']:8.2f} {m['verify_ms']:10.2f} {m['prefill_tps']:12.1f}   {spread}")
+        print(f"{name:10} " + " ".join(
+            f"{medians[name][key]:>8.4g} ({min(r[key] for r in runs):.3g}-{max(r[key] for r in runs):.3g})".rjust(22)
+            for key in keys))
     for name in list(builds)[1:]:
-        ratios = {key: medians[name][key] / medians[reference][key] for key in keys}
-        print(f"{name}/{reference}: tg {ratios['tg_tps']:.3f}x  verify {ratios['verify_ms']:.3f}x  "
-              f"prefill {ratios['prefill_tps']:.3f}x")
+        print(f"{name}/{reference}: " + "  ".join(
+            f"{key} {medians[name][key] / medians[reference][key]:.3f}x" for key in keys))
     if args.json:
         with open(args.json, "a") as out:
             for name, runs in samples.items():
