@@ -249,6 +249,11 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("supports_rpc", [] { return llama_supports_rpc(); },
           "whether this build has ggml's RPC backend (SPECNATIVE_RPC / GGML_RPC)");
+    m.def("add_rpc_servers", [](const std::vector<std::string>& endpoints, int timeout_ms) {
+              py::gil_scoped_release release;
+              add_rpc_servers(endpoints, timeout_ms);
+          }, py::arg("endpoints"), py::arg("timeout_ms") = 5000,
+          "llama.cpp's --rpc ahead of any Engine: reaches each host:port (bounded) and adds its devices");
     m.def("rpc_device_names", [](const std::vector<std::string>& endpoints) { return rpc_device_names(endpoints); },
           py::arg("endpoints"), "device names (RPC0, ...) of RPC servers an Engine added, in their order");
 

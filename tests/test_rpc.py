@@ -12,6 +12,7 @@ from specnative import Engine, _core, lossless, schema
 from specnative.engine import rpc_device_names
 from specnative.rpc_servers import find_rpc_server, local_rpc_servers
 from specnative.sweep import SweepConfig, run_sweep
+from specnative.sweep import main as sweep_main
 
 from conftest import PROMPTS
 
@@ -115,6 +116,18 @@ def test_unreachable_server_is_a_clear_error_without_a_hang(noisy_pair):
             Engine(noisy_pair[0], rpc_servers=[f"127.0.0.1:{port}"], rpc_timeout_s=2, **KW)
     with pytest.raises(ValueError, match="cannot resolve host"):
         Engine(noisy_pair[0], rpc_servers=["no-such-host.invalid:50052"], rpc_timeout_s=2, **KW)
+
+
+def test_sweep_refuses_rpc_flags_before_any_work(tmp_path):
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{bound.getsockname()[1]}"
+        expected = "cannot be reached" if _core.supports_rpc() else "no RPC backend"
+        with pytest.raises(SystemExit, match=expected):
+            sweep_main(["-ngl", "-1", "--rpc", endpoint, "-o", str(tmp_path / "run")])
+    with pytest.raises(SystemExit, match="--rpc needs -ngl"):
+        sweep_main(["--rpc", endpoint, "-o", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("kwargs, message", [

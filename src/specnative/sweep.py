@@ -778,6 +778,11 @@ def placement_problem(args: argparse.Namespace) -> str | None:
         return "--rpc needs -ngl (and/or -ngld): layers that are not offloaded stay on this machine's CPU"
     if args.rpc and not _core.supports_rpc():
         return "--rpc: this build has no RPC backend (rebuild with -DSPECNATIVE_RPC=ON)"
+    if args.rpc:
+        try:  # reach the servers now (bounded), not after the grid has been set up
+            _core.add_rpc_servers(args.rpc)
+        except ValueError as error:
+            return f"--rpc: {error}"
     return None
 
 
