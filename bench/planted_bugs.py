@@ -20,6 +20,18 @@ from specnative import Engine, build_info, lossless
 from specnative.workloads import MIXED, Workload
 
 FAULTS = ("none", "rollback_short", "rollback_long", "verify_position", "seed_mixup", "bonus_from_q")
+
+
+def exercised(fault: str, spec, k: int) -> bool:
+    """Whether the run met the fault's trigger, from its exact counts: a fault that never fired
+    leaves a correct run (nothing to catch). rollback_long needs a round that rejected with two
+    or more drafts left; bonus_from_q a fully accepted round; the others fire every round."""
+    hist = spec.totals["accept_len_hist"]
+    if fault == "rollback_long":
+        return bool(hist[: max(k - 1, 0)].sum() > 0)
+    if fault == "bonus_from_q":
+        return bool(hist[k] > 0)
+    return fault != "none"
 SAMPLING_ONLY = {"seed_mixup"}  # greedy draws no random numbers
 
 
@@ -72,10 +84,10 @@ def main(argv=None) -> int:
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
              f"Concurrency {args.concurrency}, k {args.k}, n_predict {args.n_predict}, prompts: the built-in "
              f"suite, categories in turn (task 'mixed'). Tolerance = {lossless.SAFETY} x the control's max spread.", ""]
-    caught, missed, false_alarms = 0, [], []
+    caught, missed, false_alarms, idle = 0, [], [], []
     for label, (target, draft) in pairs(args.models.split(",")).items():
-        lines += [f"## {label}", "", "| T | seed | fault | verdict | mismatches | max gap | tolerance | "
-                  "noise max abs / spread / flips | alpha | reason |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"## {label}", "", "| T | seed | fault | fired | verdict | mismatches | max gap | tolerance | "
+                  "noise max abs / spread / flips | alpha | reason |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=args.concurrency,
                     n_threads=args.threads) as engine:
             prompts, _ = Workload(target).token_prompts(MIXED, args.concurrency, 0)
@@ -92,16 +104,21 @@ def main(argv=None) -> int:
                         elif fault != "none":
                             if v.verdict == lossless.FAIL:
                                 caught += 1
-                            else:
+                            elif exercised(fault, spec, args.k):
                                 missed.append(f"{label} T={temperature} seed={seed} {fault}")
-                        lines.append(f"| {temperature:g} | {seed} | {fault} | **{v.verdict}** | {v.mismatches} | "
+                            else:
+                                idle.append(f"{label} T={temperature} seed={seed} {fault}")
+                        fired = "yes" if exercised(fault, spec, args.k) else "no"
+                        lines.append(f"| {temperature:g} | {seed} | {fault} | {fired} | **{v.verdict}** | {v.mismatches} | "
                                      f"{v.max_mismatch_gap:.3g} | {v.tolerance:.3g} | {c.max_abs_delta:.3g} / "
                                      f"{c.max_spread:.3g} / {c.flips} | {spec.draft_accept_rate:.3f} | "
                                      f"{v.reason} |")
         lines.append("")
     lines += ["## Summary", "", f"- planted bugs caught (fail): {caught}, missed: {len(missed)} "
               f"{'(' + '; '.join(missed) + ')' if missed else ''}",
-              f"- correct engine judged fail: {len(false_alarms)} {'; '.join(false_alarms)}", ""]
+              f"- correct engine judged fail: {len(false_alarms)} {'; '.join(false_alarms)}",
+              f"- faults whose trigger never occurred in the run (a correct run; nothing to catch): "
+              f"{'; '.join(idle) or 'none'}", ""]
     out = args.out or Path(__file__).parent / "results" / f"planted-bugs-{args.models.replace(',', '-')}.md"
     out.write_text("\n".join(lines))
     print(out)
