@@ -328,6 +328,16 @@ PYBIND11_MODULE(_core, m) {
             d["final_logits"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"))
+        .def("cost_curve", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts, int k_max,
+                              int repeats) {
+            const CostCurve c = locked(e, [&] { return e.cost_curve(prompts, k_max, repeats); });
+            py::dict d;
+            d["verify_ms"] = to_numpy(c.verify_ms);
+            d["draft_ms_per_pos"] = c.draft_ms_per_pos;
+            d["n_seq"] = c.n_seq;
+            d["repeats"] = c.repeats;
+            return d;
+        }, py::arg("prompts"), py::arg("k_max"), py::arg("repeats") = 3)
         // Tests of the lossless verdict only: plants a known bug in the speculative loop.
         .def("_inject_fault", [](GuardedEngine& e, const std::string& name) {
             const Fault fault = parse_fault(name);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -155,6 +156,16 @@ struct ReplayCheck {
     std::vector<std::vector<float>> final_logits;
 };
 
+// The verify-cost curve (cost_curve.cpp): median ms of one target decode with n = 1..k_max+1
+// positions per sequence (verify_ms[n-1]) at given prompts, and of one draft position (one
+// token per sequence; NaN without a draft model).
+struct CostCurve {
+    std::vector<double> verify_ms;
+    double draft_ms_per_pos = std::numeric_limits<double>::quiet_NaN();
+    int n_seq = 0;
+    int repeats = 0;
+};
+
 // Deliberate bugs for tests of the lossless verdict (never set in normal use): each breaks the
 // speculative loop the way real implementations have been broken.
 enum class Fault {
@@ -206,6 +217,10 @@ public:
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b);
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed);
+
+    // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
+    // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.
+    CostCurve cost_curve(const std::vector<std::vector<int32_t>>& prompts, int k_max, int repeats);
 
     void inject_fault(Fault fault) { fault_ = fault; }  // tests only
 
