@@ -1,0 +1,123 @@
+"""Which k: tau at k' predicted from the accepted-length histogram at k_max equals what a run at k'
+measures (greedy, tiny noisy pair), the speedup prediction lands within the timers' own spread,
+and the cost curve is a well-formed, validated measurement."""
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from conftest import PROMPTS
+from specnative import pick_k
+
+K_MAX = 5  # (k'+1) divides 6 for k' = 1, 2, 5: the exact cases; 3 and 4 straddle
+# stop_at_eos off: a segment that ends on an accepted EOG emits m tokens, not m + 1, and the
+# tiny models' EOG position is an accident of their weights. The n_predict tail needs no care:
+# a round capped at n_predict - len - 1 drafts ends its segment at the sequence's end, in the run
+# at k_max and at k' alike (pick_k's docstring), so every count below includes it.
+RUN = dict(n_predict=48, stop_at_eos=False)
+
+
+def spec_run(engine, prompts, k):
+    return engine.generate(prompts, spec=True, k=k, **RUN)
+
+
+def test_tau_at_k_prime_is_exact_for_greedy(noisy_engine):
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    at_max = spec_run(noisy_engine, prompts, K_MAX)
+    hist = at_max.totals["accept_len_hist"]
+    assert 0 < hist[K_MAX] < hist.sum(), "the pair must both accept fully and reject for this test to bite"
+    for k in range(1, K_MAX + 1):
+        run = spec_run(noisy_engine, prompts, k)
+        assert [list(t) for t in run.tokens] == [list(t) for t in at_max.tokens]  # greedy: k changes nothing
+        tokens, rounds = pick_k.tokens_and_rounds(hist, k)
+        lower, point = pick_k.tau_bounds(hist, k)
+        assert tokens == run.totals["emitted"]
+        if pick_k.exact_for(K_MAX, k):
+            assert rounds == run.totals["rounds"]
+            assert pick_k.tau_at(hist, k) == pytest.approx(run.mean_accept_len, rel=1e-12)
+            assert lower == point
+        else:
+            assert lower <= run.mean_accept_len + 1e-12  # the ceil bound holds
+
+
+def test_tau_is_not_min_of_accepted_length():
+    """One round at k_max that accepted 5 becomes two rounds at k' = 2 (3 + 3 tokens)."""
+    hist = [0, 0, 0, 0, 0, 1]
+    assert pick_k.tokens_and_rounds(hist, 2) == (6.0, 2.0)
+    assert pick_k.tau_at(hist, 2) == 3.0
+
+
+def pooled(runs):
+    ms = sum(r.steady["ms"] for r in runs)
+    steps = sum(r.steady["steps"] for r in runs)
+    tokens = sum(r.steady["tokens"] for r in runs)
+    return {"iteration_ms": ms / steps, "tps": tokens / (ms / 1000.0), "tau": tokens / (steps * len(runs[0].tokens))}
+
+
+def relative_range(values):
+    return (max(values) - min(values)) / statistics.median(values)
+
+
+def test_speedup_prediction_within_the_timers_spread(noisy_engine):
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    k_check, repeats = 2, 5
+    runs = {"off": [], K_MAX: [], k_check: []}
+    for _ in range(repeats + 1):  # the first round of runs warms up and is dropped
+        for kind in runs:
+            spec = kind != "off"
+            runs[kind].append(noisy_engine.generate(prompts, spec=spec, k=kind if spec else 4, **RUN))
+    runs = {kind: rs[1:] for kind, rs in runs.items()}
+    curve = noisy_engine._core.cost_curve(prompts, K_MAX, 5)
+    off, at_max, check = pooled(runs["off"]), pooled(runs[K_MAX]), pooled(runs[k_check])
+    hist = sum(r.totals["accept_len_hist"] for r in runs[K_MAX])
+    resample = sum(r.times["resample"] for r in runs[K_MAX]) / sum(r.steps for r in runs[K_MAX])
+    prediction = pick_k.predict(hist, K_MAX, curve["verify_ms"], curve["draft_ms_per_pos"], resample,
+                                at_max["iteration_ms"], off["iteration_ms"], at_max["tau"])
+    # At k_max the prediction is the measurement by construction.
+    assert prediction.speedup[-1] == pytest.approx(at_max["tps"] / off["tps"], rel=1e-9)
+    measured = check["tps"] / off["tps"]
+    predicted = prediction.speedup[k_check - 1]
+    # Tolerance from the timers themselves: how far T_round of the same run moved between
+    # repeats, at both k, summed and tripled (a busy 2-core machine), and at least 10 %.
+    spread = lambda kind: relative_range([r.steady["iteration_ms"] for r in runs[kind]])
+    tolerance = max(0.10, 3 * (spread(K_MAX) + spread(k_check)))
+    assert abs(predicted / measured - 1) <= tolerance, (predicted, measured, tolerance)
+
+
+def test_recommends_no_k_when_nothing_pays():
+    hist = [90, 8, 2]  # the draft is almost always wrong
+    verify = [1.0, 1.1, 1.2]
+    p = pick_k.predict(hist, 2, verify, 0.5, 0.05, round_ms=2.35, step_ms=1.0, steady_tau=pick_k.tau_at(hist, 2))
+    assert p.recommended_k == 0 and p.recommended_speedup < 1
+    good = pick_k.predict([0, 0, 100], 2, verify, 0.05, 0.0, round_ms=1.3, step_ms=1.0, steady_tau=3.0)
+    assert good.recommended_k == 2 and good.recommended_speedup == pytest.approx(3.0 / 1.3)
+
+
+def test_predict_refuses_mismatched_inputs():
+    with pytest.raises(ValueError, match="k_max\\+1"):
+        pick_k.predict([1, 2], 2, [1, 1, 1], 0.1, 0.0, 1.0, 1.0, 1.5)
+    with pytest.raises(ValueError, match="cost curve"):
+        pick_k.predict([1, 2, 3], 2, [1, 1], 0.1, 0.0, 1.0, 1.0, 1.5)
+    with pytest.raises(ValueError, match="at least 1"):
+        pick_k.tau_at([1, 2, 3], 0)
+
+
+def test_cost_curve_shape_validation_and_state(noisy_engine):
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    before = spec_run(noisy_engine, prompts, 3)
+    curve = noisy_engine._core.cost_curve(prompts, 4, 2)
+    assert len(curve["verify_ms"]) == 5 and curve["n_seq"] == len(prompts) and curve["repeats"] == 2
+    assert all(math.isfinite(v) and v > 0 for v in curve["verify_ms"]) and curve["draft_ms_per_pos"] > 0
+    after = spec_run(noisy_engine, prompts, 3)  # the curve's rolled-back cache does not leak
+    assert [list(t) for t in after.tokens] == [list(t) for t in before.tokens]
+    with pytest.raises(ValueError, match="k_max must be at least 1"):
+        noisy_engine._core.cost_curve(prompts, 0, 2)
+    with pytest.raises(ValueError, match="exceed n_batch"):
+        noisy_engine._core.cost_curve(prompts, 200, 2)
+    with pytest.raises(ValueError, match="no prompts"):
+        noisy_engine._core.cost_curve([], 2, 2)
+    with pytest.raises(ValueError, match="repeats"):
+        noisy_engine._core.cost_curve(prompts, 2, 0)
