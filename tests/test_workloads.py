@@ -248,3 +248,12 @@ def test_old_traces_without_a_task_still_pair_and_report(tmp_path):
     cells = advisor.pair_cells(advisor.load_traces(tmp_path / "old.csv"))
     assert len(cells) == 1 and cells["tps_off"].notna().all()
     assert advisor.by_task(tmp_path / "old.csv")["task"].tolist() == ["(not recorded)"]
+
+
+def test_undecided_tasks_say_which_way_they_lean():
+    summary = pd.DataFrame([
+        {"task": "code-editing", "speedup_median": 1.2, "n_on": 0, "n_off": 0, "n_measure_more": 2},
+        {"task": "chat", "speedup_median": 0.7, "n_on": 0, "n_off": 0, "n_measure_more": 1},
+        {"task": "qa", "speedup_median": 0.8, "n_on": 0, "n_off": 1, "n_measure_more": 0}])
+    assert advisor.task_advice(summary) == ("off for qa; measure more for code-editing (median speedup above 1 "
+                                            "so far); measure more for chat (median speedup below 1 so far)")

@@ -443,8 +443,23 @@ def task_advice(summary: pd.DataFrame) -> str:
             "depends": "depends on the regime for"}
     groups = {}
     for _, row in summary.iterrows():
-        groups.setdefault(task_decision(row), []).append(row["task"])
-    return "; ".join(f"{said[d]} {_task_names(groups[d])}" for d in said if d in groups)
+        groups.setdefault(task_decision(row), []).append(row)
+    parts = []
+    for decision in (d for d in said if d in groups):
+        rows = groups[decision]
+        if decision != "measure-more":
+            parts.append(f"{said[decision]} {_task_names([r['task'] for r in rows])}")
+            continue
+        # undecided: say which side of break-even the measured speedups lean to so far
+        for lean, test in (("above", lambda v: v >= 1.0), ("below", lambda v: v < 1.0)):
+            named = [r["task"] for r in rows if math.isfinite(as_float(r["speedup_median"]))
+                     and test(as_float(r["speedup_median"]))]
+            if named:
+                parts.append(f"{said[decision]} {_task_names(named)} (median speedup {lean} 1 so far)")
+        unmeasured = [r["task"] for r in rows if not math.isfinite(as_float(r["speedup_median"]))]
+        if unmeasured:
+            parts.append(f"{said[decision]} {_task_names(unmeasured)}")
+    return "; ".join(parts)
 
 
 
