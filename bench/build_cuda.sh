@@ -11,7 +11,7 @@
 # system-wide); the driver library is not needed to link (cmake/cuda_pip_libraries.cmake).
 # Outputs (NAME = cuda or cpu), all under the git-ignored bench/work/ and .carry/:
 #   bench/work/NAME-build/        the CMake build (separate from the editable install's build/)
-#   bench/work/NAME-prebuilt/     lib/ include/ bin/ specnative-llama-build.cmake
+#   bench/work/NAME-prebuilt/     lib/ include/ bin/ llama.cpp/ (common sources) specnative-llama-build.cmake
 #   .carry/NAME-prebuilt.tar.xz.partNN   the same, compressed, split to travel (bench/gpu_check.sh)
 #   bench/work/NAME-build-summary.md     wall time, compile time by kernel family, sizes
 # Env: CUDA_ARCH (90), JOBS (2), NICE (19), CUBLAS_VERSION (13.1.0.3, CUDA 13.0 update 2),
@@ -71,6 +71,12 @@ rm -rf "$PREBUILT" && mkdir -p "$PREBUILT"/{lib,include,bin}
 cp -a "$BUILD"/bin/lib*.so* "$PREBUILT/lib/"
 cp -a "$BUILD"/bin/llama-bench "$BUILD"/bin/llama-speculative-simple "$PREBUILT/bin/"
 cp -a vendor/llama.cpp/include/*.h vendor/llama.cpp/ggml/include/*.h "$PREBUILT/include/"
+# The part of the source tree the extension itself compiles (llama.cpp's n-gram drafters,
+# cmake/llama_drafters.cmake): common/, src/ headers, nlohmann json. The GPU machine has no tree.
+mkdir -p "$PREBUILT/llama.cpp/src" "$PREBUILT/llama.cpp/vendor"
+cp -a vendor/llama.cpp/common "$PREBUILT/llama.cpp/"
+cp -a vendor/llama.cpp/src/*.h "$PREBUILT/llama.cpp/src/"
+cp -a vendor/llama.cpp/vendor/nlohmann "$PREBUILT/llama.cpp/vendor/"
 cp "$BUILD/specnative-llama-build.cmake" "$PREBUILT/"
 mkdir -p .carry
 rm -f .carry/$BACKEND-prebuilt.tar.xz.part* .carry/$BACKEND-prebuilt.sha256

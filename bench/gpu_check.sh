@@ -34,6 +34,7 @@ step() { echo; echo "=== [$(( $(date +%s) - t0 ))s] $*"; }
 export PYTHONUNBUFFERED=1
 RESULTS="$WORKDIR/results"
 rm -rf "$WORKDIR" && mkdir -p "$WORKDIR/site" "$RESULTS"
+WORKDIR=$(cd "$WORKDIR" && pwd) RESULTS=$(cd "$RESULTS" && pwd)
 pack() {  # the few files that come back; called at the end and kept current after each step
   tar -czf "$OUT_DIR/results.tar.gz" -C "$RESULTS" . 2>/dev/null
 }

@@ -69,7 +69,7 @@ done
 rmdir "$CARRY/chunks"
 
 echo "== what travels (the working tree is $((tree_bytes / 1048576)) MiB in every call)"
-du -sh "$CARRY/main" "$CARRY"/stage-* 2>/dev/null
+du -sh "$CARRY/main" "$CARRY"/stage-* 2>/dev/null || true
 if [ "$MODE" = cpu ]; then
   echo "== dry run of bench/gpu_check.sh here (CPU libraries, clean venv)"
   venv=bench/work/dry-venv

@@ -6,6 +6,8 @@
 #             with RPATH $ORIGIN, so they find each other wherever they are copied together
 #   include/  llama.h and the ggml headers of the same llama.cpp tree
 #   specnative-llama-build.cmake   the commit, build flags and backend they were built with
+#   llama.cpp/  the sources the extension compiles itself (common/ for the n-gram drafters, src/
+#             headers, vendor/nlohmann); without it, vendor/llama.cpp of this checkout if present
 # Defines imported targets under the names add_subdirectory() would create (llama, ggml, ...),
 # and specnative_install_prebuilt_libs() to copy them into the wheel as they are.
 
@@ -31,6 +33,13 @@ foreach(name llama ggml ggml-base ggml-cpu ggml-cuda)
   endif()
 endforeach()
 message(STATUS "specnative: prebuilt llama.cpp from ${_prebuilt} (backend ${SPECNATIVE_BACKEND})")
+
+# Where cmake/llama_drafters.cmake finds llama.cpp's common/ sources
+if(EXISTS "${_prebuilt}/llama.cpp/common")
+  set(SPECNATIVE_PREBUILT_LLAMA_SRC "${_prebuilt}/llama.cpp")
+else()
+  set(SPECNATIVE_PREBUILT_LLAMA_SRC "${CMAKE_CURRENT_SOURCE_DIR}/vendor/llama.cpp")
+endif()
 
 # The wheel gets the files as built: the real library and its SONAME/name links (their RPATH
 # already says $ORIGIN). install(TARGETS) cannot install imported targets.
