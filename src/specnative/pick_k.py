@@ -90,7 +90,8 @@ class KPrediction:
     round_ms: list         # T_round predicted at each k
     speedup: list          # predicted speedup at each k
     recommended_k: int     # argmax of the speedup; 0 where no k pays (every speedup <= 1)
-    recommended_speedup: float
+    recommended_speedup: float  # the highest predicted speedup (at best_k)
+    best_k: int            # argmax of the speedup, paying or not (what --check-k measures)
 
     def text(self) -> str:
         return ";".join(f"{s:.4f}" for s in self.speedup)
@@ -114,7 +115,7 @@ def predict(hist, k_max: int, verify_ms, draft_ms_per_pos: float, resample_ms_pe
     speedups = [t / (r / step_ms) if step_ms > 0 else math.nan for t, r in zip(taus, rounds)]
     finite = [(s, k) for s, k in zip(speedups, ks) if math.isfinite(s)]
     best_speedup, best_k = max(finite) if finite else (math.nan, 0)
-    return KPrediction(ks, taus, rounds, speedups, best_k if best_speedup > 1.0 else 0, best_speedup)
+    return KPrediction(ks, taus, rounds, speedups, best_k if best_speedup > 1.0 else 0, best_speedup, best_k)
 
 
 def parse_list(text) -> list[float]:

@@ -137,6 +137,19 @@ COLUMNS: tuple[Column, ...] = (
            "target steps (on rows)"),
     Column("draft_reach", "str", "share of sequence-rounds whose draft reached position 1..k, ';'-separated: "
            "P(L >= j) of the draft length L, all 1 for a draft model away from the end (on rows)"),
+    # --- which k (pick_k.py; draft-model cells) -------------------------------------------------
+    Column("verify_ms_by_len", "str", "cost curve: median ms of one target decode with 1..k+1 positions per sequence "
+           "at this cell's prompts and concurrency, ';'-separated (on rows)"),
+    Column("draft_ms_per_pos", "float", "cost curve: median ms of one draft position, one token per sequence (on rows)"),
+    Column("predicted_speedup_by_k", "str", "speedup predicted at k' = 1..k from this row's run and the cost curve, "
+           "';'-separated (pick_k.py; on rows of draft-model cells)"),
+    Column("recommended_k", "int", "the k' <= k with the highest predicted speedup; 0: no k pays (on rows)"),
+    Column("recommended_speedup", "float", "the highest predicted speedup (at recommended_k, or at the best k "
+           "where no k pays) (on rows)"),
+    Column("check_k", "int", "the k measured to check the pick (--check-k): recommended_k, or the best k where "
+           "none pays (on rows)"),
+    Column("check_k_speedup", "float", "measured steady speedup at check_k, paired with spec-off runs of the same "
+           "prompts (--check-k; on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -146,7 +159,9 @@ DRAFT_ONLY: tuple[str, ...] = (
     "c_draft", "verify_ratio", "round_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms",
     "drafted", "accepted", "rounds", "emitted", "rejected", "accept_at_pos", "accept_len_hist", "draft_model",
     "draft_type", "draft_sha256", "drafter_options", "mean_draft_len", "empty_draft_frac",
-    "draft_reach")
+    "draft_reach",
+    "verify_ms_by_len", "draft_ms_per_pos", "predicted_speedup_by_k", "recommended_k", "recommended_speedup",
+    "check_k", "check_k_speedup")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 

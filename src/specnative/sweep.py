@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import _core, lossless, shards, stats, theory, workloads
+from specnative import _core, lossless, pick_k, shards, stats, theory, workloads
 from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, default_threads, drafter_defaults,
                                placement_args)
 from specnative.presets import PRESET_DEFAULTS, load_preset
@@ -98,6 +98,7 @@ class SweepConfig:
     # --drafter: a grid axis; "model" is the draft GGUF, the others llama.cpp's n-gram types
     drafters: list = field(default_factory=lambda: ["model"])
     drafter_options: dict = field(default_factory=dict)  # n-gram options set on the command line
+    check_k: bool = False  # --check-k: measure the best predicted k of each on row (pick_k.py)
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
@@ -377,7 +378,59 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     for k in cfg.ks:
         rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **_spec_row(runs[k], off, k), **checks[k],
                      **interval_columns(runs, k, measuring)})
+    if cell.drafter == "model":  # n-gram drafters: k only caps a lookup, no prediction (pick_k.py)
+        add_k_columns(engine, prompts, cfg, common, runs, rows, on_progress)
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Which k (pick_k.py): the cost curve, the speedup predicted at every k' <= k, and --check-k
+# ---------------------------------------------------------------------------------------------
+COST_CURVE_REPEATS = 5  # timed decodes per shape; the median is kept
+
+
+def k_prediction(engine, prompts, runs: list, step_ms: float, k: int) -> tuple[dict, "pick_k.KPrediction"]:
+    """The cost curve at the cell's prompts and concurrency, and the speedup predicted at
+    k' = 1..k from the timed runs at k (their histogram, steady T_round and tau, resample time)."""
+    curve = engine._core.cost_curve(prompts, k, COST_CURVE_REPEATS)
+    hist = sum(r.totals["accept_len_hist"] for r in runs)
+    resample_per_round = sum(r.times["resample"] for r in runs) / max(sum(r.steps for r in runs), 1)
+    steady = pooled_steady(runs)
+    prediction = pick_k.predict(hist, k, curve["verify_ms"], curve["draft_ms_per_pos"], resample_per_round,
+                                steady["iteration_ms"], step_ms, steady["tau"])
+    columns = {"verify_ms_by_len": ";".join(f"{v:.4g}" for v in curve["verify_ms"]),
+               "draft_ms_per_pos": curve["draft_ms_per_pos"], "predicted_speedup_by_k": prediction.text(),
+               "recommended_k": prediction.recommended_k, "recommended_speedup": prediction.recommended_speedup}
+    return columns, prediction
+
+
+def measured_speedup_at(engine, prompts, cfg: SweepConfig, common: dict, k: int, repeats: int) -> float:
+    """Steady speedup at k measured the sweep's way: a warm-up, then spec off and on at k side by
+    side `repeats` times, pooled (pooled_steady)."""
+    spec = dict(spec=True, k=k, accept_rule=cfg.accept_rule, **common)
+    engine.generate(prompts, **spec)
+    off, on = [], []
+    for _ in range(repeats):
+        off.append(engine.generate(prompts, **common))
+        on.append(engine.generate(prompts, **spec))
+    return theory.measured_speedup(pooled_steady(on)["tps"], pooled_steady(off)["tps"])
+
+
+def add_k_columns(engine, prompts, cfg: SweepConfig, common: dict, runs: dict, rows: list, on_progress) -> None:
+    """Fills the which-k columns of the cell's on rows; with --check-k, measures the best k of each
+    (a k the grid measured already is not run again)."""
+    off = rows[0]
+    measured = {row["k"]: row["speedup"] for row in rows[1:]}
+    for row in rows[1:]:
+        on_progress(f"cost curve k={row['k']}")
+        columns, prediction = k_prediction(engine, prompts, runs[row["k"]], off["step_ms"], row["k"])
+        row.update(columns)
+        if getattr(cfg, "check_k", False) and prediction.best_k > 0:
+            if prediction.best_k not in measured:
+                on_progress(f"check k={prediction.best_k}")
+                measured[prediction.best_k] = measured_speedup_at(engine, prompts, cfg, common, prediction.best_k,
+                                                                  max(int(row.get("repeats_used") or 0), cfg.repeats))
+            row.update(check_k=prediction.best_k, check_k_speedup=measured[prediction.best_k])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -703,6 +756,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals")
     runs.add_argument("--ci-width", type=float, default=0.05, help="stop once the speedup's interval is "
                       "narrower than this share of the speedup, even if it contains 1")
+    runs.add_argument("--check-k", action="store_true", help="measure each on row's best predicted draft length "
+                      "(pick_k.py: from the run at k and the verify-cost curve) to check the pick")
     runs.add_argument("-s", "--seed", type=int, default=0, help="sampling seed")
     runs.add_argument("-t", "--threads", type=int, default=default_threads(), help="CPU threads")
     runs.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to the GPU (-1: all)")
@@ -873,6 +928,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         notes=preset.notes if preset else [],
         tasks=tasks, prompts=prompts, prompts_source=str(args.prompts) if args.prompts else "built-in",
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
+        check_k=args.check_k,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 
