@@ -8,9 +8,11 @@ tools/rpc; never on an open network: it is unauthenticated) and Engine(rpc_serve
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -36,6 +38,15 @@ def find_rpc_server() -> tuple[str | None, str]:
                 return path, "build dir"
     return None, (f"no rpc-server binary: build with SPECNATIVE_RPC=ON (it lands in build/*/rpc-server/), "
                   f"put ggml-rpc-server on PATH, or set ${ENV}")
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the parent dies, even by SIGKILL, so that
+    no server outlives a killed test or benchmark; elsewhere the finally block alone."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -76,7 +87,7 @@ def local_rpc_servers(n: int, binary: str | None = None, threads: int = 1, start
             with open(log, "w") as out:
                 processes.append(subprocess.Popen(
                     [binary, "-H", "127.0.0.1", "-p", str(port), "-t", str(threads), "-d", "CPU"],
-                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+                    stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent))
             _wait_listening(processes[-1], port, time.monotonic() + start_timeout_s, log)
             endpoints.append(f"127.0.0.1:{port}")
         yield endpoints
