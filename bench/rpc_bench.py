@@ -8,7 +8,7 @@ All engines stay open and each repeat runs every placement (spec off, then on), 
 hits them alike; figures are medians over the repeats (speedup: geometric mean of the paired
 ratios with its 95 % interval, stats.speedup_interval).
 
-    python bench/rpc_bench.py --preset gemma3-270m --repeats 7 --out bench/results/rpc-loopback-gemma3-270m.md
+    python bench/rpc_bench.py --preset gemma3-270m --target-index 1 -r 5 -n 32 --out bench/results/rpc-loopback-gemma3-270m-q8.md
 """
 from __future__ import annotations
 
@@ -79,6 +79,8 @@ def table(rows: list) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="tiny", help="model pair (specnative.presets): tiny or gemma3-270m")
+    p.add_argument("--target-index", type=int, default=0,
+                   help="which of the preset's targets (gemma3-270m: 0 Q4_K_M, the draft's own file; 1 Q8_0)")
     p.add_argument("-np", "--concurrency", type=int, default=1)
     p.add_argument("-n", "--n-predict", type=int, default=48)
     p.add_argument("-k", type=int, default=4)
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     if binary is None:
         raise SystemExit(f"error: {how}")
     preset = load_preset(args.preset)
-    target, draft = preset.targets[0], preset.draft
+    target, draft = preset.targets[args.target_index], preset.draft
     prompts = list(SEQUENCE_PROMPTS[:args.concurrency])
     kw = dict(n_ctx=1024, n_batch=256, n_seq_max=args.concurrency, n_threads=args.threads)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
