@@ -493,3 +493,35 @@ def drafter_advice(traces, thresholds: Thresholds | None = None) -> pd.DataFrame
                      "speedup": best["speedup"] if decision == ON else math.nan,
                      "speedup_lo": best["speedup_lo"] if decision == ON else math.nan, "ranking": ranking})
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Which k (pick_k.py): per regime without the k key, the draft length to use
+
+K_ADVICE_KEYS = tuple(k for k in REGIME_KEYS if k not in ("k", "drafter"))
+
+
+def k_advice(traces) -> pd.DataFrame:
+    """One row per regime (REGIME_KEYS without k; draft-model cells only, the n-gram drafters'
+    k only caps a lookup): the k' with the highest speedup predicted from the run at the
+    largest k measured there (its histogram and cost curve), `recommend` = that k' or `none`
+    when no k' is predicted above break-even, the predicted speedup, and -- with --check-k --
+    the k measured to check it and its measured speedup. Rows without a prediction (traces
+    from before the cost curve) are left out."""
+    cells = load_traces(traces)
+    cells = cells[(cells["spec_decode"] == "on") & (cells["drafter"].fillna("model") == "model")
+                  & cells["recommended_k"].notna()]
+    columns = list(K_ADVICE_KEYS) + ["k_max", "recommend", "predicted_speedup", "check_k", "check_speedup",
+                                     "predicted_by_k"]
+    if cells.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    for _, group in cells.groupby([cells[k].astype(str) for k in K_ADVICE_KEYS], sort=False, dropna=False):
+        row = group.sort_values("k").iloc[-1]  # the largest k: its prediction covers every k' <= k
+        rec = int(row["recommended_k"])
+        rows.append({**{k: row[k] for k in K_ADVICE_KEYS}, "k_max": int(row["k"]),
+                     "recommend": str(rec) if rec > 0 else "none",
+                     "predicted_speedup": as_float(row["recommended_speedup"]),
+                     "check_k": row["check_k"], "check_speedup": as_float(row["check_k_speedup"]),
+                     "predicted_by_k": row["predicted_speedup_by_k"]})
+    return pd.DataFrame(rows, columns=columns)

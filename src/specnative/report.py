@@ -24,7 +24,7 @@ from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never i
 
 from specnative import theory
 from specnative.schema import TracesError
-from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice, load_traces,
+from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice, k_advice, load_traces,
                                 pair_cells, task_advice, threshold_fields, verdicts_frame)
 
 CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter")  # split lines if varied
@@ -579,6 +579,79 @@ def drafters_md(traces: pd.DataFrame, cells: pd.DataFrame, thresholds: Threshold
 
 
 # --------------------------------------------------------------------------------------------
+# Which k (pick_k.py, advisor.k_advice): the cost curve, the speedup predicted at every k' <= k,
+# and the measured check of the pick
+
+def has_k_prediction(traces: pd.DataFrame) -> bool:
+    return "recommended_k" in traces and traces["recommended_k"].notna().any()
+
+
+def _k_rows(traces: pd.DataFrame) -> pd.DataFrame:
+    on = traces[(traces["spec_decode"] == "on") & traces["recommended_k"].notna()]
+    return on.sort_values("k").drop_duplicates([k for k in REGIME_KEYS if k != "k"], keep="last")
+
+
+def plot_which_k(traces: pd.DataFrame, note: str = "") -> Figure:
+    """Left: the verify-cost curve (target ms for 1..k+1 positions per sequence; a cross: one
+    draft position) per regime. Right: speedup predicted at every k' (line) and measured (dots:
+    the run at k and the --check-k run)."""
+    rows = _k_rows(traces)
+    fig, (left, right) = _new_figure(11, 4, ncols=2)
+    if rows.empty:
+        _empty(left, "no cost curve")
+        _empty(right, "no prediction")
+        return fig
+    keys = varied(rows, [k for k in REGIME_KEYS if k != "k"]) or ["concurrency"]
+    for (_, r), color in zip(rows.iterrows(), colors(len(rows))):
+        name = label(r, keys)
+        verify = _floats(r["verify_ms_by_len"])
+        left.plot(range(1, len(verify) + 1), verify, "o-", color=color, label=name)
+        left.plot([1], [as_float(r["draft_ms_per_pos"])], "x", color=color, ms=9)
+        predicted = _floats(r["predicted_speedup_by_k"])
+        right.plot(range(1, len(predicted) + 1), predicted, "-", color=color, label=name)
+        right.plot([int(r["k"])], [as_float(r["speedup"])], "o", color=color)
+        if pd.notna(r.get("check_k")):
+            right.plot([int(r["check_k"])], [as_float(r["check_k_speedup"])], "s", color=color, mfc="none", ms=9)
+    left.set_xlabel("positions per sequence in one target decode (k + 1 for a verify batch)")
+    left.set_ylabel("ms (median; log scale)")
+    left.set_yscale("log")
+    left.set_title("Verify-cost curve (x: one draft position)")
+    left.legend(fontsize=7)
+    right.axhline(1.0, color="black", ls="--", lw=1)
+    right.set_xlabel("draft length k")
+    right.xaxis.get_major_locator().set_params(integer=True)
+    right.set_ylabel("speedup")
+    right.set_title("Predicted (line) vs measured (dot: run at k; square: check)")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    _caption(fig, "Prediction from the run at the largest k: tau from its accepted-length histogram, "
+             "T_round from the cost curve anchored at that run (pick_k.py).", note)
+    return fig
+
+
+def which_k_md(traces: pd.DataFrame) -> str:
+    advice = k_advice(traces)
+    if advice.empty:
+        return "No draft-model cell with a cost curve."
+    keys = [k for k in REGIME_KEYS if k in advice and advice[k].nunique(dropna=False) > 1] or ["concurrency"]
+    rows = []
+    for _, r in advice.iterrows():
+        check = (f"{int(r['check_k'])}: {_fmt(r['check_speedup'])}" if pd.notna(r["check_k"]) else "not run")
+        rows.append([label(r, keys), r["k_max"], f"**{r['recommend']}**", _fmt(r["predicted_speedup"]), check,
+                     " ".join(_fmt(v) for v in _floats(r["predicted_by_k"]))])
+    return ("Draft length per regime (draft-model cells), predicted from the run at the largest k measured "
+            "(k max): tau(k') from its accepted-length histogram (a round that accepted m drafts is "
+            "ceil((m+1)/(k'+1)) rounds at k'; exact for greedy where (k'+1) divides (k max+1)), T_round(k') "
+            "= k' x draft ms per position + verify ms at k'+1 positions + resample ms, from the cost curve "
+            "scaled to the measured T_round at k max; steady state as the sweep measures it. `none`: no k "
+            "is predicted above break-even. Checked: the best predicted k measured (--check-k), speedup "
+            "measured the sweep's way (steady state, pooled).\n\n"
+            + md_table(keys + ["k max", "recommended k", "predicted speedup", "checked k: measured speedup",
+                               "predicted at k = 1..k max"], rows)
+            + "\n\n![which k](which_k.png)")
+
+
+# --------------------------------------------------------------------------------------------
 # summary.md
 
 def md_table(headers: list, rows: list) -> str:
@@ -920,6 +993,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                "by_task": plot_by_task(by_task(traces, thresholds), note)}
     if has_ngram_drafters(traces):
         figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
+    if has_k_prediction(traces):
+        figures["which_k"] = plot_which_k(traces, note)
     out = {}
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
@@ -928,6 +1003,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
     if has_ngram_drafters(traces):
         sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
+    if has_k_prediction(traces):
+        sections.insert(3, ("Which k: recommended draft length", which_k_md(traces)))
     if compare is not None:
         sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
@@ -969,7 +1046,8 @@ FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
                  "theory_vs_measured": "Closed form against measurement",
                  "acceptance_by_position": "Acceptance by draft position",
                  "by_task": "Acceptance and speedup by task category",
-                 "by_drafter": "Which drafter pays, by task"}
+                 "by_drafter": "Which drafter pays, by task",
+                 "which_k": "Which k: verify-cost curve and predicted speedup"}
 
 
 def _render(prov: dict, sections: list, figures: list) -> str:
