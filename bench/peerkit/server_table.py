@@ -62,8 +62,10 @@ def parse_args(argv):
     ap.add_argument("--gpu-layers", "--ngl", dest="ngl", type=int, default=None,
                     help="layers on the GPU, both sides; -1 = all (default: -1 with CUDA, else 0)")
     ap.add_argument("--stop-at-eos", action="store_true",
-                    help="let sequences end at an end-of-generation token (default: exactly -n tokens; the "
-                         "server gets ignore_eos, which masks EOG tokens, while ours decodes past them)")
+                    help="let sequences end at an end-of-generation token, as deployed (default: exactly -n "
+                         "tokens; the server gets ignore_eos, which masks EOG tokens in the target's sampler but "
+                         "not in draft-simple's, so EOG drafts are rejected there while ours decodes past EOG: "
+                         "fine for the tiny models, use this flag for real ones)")
     ap.add_argument("--start-timeout", type=float, default=300, help="seconds a server may take to load")
     ap.add_argument("--request-timeout", type=float, default=600, help="seconds per HTTP request")
     add_build_args(ap)
