@@ -121,3 +121,32 @@ def test_cost_curve_shape_validation_and_state(noisy_engine):
         noisy_engine._core.cost_curve([], 2, 2)
     with pytest.raises(ValueError, match="repeats"):
         noisy_engine._core.cost_curve(prompts, 2, 0)
+
+
+def _on_row(k, recommended, concurrency=1, check=None):
+    return {"spec_decode": "on", "quant_bits": 8, "ctx_len": 0, "concurrency": concurrency, "k": k,
+            "temperature": 0.0, "accept_rule": "greedy", "task": "mixed", "drafter": "model", "tps": 10.0,
+            "seed": 0, "cell_id": f"c{concurrency}-k{k}", "speedup": 1.1, "recommended_k": recommended,
+            "recommended_speedup": 1.3 if recommended else 0.8, "predicted_speedup_by_k": "0.9;1.3;1.1"[: 4 * k - 1],
+            "verify_ms_by_len": ";".join(["1.0"] * (k + 1)), "draft_ms_per_pos": 0.2,
+            "check_k": check, "check_k_speedup": 1.25 if check else None}
+
+
+def test_k_advice_uses_the_largest_k_and_says_none(tmp_path):
+    import pandas as pd
+    from specnative import advisor, report
+
+    frame = pd.DataFrame([_on_row(2, 2), _on_row(3, 2, check=2), _on_row(3, 0, concurrency=4)])
+    advice = advisor.k_advice(frame)
+    assert list(advice["concurrency"]) == [1, 4]
+    assert list(advice["k_max"]) == [3, 3] and list(advice["recommend"]) == ["2", "none"]
+    assert advice["check_speedup"].iloc[0] == 1.25
+    text = report.which_k_md(advisor.load_traces(frame))
+    assert "**none**" in text and "2: 1.25" in text
+    report.save(report.plot_which_k(advisor.load_traces(frame)), tmp_path / "which_k")
+    assert (tmp_path / "which_k.png").stat().st_size > 0
+
+
+def test_monotone_curve_drops_load_spikes_only():
+    assert list(pick_k.monotone_curve([0.7, 0.5, 0.55, 700.0, 1.0])) == [0.5, 0.5, 0.55, 1.0, 1.0]
+    assert list(pick_k.monotone_curve([1.0, 2.0, 3.0])) == [1.0, 2.0, 3.0]

@@ -27,7 +27,8 @@ prediction (NaN) -- their k only caps a lookup's length.
 
 Time per round. T_round(k') = k' d + V(k' + 1) + r: d the draft's time per position and V(n) the
 target's time for n positions per sequence, both from the cost curve (Engine.cost_curve at the
-cell's prompts and concurrency), r the acceptance/rollback time per round measured at k_max. The
+cell's prompts and concurrency; its lower non-decreasing envelope, `monotone_curve`), r the
+acceptance/rollback time per round measured at k_max. The
 curve is taken at the prompts' context while a run's context grows, so the curve gives the shape
 and the run at k_max the level: T_round(k') = T_round_measured(k_max) x model(k') / model(k_max).
 
@@ -78,6 +79,14 @@ def exact_for(k_max: int, k_prime: int) -> bool:
     return (k_max + 1) % (k_prime + 1) == 0
 
 
+def monotone_curve(verify_ms) -> np.ndarray:
+    """The largest non-decreasing curve below the measured one: V(n) = min over m >= n of V(m).
+    A decode of more positions cannot cost less, so a median above a later one is load from
+    elsewhere on the machine (seen on a busy CPU), not the shape of the cost."""
+    values = np.asarray(verify_ms, dtype=float)
+    return np.minimum.accumulate(values[::-1])[::-1]
+
+
 def round_model_ms(k_prime: int, verify_ms, draft_ms_per_pos: float, resample_ms: float) -> float:
     """k' d + V(k'+1) + r from the cost curve (verify_ms[n-1]: n positions per sequence)."""
     return k_prime * draft_ms_per_pos + float(verify_ms[k_prime]) + resample_ms
@@ -106,6 +115,7 @@ def predict(hist, k_max: int, verify_ms, draft_ms_per_pos: float, resample_ms_pe
         raise ValueError(f"accept_len_hist has {len(hist)} entries, expected k_max+1 = {k_max + 1}")
     if len(verify_ms) < k_max + 1:
         raise ValueError(f"the cost curve has {len(verify_ms)} verify times, expected k_max+1 = {k_max + 1}")
+    verify_ms = monotone_curve(verify_ms)
     occupancy_scale = steady_tau / tau_at(hist, k_max)
     at_k_max = round_model_ms(k_max, verify_ms, draft_ms_per_pos, resample_ms_per_round)
     ks = list(range(1, k_max + 1))
