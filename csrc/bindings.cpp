@@ -309,6 +309,7 @@ PYBIND11_MODULE(_core, m) {
             d["spread"] = to_numpy(n.spread);
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
+            d["state_spread"] = to_numpy(n.state_spread);
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"))
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,

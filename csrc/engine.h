@@ -141,6 +141,10 @@ struct NoiseProbe {
     std::vector<float> spread;         // max(l_a - l_b) - min(l_a - l_b): the most any pairwise
                                        // logit gap moved between the two shapes
     std::vector<int32_t> argmax_a, argmax_b;
+    // Per sequence: the spread between the logits of one more 1-token step (the last token) on top
+    // of the cache each pass built: how far a cache built in verify batches moves later logits
+    // (the KV-state check's control).
+    std::vector<float> state_spread;
 };
 
 // The spec output fed back through the target along the baseline's path (one token per sequence

@@ -89,6 +89,23 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
     forced_pass(prompts, forced, chunk_a, [&](int s, int64_t index, const float* logits) {
         std::copy(logits, logits + n_vocab, logits_a.begin() + (offsets[s] + index) * n_vocab);
     });
+    // A pass feeds every token but the last; one more 1-token step on top of the cache it built
+    // gives the logits a pending token sees after a run (what pending_logits() reads).
+    auto final_step = [&]() {
+        Context& t = *target_;
+        t.clear_batch();
+        for (size_t s = 0; s < forced.size(); ++s) {
+            t.add(forced[s].back(), static_cast<int32_t>(prompts[s].size() + forced[s].size() - 1),
+                  static_cast<int>(s), true);
+        }
+        t.decode("noise control: final step");
+        std::vector<float> out(forced.size() * n_vocab);
+        for (size_t s = 0; s < forced.size(); ++s) {
+            std::copy(t.logits(static_cast<int>(s)), t.logits(static_cast<int>(s)) + n_vocab, out.begin() + s * n_vocab);
+        }
+        return out;
+    };
+    const std::vector<float> final_a = final_step();
 
     NoiseProbe probe;
     forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
@@ -107,6 +124,16 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
     });
+    const std::vector<float> final_b = final_step();
+    for (size_t s = 0; s < forced.size(); ++s) {
+        float lo = INFINITY, hi = -INFINITY;
+        for (size_t v = 0; v < n_vocab; ++v) {
+            const float delta = final_a[s * n_vocab + v] - final_b[s * n_vocab + v];
+            lo = std::min(lo, delta);
+            hi = std::max(hi, delta);
+        }
+        probe.state_spread.push_back(hi - lo);
+    }
     return probe;
 }
 

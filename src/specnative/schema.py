@@ -124,6 +124,8 @@ COLUMNS: tuple[Column, ...] = (
     # --- steady state (a constant load of `concurrency` sequences) ------------------------------
     Column("steady_tau", "float", "tokens per sequence per round in the steady state, pooled (on rows); "
            "speedup = steady_tau / (1 + verify_cost_c)"),
+    Column("noise_state_spread", "float", "noise control of the KV-state check: spread of one more 1-token step's logits "
+           "on top of the cache each shape built (on rows)"),
     Column("occupancy", "float", "mean active sequences per iteration / concurrency over whole runs: below 1 where "
            "sequences finished early and left the batch (that tail is outside tps)"),
     # --- which drafter proposed (csrc/drafter.h) ---------------------------------------------------
