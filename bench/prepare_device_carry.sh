@@ -3,7 +3,7 @@
 # and sizes each device call to the 64 MiB of files that may travel with it.
 #
 #   bash bench/prepare_device_carry.sh            # the CUDA libraries of bench/build_cuda.sh
-#   bash bench/prepare_device_carry.sh --gemma    # also Gemma 3 270M Q4_K_M (253 MB: staged)
+#   bash bench/prepare_device_carry.sh --gemma    # also Gemma 3 270M Q4_K_M (241 MiB: ~5 staging calls)
 #   bash bench/prepare_device_carry.sh --dry-run  # CPU libraries; runs bench/gpu_check.sh here,
 #                                                 # in a clean venv, into bench/work/gpu-check-dry
 # Layout and the device calls it prints:
