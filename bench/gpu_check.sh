@@ -46,6 +46,8 @@ step "hardware"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv || echo "no nvidia-smi"
 nvcc --version 2>/dev/null | tail -1 || echo "no nvcc"
 "$PYTHON" --version
+# the extension is compiled here: this Python's headers must be installed
+"$PYTHON" -c "import os, sysconfig; d = sysconfig.get_paths()['include']; print('Python.h:', os.path.join(d, 'Python.h'), 'present' if os.path.exists(os.path.join(d, 'Python.h')) else 'MISSING')"
 echo "cores: $(nproc)"
 
 step "prebuilt llama.cpp ($PREBUILT_NAME) from $CARRY_DIR and /tmp/specnative-carry"
