@@ -27,8 +27,8 @@ def exercised(fault: str, spec, k: int) -> bool:
     leaves a correct run (nothing to catch). rollback_long needs a round that rejected with two
     or more drafts left; bonus_from_q a fully accepted round; the others fire every round."""
     hist = spec.totals["accept_len_hist"]
-    if fault == "rollback_long":
-        return bool(hist[: max(k - 1, 0)].sum() > 0)
+    if fault == "rollback_long":  # needs a rejection (short rounds near n_predict also fill low bins)
+        return bool(spec.totals["rejected"] > 0 and hist[: max(k - 1, 0)].sum() > 0)
     if fault == "bonus_from_q":
         return bool(hist[k] > 0)
     return fault != "none"
