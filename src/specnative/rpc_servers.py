@@ -31,11 +31,13 @@ def find_rpc_server() -> tuple[str | None, str]:
     for name in NAMES:
         if found := shutil.which(name):
             return found, "PATH"
-    root = Path(__file__).resolve().parents[2]
-    for pattern in ("build/*/rpc-server/ggml-rpc-server", "build/*/bin/ggml-rpc-server", "build/*/bin/rpc-server"):
-        for path in sorted(glob.glob(str(root / pattern))):
-            if os.access(path, os.X_OK):
-                return path, "build dir"
+    # The checkout's build dirs: this file's (an editable install) or the working directory's
+    # (`pip install .` puts the package in site-packages; tests and CI run from the checkout).
+    for root in (Path(__file__).resolve().parents[2], Path.cwd()):
+        for pattern in ("build/*/rpc-server/ggml-rpc-server", "build/*/bin/ggml-rpc-server", "build/*/bin/rpc-server"):
+            for path in sorted(glob.glob(str(root / pattern))):
+                if os.access(path, os.X_OK):
+                    return path, "build dir"
     return None, (f"no rpc-server binary: build with SPECNATIVE_RPC=ON (it lands in build/*/rpc-server/), "
                   f"put ggml-rpc-server on PATH, or set ${ENV}")
 
