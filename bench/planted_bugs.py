@@ -60,10 +60,8 @@ def run(engine, prompts, fault, k, n_predict, temperature, seed):
                                k=k, accept_rule=rule)
     finally:
         engine._core._inject_fault("none")
-    pending = lossless.pending_state(engine, len(prompts))
-    control = lossless.measure_noise(engine, prompts, base.tokens, k)
-    return (lossless.judge(engine, prompts, base.tokens, spec.tokens, temperature, seed, control, pending),
-            control, spec)
+    verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature, seed, k)
+    return verdict, control, spec
 
 
 def main(argv=None) -> int:

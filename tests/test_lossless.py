@@ -31,9 +31,8 @@ def verdict_of(engine, k=4, temperature=0.0, seed=0, fault="none", rule=None):
                                k=k, accept_rule=rule)
     finally:
         engine._core._inject_fault("none")
-    pending = lossless.pending_state(engine, len(PROMPTS))
-    control = lossless.measure_noise(engine, PROMPTS, base.tokens, k)
-    return lossless.judge(engine, PROMPTS, base.tokens, spec.tokens, temperature, seed, control, pending), spec
+    verdict, _ = lossless.verdict_after_run(engine, PROMPTS, base.tokens, spec.tokens, temperature, seed, k)
+    return verdict, spec
 
 
 @pytest.mark.parametrize("k", [1, 3, 4])

@@ -223,3 +223,12 @@ def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[di
         entry["cells"] += 1
         entry["verdicts"][row["verdict"]] = entry["verdicts"].get(row["verdict"], 0) + 1
     entry["tolerance"] = SAFETY * entry["max_spread"]
+
+
+def verdict_after_run(engine, prompts, base_tokens: list, spec_tokens: list, temperature: float, seed: int,
+                      k: int) -> tuple[Verdict, NoiseControl]:
+    """The whole check, called right after the speculative run (its KV cache is still there):
+    the KV state first, then the noise control on the baseline's tokens, then the verdict."""
+    pending = pending_state(engine, len(spec_tokens))
+    control = measure_noise(engine, prompts, base_tokens, k)
+    return judge(engine, prompts, base_tokens, spec_tokens, temperature, seed, control, pending), control

@@ -32,7 +32,6 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 
 from specnative import _core, lossless, pick_k, shards, stats, theory, workloads
 from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, default_threads, drafter_defaults,
@@ -164,17 +163,12 @@ def prompt_columns(cfg: SweepConfig, cell: "Cell") -> dict:
 # Measuring one cell
 # ---------------------------------------------------------------------------------------------
 def first_divergence(base, spec) -> tuple[int, float]:
-    """First generated index where any sequence differs, and the baseline target's top-1 minus
-    top-2 logit there (a small margin suggests a numeric near-tie rather than a bug)."""
-    best = (-1, math.nan)
-    for s, (a, b) in enumerate(zip(base.tokens, spec.tokens)):
-        n = min(len(a), len(b))
-        diff = np.flatnonzero(a[:n] != b[:n])
-        index = int(diff[0]) if diff.size else (n if len(a) != len(b) else -1)
-        if index >= 0 and (best[0] < 0 or index < best[0]):
-            margin = float(base.margins[s][index]) if index < len(base.margins[s]) else math.nan
-            best = (index, margin)
-    return best
+    """First generated index where any sequence differs (lossless.first_divergence), and the
+    baseline target's top-1 minus top-2 logit there (a small margin suggests a near-tie)."""
+    index, s = lossless.first_divergence(base.tokens, spec.tokens)
+    if index < 0 or index >= len(base.margins[s]):
+        return index, math.nan
+    return index, float(base.margins[s][index])
 
 
 def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model") -> dict:
@@ -189,10 +183,9 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
                            **common)
-    pending = lossless.pending_state(engine, len(prompts))  # before anything else touches the cache
+    verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
+                                                  cfg.seed, k)
     index, margin = first_divergence(base, spec)
-    control = lossless.measure_noise(engine, prompts, base.tokens, k)
-    verdict = lossless.judge(engine, prompts, base.tokens, spec.tokens, temperature, cfg.seed, control, pending)
     return {"lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
             "divergence_margin": margin, "verdict": verdict.verdict, "verdict_reason": verdict.reason,
             "mismatches": verdict.mismatches, "max_mismatch_gap": verdict.max_mismatch_gap,
