@@ -225,6 +225,16 @@ std::string Engine::detokenize(const std::vector<int32_t>& tokens) const {
     return text;
 }
 
+void check_temperature(float temperature) {
+    if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
+        throw std::invalid_argument("temperature must be a finite number >= 0");
+    }
+    if (temperature > 0.0f && !std::isfinite(1.0f / temperature)) {  // softmax would make NaNs
+        throw std::invalid_argument("temperature " + std::to_string(temperature) +
+                                    " is too small to sample with; use 0 for greedy decoding");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Validation: everything llama.cpp would abort on is refused here with a clear message.
 // ---------------------------------------------------------------------------------------------
@@ -240,13 +250,7 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
         if (prompts[s].empty()) throw std::invalid_argument("prompt " + std::to_string(s) + " is empty");
     }
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
-    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
-        throw std::invalid_argument("temperature must be a finite number >= 0");
-    }
-    if (p.temperature > 0.0f && !std::isfinite(1.0f / p.temperature)) {  // softmax would make NaNs
-        throw std::invalid_argument("temperature " + std::to_string(p.temperature) +
-                                    " is too small to sample with; use 0 for greedy decoding");
-    }
+    check_temperature(p.temperature);
     int lookahead = 0;  // extra KV cells a speculative round holds before rollback
     if (p.spec) {
         validate_drafter(p.drafter);

@@ -10,6 +10,9 @@
 
 namespace specnative {
 
+// Throws std::invalid_argument for a temperature sampling cannot use (generate and replay).
+void check_temperature(float temperature);
+
 // ---------------------------------------------------------------------------------------------
 // One llama_context with its reusable batch.
 // ---------------------------------------------------------------------------------------------

@@ -139,9 +139,7 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
 
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
-    if (!(temperature >= 0.0f) || !std::isfinite(temperature)) {
-        throw std::invalid_argument("temperature must be a finite number >= 0");
-    }
+    check_temperature(temperature);
     require_open();
     const int32_t n_vocab = target_->n_vocab;
     ReplayCheck check;

@@ -100,6 +100,8 @@ def test_replay_refuses_bad_input(noisy_engine):
         noisy_engine._core.replay(prompts, [[1], [], [2]], 0.0, 0)
     with pytest.raises(ValueError, match="vocabulary"):
         noisy_engine._core.replay(prompts, [[1], [10**7], [2]], 0.0, 0)
+    with pytest.raises(ValueError, match="too small to sample"):
+        noisy_engine._core.replay(prompts, [[1], [1], [2]], 1e-45, 0)
     with pytest.raises(ValueError, match="unknown fault"):
         noisy_engine._core._inject_fault("typo")
 
