@@ -360,6 +360,10 @@ VocabModel::VocabModel(const std::string& path) {
     }
     llama_model_params params = llama_model_default_params();
     params.vocab_only = true;
+    // No devices: with none given llama.cpp asks every registered device for its memory, and an
+    // RPC device whose server has gone (they stay registered for the process) aborts there.
+    static ggml_backend_dev_t no_devices[] = {nullptr};
+    params.devices = no_devices;
     last_llama_errors();
     model_ = llama_model_load_from_file(path.c_str(), params);
     if (model_ == nullptr) {

@@ -4,6 +4,9 @@ placements and unreachable servers are clear errors, without a hang."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -102,6 +105,28 @@ def test_sweep_over_rpc_tags_its_rows_and_counts_as_locally(noisy_pair, servers,
     assert set(frames["rpc"]["backend"]) == {"CPU ngl=-1 rpc=2"}
     same = ["cell_id", "drafted", "accepted", "rejected", "emitted", "first_divergence", "verdict"]
     assert frames["rpc"][same].equals(frames["local"][same])
+
+
+@needs_rpc
+def test_models_still_load_after_the_servers_have_gone(noisy_pair, tmp_path):
+    """RPC devices stay registered for the process after their servers stop; nothing that loads a
+    model later (a vocabulary for the workloads, an Engine on the defaults) may ask them for memory,
+    which aborts in ggml. A fresh interpreter, so an abort fails this test and not the suite."""
+    target, draft = noisy_pair
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        from pathlib import Path
+        from specnative import Engine, _core
+        from specnative.rpc_servers import local_rpc_servers
+        from specnative.workloads import Workload
+        with local_rpc_servers(1, {str(BINARY)!r}, log_dir=Path({str(tmp_path)!r})) as endpoints:
+            with Engine({str(target)!r}, n_gpu_layers=-1, rpc_servers=endpoints, n_ctx=256, n_threads=1) as e:
+                e.generate(["Hello"], n_predict=2)
+        Workload({str(target)!r})
+        with Engine({str(target)!r}, {str(draft)!r}, n_ctx=256, n_threads=1) as e:
+            print(len(e.generate(["Hello"], n_predict=3, spec=True, k=2).tokens[0]))
+        """)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.stdout.split() == ["3"]
 
 
 def test_unreachable_server_is_a_clear_error_without_a_hang(noisy_pair):
