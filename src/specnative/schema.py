@@ -152,6 +152,17 @@ COLUMNS: tuple[Column, ...] = (
            "none pays (on rows)"),
     Column("check_k_speedup", "float", "measured steady speedup at check_k, paired with spec-off runs of the same "
            "prompts (--check-k; on rows)"),
+    # --- where a round's time goes: inside llama.cpp or the engine's own (issue 17) -------------------
+    Column("llama_ms", "float", "of the decoding time (draft+verify+resample, or decode): time inside llama.cpp calls "
+           "(llama_decode of baseline, draft and verify batches; an n-gram drafter's lookups in common), per run, "
+           "mean over repeats"),
+    Column("engine_own_ms", "float", "of the decoding time: the engine's own time (batch building, sampling, "
+           "acceptance, KV removal), per run, mean over repeats"),
+    Column("engine_own_share", "float", "engine_own_ms / decoding time: the engine's own share of a round (on rows) "
+           "or of a baseline step (off rows)"),
+    # --- the draft model's dynamic stop rule (llama.cpp --spec-draft-p-min) ---------------------------
+    Column("draft_p_min", "float", "stop drafting a sequence's round when the draft's top probability falls below "
+           "this (llama.cpp's --spec-draft-p-min); 0: always draft k (on rows of draft-model cells)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -163,7 +174,7 @@ DRAFT_ONLY: tuple[str, ...] = (
     "draft_type", "draft_sha256", "drafter_options", "mean_draft_len", "empty_draft_frac",
     "draft_reach",
     "verify_ms_by_len", "draft_ms_per_pos", "predicted_speedup_by_k", "recommended_k", "recommended_speedup",
-    "check_k", "check_k_speedup")
+    "check_k", "check_k_speedup", "draft_p_min")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 
