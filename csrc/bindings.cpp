@@ -48,6 +48,7 @@ py::dict times_dict(const StepTimes& t) {
     d["resample"] = t.resample;
     d["decode"] = t.decode;
     d["total"] = t.total;
+    d["llama"] = t.llama;  // inside llama.cpp, of the decoding buckets (not a bucket itself)
     return d;
 }
 
@@ -75,7 +76,7 @@ Fault parse_fault(const std::string& name) {
     static const std::pair<const char*, Fault> faults[] = {
         {"none", Fault::none}, {"rollback_short", Fault::rollback_short}, {"rollback_long", Fault::rollback_long},
         {"verify_position", Fault::verify_position}, {"seed_mixup", Fault::seed_mixup},
-        {"bonus_from_q", Fault::bonus_from_q}};
+        {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept}};
     for (const auto& [fault_name, fault] : faults) {
         if (name == fault_name) return fault;
     }

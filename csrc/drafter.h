@@ -45,6 +45,10 @@ public:
                        std::vector<std::vector<int32_t>>& drafts, DraftDists& q) = 0;
     // After the target judged sequence `seq`'s draft (also when it proposed nothing).
     virtual void accept(Engine::Sequence& seq, const RoundOutcome& outcome) = 0;
+    // Milliseconds spent inside llama.cpp calls the drafter makes other than Context::decode
+    // (which keeps its own count, Context::llama_ms), since it was made: an n-gram drafter's
+    // common_speculative_* calls. The round loop adds its delta to StepTimes::llama.
+    virtual double library_ms() const { return 0.0; }
 };
 
 // ---- the draft-model family (drafter_model.cpp) -------------------------------------------------

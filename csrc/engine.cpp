@@ -2,6 +2,7 @@
 #include "engine_internal.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <stdexcept>
 
@@ -75,6 +76,14 @@ int active(const std::vector<Engine::Sequence>& seqs) {
     int n = 0;
     for (const auto& seq : seqs) n += seq.done ? 0 : 1;
     return n;
+}
+
+// Fault::slow_accept: spins (no sleep: the thread stays busy, as real engine work would) so that
+// tests can check the engine's own time grows by what was added while llama.cpp's does not.
+void spin_for_ms(double ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+    while (std::chrono::steady_clock::now() < until) {
+    }
 }
 
 // Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
@@ -402,6 +411,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
     for (Sequence& seq : seqs) seq.done = finished(seq.out, p, t.vocab);
     clock.charge(r.times.prefill_target);
+    const double llama_before = t.llama_ms;  // decoding only: prefill's decodes left out
 
     std::vector<float> probs;
     std::vector<int> row(seqs.size());
@@ -425,10 +435,12 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
             seq.n_past_target += 1;
             seq.out.push_back(token);
             seq.done = finished(seq.out, p, t.vocab);
+            if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs);
         }
         clock.charge(r.times.decode);
         count_iteration(r, active_now, generated(seqs) - tokens_before, r.times.decode - ms_before);
     }
+    r.times.llama = t.llama_ms - llama_before;
     r.times.total = clock.elapsed_ms();
     return r;
 }
@@ -465,6 +477,9 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     std::unique_ptr<Drafter> drafter = make_drafter(p, n_seq);
     drafter->begin(seqs, shared_prefix);
     clock.charge(r.times.prefill_draft);
+    // Time inside llama.cpp so far: target and draft decodes, and the drafter's own library calls.
+    const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + drafter->library_ms(); };
+    const double llama_before = llama_now();  // decoding only: both prefills left out
     const int vocab = drafter->n_vocab();  // p and q are zero-padded to a common size
 
     std::vector<int> k_eff(n_seq), row(n_seq);
@@ -580,10 +595,12 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
             seq.out.push_back(correction);
             seq.done = finished(seq.out, p, t.vocab);
         }
+        if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs * active_now);
         clock.charge(r.times.resample);
         count_iteration(r, active_now, generated(seqs) - tokens_before,
                         r.times.draft + r.times.verify + r.times.resample - ms_before);
     }
+    r.times.llama = llama_now() - llama_before;
     r.times.total = clock.elapsed_ms();
     return r;
 }

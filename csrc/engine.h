@@ -92,6 +92,10 @@ struct StepTimes {
     double draft = 0, verify = 0, resample = 0;  // speculative rounds
     double decode = 0;                           // baseline steps (llama_decode + sampling)
     double total = 0;
+    // Not a bucket: the part of the decoding buckets (draft + verify + resample, or decode) spent
+    // inside llama.cpp calls (llama_decode of baseline, draft and verify batches with their
+    // synchronize; an n-gram drafter's common_speculative_* calls). The rest is the engine's own.
+    double llama = 0;
     double steps_sum() const {
         return prefill_target + prefill_draft + draft + verify + resample + decode;
     }
@@ -179,7 +183,10 @@ enum class Fault {
     verify_position,  // each draft is judged by the target's logits one position late
     seed_mixup,       // the target's samples in a round use the draft's random stream
     bonus_from_q,     // the bonus token after a fully accepted round comes from the draft's q
+    slow_accept,      // busy-waits kSlowAcceptMs per sequence per iteration in the accept phase
+                      // (baseline: its sampling): engine's own time that llama.cpp never sees
 };
+constexpr double kSlowAcceptMs = 2.0;
 
 class Drafter;  // drafter.h
 

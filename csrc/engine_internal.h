@@ -2,6 +2,7 @@
 // replay.cpp: teacher-forced passes for the lossless verdict). Not part of the public API.
 #pragma once
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,16 +69,23 @@ struct Engine::Context {
         return i;
     }
 
+    // Milliseconds spent inside llama_decode + llama_synchronize by this context since it was
+    // made (every decode goes through decode() below): the loops take deltas of it to split a
+    // round into llama.cpp's time and the engine's own (StepTimes::llama).
+    double llama_ms = 0;
+
     // Decodes the batch and waits for the device, so that the caller's timer stops after the work.
     void decode(const char* what) {
+        const auto t0 = std::chrono::steady_clock::now();
         const int rc = llama_decode(ctx, batch);
+        if (rc == 0) llama_synchronize(ctx);
+        llama_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (rc != 0) {
             throw std::runtime_error(std::string("llama_decode failed during ") + what +
                                      " (code " + std::to_string(rc) +
                                      (rc == 1 ? ": no KV slot, the context is too small" : "") +
                                      "): " + last_llama_errors());
         }
-        llama_synchronize(ctx);
     }
 
     const float* logits(int i) { return llama_get_logits_ith(ctx, i); }

@@ -130,7 +130,8 @@ class GenerationResult:
                             # tokens, decoded as UTF-8 with errors="replace": bytes that are not
                             # valid UTF-8 (byte tokens, a reply cut mid-character) become U+FFFD
                             # and never cost the tokens, counts or timers
-    times: dict             # prefill_target, prefill_draft, draft, verify, resample, decode, total
+    times: dict             # prefill_target, prefill_draft, draft, verify, resample, decode, total;
+                            # llama: the part of the decoding steps inside llama.cpp (engine_own)
     steps: int              # baseline decode steps or speculative rounds
     decode_tokens: int      # tokens produced after prefill, all sequences together
     tps: float              # decode_tokens per second of decoding (prefill excluded)
@@ -178,6 +179,29 @@ class GenerationResult:
     @property
     def n_generated(self) -> int:
         return int(sum(len(t) for t in self.tokens))
+
+    @property
+    def engine_own(self) -> dict:
+        """Where this run's decoding time went: inside llama.cpp or the engine's own (engine_own_time)."""
+        return engine_own_time(decoding_ms(self.times), self.times.get("llama", float("nan")))
+
+
+DECODING_STEPS = ("draft", "verify", "resample", "decode")  # the timers after prefill
+
+
+def decoding_ms(times: dict) -> float:
+    """A run's decoding time: its step timers after prefill (draft+verify+resample, or decode)."""
+    return float(sum(times[s] for s in DECODING_STEPS))
+
+
+def engine_own_time(decoding: float, llama: float) -> dict:
+    """The one definition of the engine's own time (issue 17): of `decoding` ms (decoding_ms), what
+    was not inside llama.cpp calls (`llama` ms: every decode of the baseline, draft and verify
+    batches, an n-gram drafter's lookups) is the engine's own: batch building, sampling,
+    acceptance, KV removal. Returns llama_ms, engine_own_ms and engine_own_share (of decoding)."""
+    own = decoding - llama
+    share = own / decoding if decoding > 0 else float("nan")
+    return {"llama_ms": llama, "engine_own_ms": own, "engine_own_share": share}
 
 
 def rpc_device_names(rpc_servers) -> list[str]:

@@ -34,8 +34,8 @@ from pathlib import Path
 
 
 from specnative import _core, lossless, pick_k, shards, stats, theory, workloads
-from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, default_threads, drafter_defaults,
-                               placement_args)
+from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, decoding_ms, default_threads,
+                               drafter_defaults, engine_own_time, placement_args)
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative import rundir
 from specnative.provenance import environment, model_record, now_iso, sha256_file, write_json
@@ -227,6 +227,7 @@ def _median_row(results) -> dict:
         "draft_ms": mean_time("draft"), "verify_ms": mean_time("verify"),
         "resample_ms": mean_time("resample"), "decode_ms": mean_time("decode"),
         "total_ms": mean_time("total"),
+        **engine_own_time(statistics.fmean(decoding_ms(r.times) for r in results), mean_time("llama")),
     }
 
 

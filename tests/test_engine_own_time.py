@@ -1,0 +1,79 @@
+"""Where a round's time goes (issue 17): inside llama.cpp calls (times["llama"]) or the engine's own
+(batch building, sampling, acceptance, KV removal). A planted fault (slow_accept: a busy-wait of
+2 ms per sequence per iteration in the accept phase) must show up as engine time, not llama time."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specnative.engine import decoding_ms, engine_own_time
+from specnative.sweep import _median_row
+
+from conftest import PROMPTS
+
+SLOW_ACCEPT_MS = 2.0  # csrc/engine.h kSlowAcceptMs
+RUNS = [pytest.param({"spec": False}, id="off"),
+        pytest.param({"spec": True, "k": 4}, id="on-model"),
+        pytest.param({"spec": True, "k": 4, "drafter": "ngram-simple"}, id="on-ngram")]
+
+
+def _generate(engine, fault: str, **kw):
+    engine._core._inject_fault(fault)
+    try:
+        return engine.generate(PROMPTS[:2], n_predict=24, **kw)
+    finally:
+        engine._core._inject_fault("none")
+
+
+def _check_account(r):
+    """llama time is a part of the decoding time; the shares are shares."""
+    decoding = decoding_ms(r.times)
+    own = r.engine_own
+    assert 0.0 <= own["llama_ms"] <= decoding
+    assert own["engine_own_ms"] == pytest.approx(decoding - own["llama_ms"])
+    assert 0.0 <= own["engine_own_share"] <= 1.0
+    assert r.times["llama"] > 0.0  # every iteration decodes (a baseline step, or a verify)
+
+
+@pytest.mark.parametrize("kw", RUNS)
+def test_slow_accept_is_engine_time_not_llama_time(noisy_engine, kw):
+    plain = _generate(noisy_engine, "none", **kw)
+    slow = _generate(noisy_engine, "slow_accept", **kw)
+    assert [list(t) for t in slow.tokens] == [list(t) for t in plain.tokens]  # a delay, not a bug
+    _check_account(plain)
+    _check_account(slow)
+    sequence_iterations = round(slow.occupancy * slow.steps * len(slow.tokens))
+    added = SLOW_ACCEPT_MS * sequence_iterations
+    assert slow.engine_own["engine_own_ms"] >= plain.engine_own["engine_own_ms"] + 0.9 * added
+    # llama.cpp's time does not see the busy-wait: it stays well below what was added (the tiny
+    # model's decodes take well under 2 ms per step, so a share of it counted would show)
+    assert slow.times["llama"] < plain.times["llama"] + 0.5 * added
+    assert slow.engine_own["engine_own_share"] > plain.engine_own["engine_own_share"]
+
+
+def test_prefill_is_not_counted(noisy_engine):
+    """times["llama"] covers decoding only: a long prompt's prefill decodes stay out of it."""
+    long_prompt = " ".join(["word"] * 300)
+    r = noisy_engine.generate([long_prompt], n_predict=4, spec=False)
+    _check_account(r)
+    assert r.times["llama"] <= r.times["decode"]
+
+
+def test_engine_own_time_definition():
+    assert engine_own_time(10.0, 9.5) == {"llama_ms": 9.5, "engine_own_ms": 0.5, "engine_own_share": 0.05}
+    assert math.isnan(engine_own_time(0.0, 0.0)["engine_own_share"])
+
+
+@pytest.mark.parametrize("kw", RUNS)
+def test_sweep_rows_carry_engine_own_time(noisy_engine, kw):
+    """The sweep's row (off and on) fills llama_ms, engine_own_ms and engine_own_share from the
+    repeats' means, by the one definition."""
+    results = [_generate(noisy_engine, "none", **kw) for _ in range(2)]
+    row = _median_row(results)
+    decoding = sum(decoding_ms(r.times) for r in results) / 2
+    llama = sum(r.times["llama"] for r in results) / 2
+    assert row["llama_ms"] == pytest.approx(llama)
+    assert row["engine_own_ms"] == pytest.approx(decoding - llama)
+    assert row["engine_own_share"] == pytest.approx((decoding - llama) / decoding)
+    assert 0.0 <= row["engine_own_share"] <= 1.0
