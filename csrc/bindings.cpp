@@ -142,7 +142,7 @@ struct GenerateOutput : GenerateResult {
 GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
-                        const std::map<std::string, std::string>& drafter_options) {
+                        const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
     GenerateParams p;
     p.n_predict = n_predict;
     p.temperature = temperature;
@@ -154,6 +154,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.record_margins = record_margins;
     p.drafter.type = drafter;
     p.drafter.options = drafter_options;
+    p.draft_p_min = draft_p_min;
     auto should_stop = [&engine] {
         if (engine.closing.load()) throw ClosedDuringCall();
         return python_interrupt_pending();
@@ -293,7 +294,7 @@ PYBIND11_MODULE(_core, m) {
         .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"), py::arg("drafter") = "model",
-             py::arg("drafter_options") = std::map<std::string, std::string>{})
+             py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f)
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })

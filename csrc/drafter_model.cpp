@@ -1,15 +1,45 @@
 // The draft-model drafter: a second GGUF model in its own llama_context proposes k tokens per
 // round, one batched llama_decode per draft position for all sequences together, and keeps the
 // distribution q each token was drawn from (the rejection rule needs it).
+// With draft_p_min > 0 a sequence stops drafting for the round at the first position whose top
+// draft probability is below p (llama.cpp's --spec-draft-p-min), so it proposes 0..k tokens.
 #include "drafter.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
 
 #include "sampling.h"
 
 namespace specnative {
 
 namespace {
+
+// The number llama.cpp's draft-model path compares with p_min (common/speculative.cpp at the
+// pinned commit): its draft sampler is top_k(10) then dist, so the top candidate's p is the softmax
+// at temperature 1 over the 10 largest draft logits; the check comes before the token is added,
+// whatever the generation temperature. Returns that top-1 probability.
+float top1_prob_top10(const float* logits, int n_vocab) {
+    constexpr int kTop = 10;
+    std::array<float, kTop> top;  // min-heap of the largest logits seen
+    int n = 0;
+    for (int i = 0; i < n_vocab; ++i) {
+        const float l = logits[i];
+        if (n < kTop) {
+            top[n++] = l;
+            std::push_heap(top.begin(), top.begin() + n, std::greater<float>());
+        } else if (l > top[0]) {
+            std::pop_heap(top.begin(), top.end(), std::greater<float>());
+            top[kTop - 1] = l;
+            std::push_heap(top.begin(), top.end(), std::greater<float>());
+        }
+    }
+    const float l_max = *std::max_element(top.begin(), top.begin() + n);
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(top[i]) - l_max);
+    return static_cast<float>(1.0 / sum);
+}
 
 class ModelDrafter final : public Drafter {
 public:
@@ -22,6 +52,7 @@ public:
         for (Engine::Sequence& seq : seqs) seq.draft_todo = {seq.pending()};
         prefill_(seqs, shared_prefix);
         row_.assign(seqs.size(), 0);
+        last_fed_.assign(seqs.size(), 0);
     }
 
     // Position j predicts draft j+1 for every sequence that still drafts.
@@ -29,10 +60,15 @@ public:
                std::vector<std::vector<int32_t>>& drafts, DraftDists& q) override {
         const int n_seq = static_cast<int>(seqs.size());
         const int k_top = *std::max_element(k_max.begin(), k_max.end());
+        // stop[s]: the p_min rule ended sequence s's draft this round (its last draft was fed)
+        std::vector<char>& stop = last_fed_;
+        std::fill(stop.begin(), stop.end(), 0);
         for (int j = 0; j < k_top; ++j) {
             d_.clear_batch();
+            bool any = false;
             for (int s = 0; s < n_seq; ++s) {
-                if (k_max[s] <= j) continue;
+                if (k_max[s] <= j || stop[s]) continue;
+                any = true;
                 Engine::Sequence& seq = seqs[s];
                 if (j == 0) {  // catch up on everything emitted since the draft last ran
                     for (size_t i = 0; i < seq.draft_todo.size(); ++i) {
@@ -43,10 +79,15 @@ public:
                     row_[s] = d_.add(drafts[s].back(), seq.n_past_draft++, seq.id, true);
                 }
             }
+            if (!any) break;  // every sequence stopped early
             d_.decode("draft");
             for (int s = 0; s < n_seq; ++s) {
-                if (k_max[s] <= j) continue;
+                if (k_max[s] <= j || stop[s]) continue;
                 const float* logits = d_.logits(row_[s]);
+                if (p_.draft_p_min > 0.0f && top1_prob_top10(logits, d_.n_vocab) < p_.draft_p_min) {
+                    stop[s] = 1;  // checked before the token is added, as llama.cpp does
+                    continue;
+                }
                 int32_t token;
                 if (p_.temperature > 0.0f) {
                     std::vector<float>& qj = q[s][j];
@@ -62,14 +103,18 @@ public:
         }
     }
 
-    // The draft cache holds pending and drafts 1..drafted-1 (the last draft was never fed).
+    // The draft cache holds pending and drafts 1..drafted-1 (the last draft was never fed), or,
+    // when the p_min rule stopped the draft early, pending and drafts 1..drafted (the position
+    // that failed the check was computed from the last draft).
     void accept(Engine::Sequence& seq, const RoundOutcome& o) override {
+        const bool last_fed = last_fed_[seq.id] != 0;
         if (o.drafted == 0) {
-            // the draft did not run; pending is still in draft_todo
+            // the draft did not run (pending is still in draft_todo), or it ran and stopped at
+            // the first position (draft_todo was fed: the cache ends at pending)
         } else if (o.accepted < o.drafted) {
             seq.n_past_draft = o.pos0 + 1 + o.accepted + std::max(o.stale, 0);
             llama_memory_seq_rm(d_.memory(), seq.id, seq.n_past_draft, -1);
-        } else {
+        } else if (!last_fed) {
             seq.draft_todo.push_back(o.last_draft);
         }
         if (!o.stopped_on_eog) seq.draft_todo.push_back(o.correction);
@@ -81,6 +126,7 @@ private:
     const GenerateParams& p_;
     int vocab_;
     std::vector<int> row_;
+    std::vector<char> last_fed_;  // by sequence id: this round's draft stopped on the p_min rule
 };
 
 }  // namespace

@@ -270,6 +270,13 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
         const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
         if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
         if (p.k < 1) throw std::invalid_argument("k must be at least 1");
+        if (!(p.draft_p_min >= 0.0f && p.draft_p_min < 1.0f)) {  // NaN fails too
+            throw std::invalid_argument("draft_p_min must be in [0, 1) (0 = off), got " + std::to_string(p.draft_p_min));
+        }
+        if (p.draft_p_min > 0.0f && p.drafter.type != "model") {
+            throw std::invalid_argument("draft_p_min applies to the draft model only (drafter '" + p.drafter.type +
+                                        "' has no draft probabilities)");
+        }
         if (static_cast<int64_t>(n_seq) * (static_cast<int64_t>(p.k) + 1) > params_.n_batch) {  // no int overflow
             throw std::invalid_argument("k=" + std::to_string(p.k) + " is too large: " + std::to_string(n_seq) +
                                         " sequences x (k+1) verify tokens exceed n_batch=" +

@@ -63,6 +63,9 @@ struct GenerateParams {
     bool record_margins = false;  // top-1 minus top-2 target logit per token: one more pass
                                   // over the vocabulary, so only when asked (lossless checks)
     DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
+    // Draft model only: stop a sequence's draft for the round at the first position whose top
+    // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).
+    float draft_p_min = 0.0f;
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).

@@ -245,3 +245,161 @@ def test_bad_drafter_flags_fail_before_any_work(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert message in str(exc.value.code) + capsys.readouterr().err
+
+
+# --- the draft model's stop rule: llama.cpp's --spec-draft-p-min (issue 18) ---------------------
+P_MIN_PROMPTS = ["The city of", "Once upon a time there was a", "Hello"]
+P_MIN_RUN = dict(n_predict=40, spec=True, k=4)
+
+
+def _same_run(a, b):
+    assert [list(t) for t in a.tokens] == [list(t) for t in b.tokens]
+    for key in ("drafted", "accepted", "rounds", "emitted"):
+        assert a.totals[key] == b.totals[key], key
+    for key in ("drafted_at", "accepted_at", "accept_len_hist"):
+        assert list(a.totals[key]) == list(b.totals[key]), key
+
+
+@pytest.mark.parametrize("sampling", [{}, {"temperature": 0.8, "accept_rule": "rejection", "seed": 3}])
+def test_p_min_zero_or_never_reached_reproduces_fixed_k(noisy_engine, sampling):
+    """p_min 0 is today's engine; p_min below 1/10 takes the checking path but never stops (the top
+    candidate of a softmax over 10 logits has p >= 0.1): the same tokens and counts exactly."""
+    fixed = noisy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, **sampling)
+    assert fixed.draft_p_min == 0.0
+    _same_run(fixed, noisy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, draft_p_min=0.0, **sampling))
+    checked = noisy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, draft_p_min=0.05, **sampling)
+    _same_run(fixed, checked)
+    assert checked.draft_p_min == 0.05
+
+
+@pytest.mark.parametrize("p_min", [0.3, 0.9])
+def test_p_min_cuts_drafts_and_stays_lossless(noisy_engine, p_min):
+    prompts = noisy_engine.to_token_prompts(P_MIN_PROMPTS)
+    base = noisy_engine.generate(prompts, n_predict=40)
+    fixed = noisy_engine.generate(prompts, **P_MIN_RUN)
+    spec = noisy_engine.generate(prompts, **P_MIN_RUN, draft_p_min=p_min)
+    verdict, _ = lossless.verdict_after_run(noisy_engine, prompts, base.tokens, spec.tokens, 0.0, 0, 4)
+    assert verdict.verdict == "exact" and verdict.lossless_ok
+    assert [list(t) for t in spec.tokens] == [list(t) for t in base.tokens]
+    assert spec.mean_draft_len < fixed.mean_draft_len and spec.mean_draft_len < 4
+    assert spec.empty_draft_rounds > fixed.empty_draft_rounds  # stopped at the first position
+    t = spec.totals
+    assert t["drafted"] == sum(t["drafted_at"]) and t["accepted"] == sum(t["accepted_at"])
+    assert all(a >= b for a, b in zip(t["drafted_at"], t["drafted_at"][1:]))  # a draft is a prefix
+    assert t["drafted_at"][0] == t["rounds"] - spec.empty_draft_rounds
+    assert t["emitted"] == sum(len(x) - 1 for x in spec.tokens)  # every round emits; empty ones one token
+    assert sum(t["accept_len_hist"]) == t["rounds"]
+
+
+def test_p_min_sampling_stays_consistent(noisy_engine):
+    """At temperature > 0 the rule is checked before the draft token is sampled (q is kept only
+    for proposed tokens); rejection sampling then runs on the shorter drafts."""
+    run = dict(P_MIN_RUN, temperature=0.8, accept_rule="rejection", seed=5)
+    spec = noisy_engine.generate(P_MIN_PROMPTS, **run, draft_p_min=0.3)
+    fixed = noisy_engine.generate(P_MIN_PROMPTS, **run)
+    assert spec.mean_draft_len < fixed.mean_draft_len
+    assert all(len(x) == 40 or (len(x) < 40 and x[-1] >= 0) for x in spec.tokens)
+    assert spec.totals["accepted"] <= spec.totals["drafted"]
+
+
+def test_p_min_on_an_exact_copy_accepts_every_proposed_draft(copy_engine):
+    base = copy_engine.generate(P_MIN_PROMPTS, n_predict=40)
+    spec = copy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, draft_p_min=0.3)
+    assert [list(t) for t in spec.tokens] == [list(t) for t in base.tokens]
+    assert 0 < spec.totals["drafted"] < 4 * spec.totals["rounds"]
+    assert spec.totals["accepted"] == spec.totals["drafted"]  # the copy agrees with every draft it makes
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5, float("nan"), "x", None, True])
+def test_bad_p_min_is_a_clear_value_error(noisy_engine, value):
+    with pytest.raises(ValueError, match="draft_p_min"):
+        noisy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, draft_p_min=value)
+
+
+def test_p_min_is_for_the_draft_model_only(noisy_engine):
+    with pytest.raises(ValueError, match="draft model only"):
+        noisy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, drafter="ngram-simple", draft_p_min=0.5)
+    with pytest.raises(ValueError, match="draft_p_min"):  # the C++ check, should Python's be bypassed
+        noisy_engine._core.generate(noisy_engine.to_token_prompts(P_MIN_PROMPTS), n_predict=8, temperature=0.0,
+                                    seed=0, spec=True, k=2, accept_rule="greedy", stop_at_eog=True,
+                                    record_margins=False, draft_p_min=1.0)
+
+
+def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
+    from specnative import report
+    from specnative.advisor import k_advice, p_min_advice
+    from specnative.sweep import main
+
+    target, draft = noisy_pair
+    out = tmp_path / "run"
+    argv = ["-m", str(target), "-md", str(draft), "--ctx-len", "0", "-np", "2", "-k", "3", "-n", "12",
+            "--warmup", "0", "-r", "1", "--max-repeats", "1", "-t", "1", "-ngl", str(ENGINE_KW["n_gpu_layers"]),
+            "-o", str(out), "--no-report", "--draft-p-min", "0,0.3"]
+    assert main(argv) == 0
+    traces = schema_read(out)
+    on = traces[traces["spec_decode"] == "on"]
+    off = traces[traces["spec_decode"] == "off"]
+    assert sorted(on["draft_p_min"]) == [0.0, 0.3] and off["draft_p_min"].isna().all()
+    assert traces["cell_id"].is_unique and len(traces) == 4
+    fixed, stop = on[on["draft_p_min"] == 0].iloc[0], on[on["draft_p_min"] > 0].iloc[0]
+    assert "pmin" not in fixed["cell_id"] and stop["cell_id"].endswith("|pmin=0.3|k3")
+    assert pd.notna(fixed["recommended_k"]) and pd.isna(stop["recommended_k"])  # no k' prediction
+    assert stop["mean_draft_len"] < fixed["mean_draft_len"]
+    assert bool(stop["lossless_ok"]) and stop["lossless_method"] == "exact-greedy"
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["grid"]["draft_p_min"] == [0.0, 0.3]
+    assert len(k_advice(traces)) == 1
+    advice = p_min_advice(traces)
+    assert len(advice) == 1 and advice["best_p_min"].iloc[0] == 0.3
+    assert "fixed k" in advice["ranking"].iloc[0] and "p_min=0.3" in advice["ranking"].iloc[0]
+    files = report.write_artifacts(out)
+    summary = files["summary.md"].read_text()
+    assert "Draft stop rule (p_min) against fixed k" in summary and "recommended k" in summary
+    # --resume: the same axis measures nothing again; without it (another grid) is refused
+    assert main(argv[:-3] + ["--draft-p-min", "0,0.3", "--resume"]) == 0
+    assert len(schema_read(out)) == 4
+    with pytest.raises(SystemExit, match="draft_p_min"):
+        main(argv[:-2] + ["--resume"])
+
+
+def schema_read(out):
+    from specnative import schema
+
+    return schema.read_traces(out / "traces.csv")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--draft-p-min", "1.0"], "draft_p_min must be in"),
+    (["--draft-p-min", "0,-0.5"], "draft_p_min must be in"),
+    (["--draft-p-min", "0.5,0.5"], "duplicates"),
+    (["--drafter", "ngram-simple", "--draft-p-min", "0.5"], "add --drafter model"),
+])
+def test_bad_p_min_flags_fail_before_any_work(argv, message, capsys):
+    from specnative.sweep import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert message in str(exc.value.code) + capsys.readouterr().err
+
+
+# --- --resume never mixes cells measured with other drafter options (issue 12) -------------------
+def test_resume_with_other_drafter_options_is_refused(noisy_pair, tmp_path):
+    """An n-gram cell's cell_id does not hold its options; the run directory's provenance does
+    (drafter_options, llama.cpp's defaults overlaid), and a resume with other options is refused
+    before anything is measured or removed."""
+    from specnative.sweep import main
+
+    target, draft = noisy_pair
+    out = tmp_path / "run"
+    argv = ["-m", str(target), "-md", str(draft), "--ctx-len", "0", "-np", "1", "-k", "2", "-n", "8",
+            "--warmup", "0", "-r", "1", "--max-repeats", "1", "-t", "1", "-ngl", str(ENGINE_KW["n_gpu_layers"]),
+            "-o", str(out), "--no-report", "--drafter", "ngram-simple", "--spec-ngram-simple-size-n", "1"]
+    assert main(argv) == 0
+    before = (out / "traces.csv").read_bytes()
+    other = argv[:-1] + ["2", "--resume"]
+    with pytest.raises(SystemExit) as exc:
+        main(other)
+    assert "settings differ" in str(exc.value.code) and "drafter_options.ngram-simple" in str(exc.value.code)
+    assert (out / "traces.csv").read_bytes() == before
+    assert main(argv + ["--resume"]) == 0  # the same options: resumes, measures nothing again
+    assert (out / "traces.csv").read_bytes() == before

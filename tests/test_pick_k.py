@@ -159,3 +159,54 @@ def test_k_advice_uses_the_largest_k_and_says_none(tmp_path):
 def test_monotone_curve_drops_load_spikes_only():
     assert list(pick_k.monotone_curve([0.7, 0.5, 0.55, 700.0, 1.0])) == [0.5, 0.5, 0.55, 1.0, 1.0]
     assert list(pick_k.monotone_curve([1.0, 2.0, 3.0])) == [1.0, 2.0, 3.0]
+
+
+def test_advice_table_shows_the_recommended_k(tmp_path):
+    """summary.md's main advice table carries each regime's recommended k, its predicted speedup
+    and the --check-k measurement; n/a where no prediction applies (a p_min cell)."""
+    from specnative import report
+    from synthetic_traces import cell, off_row, on_row, write_run
+
+    k_cols = lambda rec, check: dict(recommended_k=rec, recommended_speedup=1.62, predicted_speedup_by_k="1.3;1.62;1.5;1.4",
+                                     verify_ms_by_len="1;1;1;1;1", draft_ms_per_pos=0.2, check_k=check,
+                                     check_k_speedup=1.55 if check else None, draft_p_min=0.0)
+    rows = cell(conc=1, **k_cols(2, 2)) + cell(conc=4, **k_cols(0, None))
+    rows += [off_row(conc=1, tps=42.0, cell_id="q4-c0-n1-T0.0-off|pmin=0.75"),
+             on_row(conc=1, speedup=1.8, tps_off=42.0, draft_p_min=0.75, mean_draft_len=2.2,
+                    cell_id="q4-c0-n1-T0.0|pmin=0.75|k4")]
+    run = write_run(tmp_path / "run", rows)
+    summary = report.write_artifacts(run)["summary.md"].read_text()
+    advice = summary.split("## Advice per regime")[1].split("\n## ")[0]
+    header = next(line for line in advice.splitlines() if line.startswith("| "))
+    assert "recommended k" in header and "p_min" not in header.split("decision")[1]
+    lines = [line for line in advice.splitlines() if line.startswith("| ") and line != header]
+    assert any("**2** (pred 1.62; checked k=2: 1.55)" in line for line in lines)
+    assert any("none (no k pays)" in line for line in lines)
+    assert any("p_min=0.75" in line and "| n/a |" in line for line in lines)
+
+
+def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp_path):
+    import pandas as pd
+    from specnative import advisor, report
+    from synthetic_traces import cell, off_row, on_row, write_run
+
+    rows = cell(conc=1, speedup=1.5, mean_draft_len=4.0) + [
+        off_row(conc=1, tps=50.0, cell_id="base|pmin=0.75"),  # another baseline beside the p_min cell
+        on_row(conc=1, speedup=1.8, tps_off=50.0, draft_p_min=0.75, mean_draft_len=2.2, cell_id="base|pmin=0.75|k4")]
+    traces = advisor.load_traces(pd.DataFrame(rows))
+    assert sorted(traces["draft_p_min"]) == [0.0, 0.0, 0.75, 0.75]  # off rows and older rows filled in
+    cells = advisor.pair_cells(traces)
+    assert len(cells) == 2
+    assert sorted(cells["tps_off"]) == [40.0, 50.0]  # each on row with its own baseline
+    advice = advisor.p_min_advice(traces)
+    assert len(advice) == 1
+    r = advice.iloc[0]
+    assert r["fixed_speedup"] == 1.5 and r["p_min_speedup"] == 1.8 and r["best_p_min"] == 0.75
+    assert r["fixed_draft_len"] == 4.0 and r["p_min_draft_len"] == 2.2
+    assert r["recommend"] in ("p_min=0.75", "measure-more")
+    run = write_run(tmp_path / "run", rows)
+    summary = report.write_artifacts(run)["summary.md"].read_text()
+    assert "## Draft stop rule (p_min) against fixed k" in summary
+    # only fixed-k cells (older traces): no such section, and no p_min column anywhere
+    old = write_run(tmp_path / "old", cell(conc=1))
+    assert "p_min" not in report.write_artifacts(old)["summary.md"].read_text()

@@ -24,9 +24,12 @@ from specnative import schema, theory
 
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
 # carry no draft columns, so k and accept_rule cannot be part of the join).
-REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter")
-# (drafter: each drafter's cell measured its own baseline beside it; empty in older traces)
-BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter")
+REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter",
+               "draft_p_min")
+# (drafter: each drafter's cell measured its own baseline beside it; empty in older traces;
+# draft_p_min likewise, 0 = fixed k, filled in by load_traces for off rows and older traces)
+BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter",
+                 "draft_p_min")
 # Off-row columns a regime needs: the baseline's rate, its spread and its timings.
 BASELINE_COLUMNS = ("tps", "tps_std", "tps_min", "tps_max", "repeats", "step_ms", "decode_ms",
                     "prefill_target_ms", "total_ms")
@@ -97,7 +100,27 @@ def load_traces(source) -> pd.DataFrame:
     frame = schema.with_all_columns(frame)
     keyed = frame["cell_id"].notna()
     frame = pd.concat([frame[keyed].drop_duplicates("cell_id", keep="last"), frame[~keyed]])
-    return frame.sort_index().reset_index(drop=True)
+    return with_p_min(frame.sort_index().reset_index(drop=True))
+
+
+def _p_min_of_cell_id(cell_id) -> float:
+    """The stop rule's p from a cell_id (sweep.Cell.key adds '|pmin=P' only when P > 0)."""
+    if isinstance(cell_id, str):
+        for part in cell_id.split("|"):
+            if part.startswith("pmin="):
+                return float(part[5:])
+    return 0.0
+
+
+def with_p_min(frame: pd.DataFrame) -> pd.DataFrame:
+    """draft_p_min on every row: the column where written (on rows of draft-model cells), else from
+    the cell_id (off rows), else 0 (fixed k; older traces, n-gram cells), so that a p_min cell's
+    on rows pair with its own baseline and stay apart from the fixed-k cell of the same regime."""
+    frame = frame.copy()
+    column = frame["draft_p_min"] if "draft_p_min" in frame else pd.Series(math.nan, index=frame.index)
+    parsed = frame["cell_id"].map(_p_min_of_cell_id) if "cell_id" in frame else 0.0
+    frame["draft_p_min"] = pd.to_numeric(column, errors="coerce").fillna(parsed).fillna(0.0).astype(float)
+    return frame
 
 
 def pair_cells(traces: pd.DataFrame) -> pd.DataFrame:
@@ -105,6 +128,7 @@ def pair_cells(traces: pd.DataFrame) -> pd.DataFrame:
     in where the CSV lacks it, and how sure it is as [speedup_lo, speedup_hi]: the confidence
     interval where the CSV has one, else the range over the repeats (column `interval` says
     which)."""
+    traces = with_p_min(traces)
     on = traces[traces["spec_decode"] == "on"].reset_index(drop=True)
     off = traces[traces["spec_decode"] == "off"]
     off = off[list(BASELINE_KEYS) + list(BASELINE_COLUMNS)].drop_duplicates(
@@ -507,7 +531,9 @@ def k_advice(traces) -> pd.DataFrame:
     largest k measured there (its histogram and cost curve), `recommend` = that k' or `none`
     when no k' is predicted above break-even, the predicted speedup, and -- with --check-k --
     the k measured to check it and its measured speedup. Rows without a prediction (traces
-    from before the cost curve) are left out."""
+    from before the cost curve) are left out, and so are the stop rule's cells (draft_p_min > 0):
+    their drafts are not k long, so the fixed-length prediction at k' does not apply to them
+    (p_min_advice compares them with fixed k instead)."""
     cells = load_traces(traces)
     cells = cells[(cells["spec_decode"] == "on") & (cells["drafter"].fillna("model") == "model")
                   & cells["recommended_k"].notna()]
@@ -524,4 +550,55 @@ def k_advice(traces) -> pd.DataFrame:
                      "predicted_speedup": as_float(row["recommended_speedup"]),
                      "check_k": row["check_k"], "check_speedup": as_float(row["check_k_speedup"]),
                      "predicted_by_k": row["predicted_speedup_by_k"]})
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------------------------
+# The draft stop rule (--draft-p-min) against fixed k: per regime (every key but draft_p_min),
+# where both a fixed-k cell (p_min 0) and at least one p_min cell were measured
+
+P_MIN_ADVICE_KEYS = tuple(k for k in REGIME_KEYS if k != "draft_p_min")
+
+
+def p_min_advice(traces, thresholds: Thresholds | None = None) -> pd.DataFrame:
+    """One row per regime (REGIME_KEYS without draft_p_min, draft-model cells) measured both at
+    fixed k and with the stop rule: the fixed-k speedup, the best p_min's, their mean draft
+    lengths, and `recommend` -- among the variants the advisor calls `on`, the one with the
+    highest lower bound of the speedup interval ("fixed k" or "p_min=P"); `none` when every
+    variant is off, else `measure-more`. `ranking` lists every variant's decision and speedup.
+    A p_min cell pairs with its own baseline, measured beside it, like a drafter's cell."""
+    columns = list(P_MIN_ADVICE_KEYS) + ["fixed_speedup", "fixed_draft_len", "best_p_min", "p_min_speedup",
+                                         "p_min_draft_len", "recommend", "decision", "ranking"]
+    frame = load_traces(traces)
+    cells = pair_cells(frame)
+    verdicts = verdicts_frame(advise(frame, thresholds))
+    if verdicts.empty:
+        return pd.DataFrame(columns=columns)
+    verdicts["mean_draft_len"] = cells["mean_draft_len"].to_numpy()  # advise keeps pair_cells' order
+    verdicts = verdicts[verdicts["drafter"].fillna("model") == "model"]
+    rows = []
+    for _, group in verdicts.groupby([verdicts[k].astype(str) for k in P_MIN_ADVICE_KEYS], sort=False,
+                                     dropna=False):
+        fixed, stop = group[group["draft_p_min"] == 0], group[group["draft_p_min"] > 0]
+        if fixed.empty or stop.empty:
+            continue
+        name = group["draft_p_min"].map(lambda p: "fixed k" if p == 0 else f"p_min={p:g}")
+        ranked = group.assign(variant=name).sort_values("speedup_lo", ascending=False, na_position="last")
+        on = ranked[ranked["decision"] == ON]
+        if not on.empty:
+            decision, recommend = ON, on.iloc[0]["variant"]
+        elif (group["decision"] == OFF).all():
+            decision, recommend = OFF, "none"
+        else:
+            decision, recommend = MORE, "measure-more"
+        best_stop = stop.sort_values("speedup_lo", ascending=False, na_position="last").iloc[0]
+        first = group.iloc[0]
+        rows.append({**{k: first[k] for k in P_MIN_ADVICE_KEYS},
+                     "fixed_speedup": as_float(fixed.iloc[0]["speedup"]),
+                     "fixed_draft_len": as_float(fixed.iloc[0]["mean_draft_len"]),
+                     "best_p_min": float(best_stop["draft_p_min"]), "p_min_speedup": as_float(best_stop["speedup"]),
+                     "p_min_draft_len": as_float(best_stop["mean_draft_len"]),
+                     "recommend": recommend, "decision": decision,
+                     "ranking": "; ".join(f"{r['variant']} {r['decision']} {_fmt(r['speedup'])}"
+                                          for _, r in ranked.iterrows())})
     return pd.DataFrame(rows, columns=columns)

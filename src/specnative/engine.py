@@ -152,6 +152,7 @@ class GenerationResult:
                                                  # per token (record_margins=True only)
     drafter: str = ""                            # speculative runs: which drafter proposed
     drafter_options: dict = field(default_factory=dict)  # its llama.cpp options (n-gram types)
+    draft_p_min: float = 0.0                     # the draft model's stop rule (0 = fixed k)
 
     @property
     def per_position_accept_rate(self) -> np.ndarray:
@@ -314,7 +315,7 @@ class Engine:
     def generate(self, prompts, *, n_predict: int = 32, temperature: float = 0.0, seed: int = 0,
                  spec: bool = False, k: int = 4, accept_rule: str = "greedy",
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
-                 drafter_options: dict | None = None) -> GenerationResult:
+                 drafter_options: dict | None = None, draft_p_min: float = 0.0) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -326,7 +327,14 @@ class Engine:
         At temperature > 0 an n-gram draft is deterministic (q one-hot): `rejection` accepts it
         with probability p(x), `match` when the target's keyed sample equals it.
         record_margins: also return the target's top-1 minus top-2 logit for every token (one
-        more pass over the vocabulary per token; for lossless diagnostics, not timed runs)."""
+        more pass over the vocabulary per token; for lossless diagnostics, not timed runs).
+        draft_p_min: llama.cpp's --spec-draft-p-min for the draft model: a sequence stops drafting
+        for the round at the first position whose top draft probability (softmax at temperature 1
+        over the 10 largest draft logits, as llama.cpp's draft sampler computes it, at any
+        generation temperature) is below p, so it proposes 0..k tokens. 0 (default) = off."""
+        draft_p_min = check_draft_p_min(draft_p_min)
+        if draft_p_min > 0 and drafter != "model":
+            raise ValueError(f"draft_p_min applies to the draft model only, not drafter {drafter!r}")
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
         if not 0 <= int(seed) < 2**64:
@@ -338,7 +346,7 @@ class Engine:
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
                                   k=k, accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
                                   record_margins=bool(record_margins), drafter=drafter,
-                                  drafter_options=options)
+                                  drafter_options=options, draft_p_min=draft_p_min)
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,
@@ -351,7 +359,8 @@ class Engine:
             occupancy=raw.occupancy,
             totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
             margins=raw.margins, drafter=drafter if raw.speculative else "",
-            drafter_options=options if raw.speculative else {})
+            drafter_options=options if raw.speculative else {},
+            draft_p_min=draft_p_min if raw.speculative else 0.0)
 
     def prompt_logits(self, tokens) -> np.ndarray:
         """Target logits after feeding `tokens` to a cleared cache (sequence 0)."""
@@ -361,6 +370,19 @@ class Engine:
         """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
         return self._core.pending_logits(_c_int(seq, "seq"))
+
+
+def check_draft_p_min(value) -> float:
+    """draft_p_min as a float in [0, 1) (0 = off), or ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"draft_p_min must be a number in [0, 1), not {value!r}")
+    try:
+        p = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"draft_p_min must be a number in [0, 1), not {value!r}") from None
+    if not 0.0 <= p < 1.0:  # NaN fails too
+        raise ValueError(f"draft_p_min must be in [0, 1) (0 = off), not {value!r}")
+    return p
 
 
 def drafter_defaults() -> dict:

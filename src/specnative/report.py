@@ -24,8 +24,9 @@ from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never i
 
 from specnative import theory
 from specnative.schema import TracesError
-from specnative.advisor import (REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice, k_advice, load_traces,
-                                pair_cells, task_advice, threshold_fields, verdicts_frame)
+from specnative.advisor import (K_ADVICE_KEYS, REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice,
+                                k_advice, load_traces, p_min_advice, pair_cells, task_advice, threshold_fields,
+                                verdicts_frame)
 
 CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter")  # split lines if varied
 ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
@@ -71,6 +72,8 @@ def _key_text(key: str, value) -> str:
     names = {"quant_bits": "q{}", "ctx_len": "ctx {}", "concurrency": "×{}", "k": "k={}",
              "temperature": "T={:g}", "accept_rule": "{}", "draft_model": "draft {}", "task": "{}",
              "drafter": "{}"}
+    if key == "draft_p_min":
+        return "fixed k" if float(value) == 0 else f"p_min={float(value):g}"
     fmt = names.get(key, key + " {}")
     return fmt.format(float(value) if key == "temperature" else value)
 
@@ -232,13 +235,21 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
         ax.set_yticks(y, labels if ax is axes[0] else [""] * len(y), fontsize=8)
         ax.set_ylim(-0.6, len(rows) - 0.4)
         ax.set_xlim(0, 1.03 * max(left.max(), 1e-9))
+        if ax is axes[1]:  # the engine's own share of generation (issue 17), where recorded
+            own = pd.to_numeric(rows["engine_own_share"], errors="coerce").to_numpy()
+            for yi, x, share in zip(y, left, own):
+                if np.isfinite(share):
+                    ax.text(x, yi, f" own {share:.1%}", va="center", fontsize=6, zorder=3,
+                            color="#b00020" if share > ENGINE_OWN_GOAL else "#333333")
+            if np.isfinite(own).any():
+                ax.set_xlim(0, 1.2 * max(left.max(), 1e-9))
         ax.set_xlabel("ms per run (mean over repeats)")
         ax.set_title(title)
         ax.grid(axis="x", alpha=0.3)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper center",
                ncol=len(STEP_COLORS), fontsize=8)
-    _caption(fig, "white 'other': total_ms not covered by the step timers. Failed lossless cells "
-                  "left out.", note)
+    _caption(fig, "white 'other': total_ms not covered by the step timers. 'own': the engine's own share of "
+                  "generation (not inside llama.cpp calls; red above 1 %). Failed lossless cells left out.", note)
     return fig
 
 
@@ -652,6 +663,33 @@ def which_k_md(traces: pd.DataFrame) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# The draft stop rule (--draft-p-min, advisor.p_min_advice) against fixed k
+
+def has_p_min(traces: pd.DataFrame) -> bool:
+    return "draft_p_min" in traces and (pd.to_numeric(traces["draft_p_min"], errors="coerce") > 0).any()
+
+
+def p_min_md(traces: pd.DataFrame, thresholds: Thresholds) -> str:
+    advice = p_min_advice(traces, thresholds)
+    intro = ("The draft model stops a sequence's draft for the round at the first position whose top "
+             "draft probability (softmax at temperature 1 over the 10 largest draft logits, llama.cpp's "
+             "--spec-draft-p-min) is below p_min, so its drafts are 0..k long (mean draft length below). "
+             "Each p_min cell has its own baseline measured beside it. No which-k prediction is made for "
+             "p_min cells: the fixed-length prediction at k' assumes every round drafts k'.")
+    if advice.empty:
+        return intro + "\n\nNo regime was measured both at fixed k and with p_min."
+    keys = [k for k in REGIME_KEYS if k in advice and k != "draft_p_min" and advice[k].nunique(dropna=False) > 1] \
+        or ["k"]
+    rows = [[label(r, keys), _fmt(r["fixed_speedup"]), _fmt(r["fixed_draft_len"]), f"{r['best_p_min']:g}",
+             _fmt(r["p_min_speedup"]), _fmt(r["p_min_draft_len"]), f"**{r['recommend']}**", r["ranking"]]
+            for _, r in advice.iterrows()]
+    return (intro + " Recommended: among the variants the advisor calls on, the highest lower bound of the "
+            "speedup interval.\n\n"
+            + md_table(keys + ["fixed k: speedup", "fixed k: draft len", "best p_min", "p_min: speedup",
+                               "p_min: draft len", "recommended", "all variants"], rows))
+
+
+# --------------------------------------------------------------------------------------------
 # summary.md
 
 def md_table(headers: list, rows: list) -> str:
@@ -853,18 +891,59 @@ def measurement_md(traces: pd.DataFrame) -> str:
                          "exceeds 3.5):\n\n" + "\n".join(notes) if notes else "No run was flagged as an outlier."))
 
 
-def verdicts_md(verdicts: pd.DataFrame, thresholds: Thresholds) -> str:
+def _regime_id(row, keys) -> tuple:
+    """A regime's keys as text that matches across frames (ints, floats and missing alike)."""
+    def text(value):
+        if value is None or (not isinstance(value, str) and pd.isna(value)):
+            return ""
+        try:
+            return f"{float(value):g}"
+        except (TypeError, ValueError):
+            return str(value)
+    return tuple(text(row[k]) for k in keys)
+
+
+def recommended_k_text(verdict, advice: pd.DataFrame) -> str:
+    """The advice table's "recommended k" cell of one regime (advisor.k_advice): the k, its
+    predicted speedup and, with --check-k, the measured one; n/a where there is no prediction
+    (n-gram drafters, the p_min stop rule, traces without a cost curve)."""
+    drafter = verdict.get("drafter")
+    if (drafter is not None and not pd.isna(drafter) and drafter != "model") or as_float(verdict.get("draft_p_min")) > 0:
+        return "n/a"
+    match = advice[[_regime_id(a, K_ADVICE_KEYS) == _regime_id(verdict, K_ADVICE_KEYS)
+                    for _, a in advice.iterrows()]] if not advice.empty else advice
+    if match.empty:
+        return "n/a"
+    a = match.iloc[0]
+    if a["recommend"] == "none":
+        return "none (no k pays)"
+    text = f"**{a['recommend']}** (pred {_fmt(a['predicted_speedup'])}"
+    if pd.notna(a["check_k"]):
+        text += f"; checked k={int(a['check_k'])}: {_fmt(a['check_speedup'])}"
+    return text + ")"
+
+
+def verdicts_md(verdicts: pd.DataFrame, thresholds: Thresholds, k_table: pd.DataFrame | None = None) -> str:
+    """The advice table; with k_table (advisor.k_advice, non-empty) a column with each regime's
+    recommended k, its predicted speedup and the --check-k measurement."""
     if verdicts.empty:
         return "No spec-on cell to judge."
     used = ", ".join(f"{name}={getattr(thresholds, name)}" for name, _, _ in threshold_fields())
     keys = [k for k in REGIME_KEYS if verdicts[k].nunique(dropna=False) > 1] or ["concurrency"]
+    with_k = k_table is not None and not k_table.empty
     rows = [[label(r, [k]) for k in keys]
-            + [f"**{r['decision']}**", _speedup_range(r), r["rule"], r["reason"], r["also"]]
+            + [f"**{r['decision']}**", _speedup_range(r)]
+            + ([recommended_k_text(r, k_table)] if with_k else [])
+            + [r["rule"], r["reason"], r["also"]]
             for _, r in verdicts.iterrows()]
+    k_note = (" Recommended k: the draft length predicted best for the regime from its run at the "
+              "largest k (section \"Which k\"), its predicted speedup, and the measured speedup where "
+              "--check-k ran it.") if with_k else ""
     return (f"From measured values only (advisor.py; thresholds: {used}). A lossless failure is "
             "always off; a noisy or unrepeated cell is measure-more; an off names its most "
-            "actionable cause.\n\n"
-            + md_table(keys + ["decision", "speedup (interval)", "rule", "why", "also fired"], rows))
+            "actionable cause." + k_note + "\n\n"
+            + md_table(keys + ["decision", "speedup (interval)"] + (["recommended k"] if with_k else [])
+                       + ["rule", "why", "also fired"], rows))
 
 
 def verdicts_of_cells_md(cells: pd.DataFrame) -> str:
@@ -912,7 +991,36 @@ def timing_md(traces: pd.DataFrame) -> str:
     if not shares:
         return "Step timers: total_ms not recorded."
     return (f"Step timers account for {min(shares):.1%}–{max(shares):.1%} of each run's total_ms "
-            "(the rest is 'other' in the breakdown).")
+            "(the rest is 'other' in the breakdown).\n\n" + engine_own_md(traces))
+
+
+ENGINE_OWN_GOAL = 0.01  # issue 17: the engine's own share of a round (or step) at most 1 %
+
+
+def engine_own_md(traces: pd.DataFrame) -> str:
+    """Where the decoding time went: inside llama.cpp calls or the engine's own (batch building,
+    sampling, acceptance, KV removal), from the sweep's llama_ms / engine_own_* columns; the
+    share is per row (a round, or a baseline step), summarized per mode and drafter."""
+    share = pd.to_numeric(traces["engine_own_share"], errors="coerce")
+    rows_with = traces[share.notna()].assign(_share=share[share.notna()])
+    if rows_with.empty:
+        return "Engine's own time: not recorded (traces written before llama_ms / engine_own_ms)."
+    rows_with = rows_with.assign(_drafter=rows_with["drafter"].fillna("model"))
+    out = []
+    for (mode, drafter), g in rows_with.groupby(["spec_decode", "_drafter"], sort=True):
+        worst = g.loc[g["_share"].idxmax()]
+        out.append([mode, drafter if mode == "on" else f"({drafter} cell)", len(g),
+                    f"{pd.to_numeric(g['llama_ms'], errors='coerce').sum():.1f}",
+                    f"{pd.to_numeric(g['engine_own_ms'], errors='coerce').sum():.2f}",
+                    f"{g['_share'].median():.2%}", f"{worst['_share']:.2%}",
+                    label(worst, ["quant_bits", "ctx_len", "concurrency"] + (["k"] if mode == "on" else []))])
+    over = int((rows_with["_share"] > ENGINE_OWN_GOAL).sum())
+    verdict = (f"every row within the goal of {ENGINE_OWN_GOAL:.0%}" if over == 0 else
+               f"**{over} of {len(rows_with)} rows above the goal of {ENGINE_OWN_GOAL:.0%}**")
+    return ("Engine's own time (decoding time not spent inside llama.cpp calls: batch building, sampling, "
+            f"acceptance, KV removal), per run: {verdict}.\n\n"
+            + md_table(["mode", "drafter", "rows", "inside llama.cpp, ms (sum)", "engine's own, ms (sum)",
+                        "own share, median", "own share, max", "max at"], out))
 
 
 def theory_md(table: pd.DataFrame) -> str:
@@ -1005,6 +1113,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
     if has_k_prediction(traces):
         sections.insert(3, ("Which k: recommended draft length", which_k_md(traces)))
+    if has_p_min(traces):
+        sections.insert(4, ("Draft stop rule (p_min) against fixed k", p_min_md(traces, thresholds or Thresholds())))
     if compare is not None:
         sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
@@ -1032,7 +1142,8 @@ def _write_compare(run_dir, prov, cells, verdicts, compare, thresholds, out) -> 
 def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
     return [("Read first: notes from the sweep", notes_md(prov)),
             ("Cells", cells_md(traces, cells, prov)),
-            ("Advice per regime (seed §6)", verdicts_md(verdicts, thresholds)),
+            ("Advice per regime (seed §6)",
+             verdicts_md(verdicts, thresholds, k_advice(traces) if has_k_prediction(traces) else None)),
             ("How sure: intervals, repeats, outliers", measurement_md(traces)),
             ("By task category", task_md(by_task(traces, thresholds))),
             ("Lossless check", failures_md(cells)),

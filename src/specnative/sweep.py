@@ -35,7 +35,7 @@ from pathlib import Path
 
 from specnative import _core, lossless, pick_k, shards, stats, theory, workloads
 from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, decoding_ms, default_threads,
-                               drafter_defaults, engine_own_time, placement_args)
+                               check_draft_p_min, drafter_defaults, engine_own_time, placement_args)
 from specnative.presets import PRESET_DEFAULTS, load_preset
 from specnative import rundir
 from specnative.provenance import environment, model_record, now_iso, sha256_file, write_json
@@ -98,6 +98,8 @@ class SweepConfig:
     drafters: list = field(default_factory=lambda: ["model"])
     drafter_options: dict = field(default_factory=dict)  # n-gram options set on the command line
     check_k: bool = False  # --check-k: measure the best predicted k of each on row (pick_k.py)
+    # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
+    draft_p_mins: list = field(default_factory=lambda: [0.0])
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
@@ -120,12 +122,15 @@ class Cell:
     temperature: float
     task: str = workloads.MIXED
     drafter: str = "model"
+    draft_p_min: float = 0.0  # the draft model's stop rule (0: fixed k)
 
     def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
         base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
                 f"|task={self.task}")
         if self.drafter != "model":  # draft-model keys stay as before (--resume of older runs)
             base += f"|drafter={self.drafter}"
+        if self.draft_p_min > 0:  # likewise: fixed-k keys (p_min 0) are unchanged
+            base += f"|pmin={self.draft_p_min:g}"
         return base if k is None else f"{base}|k{k}"
 
 
@@ -171,7 +176,8 @@ def first_divergence(base, spec) -> tuple[int, float]:
     return index, float(base.margins[s][index])
 
 
-def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model") -> dict:
+def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model",
+                   draft_p_min: float = 0.0) -> dict:
     if temperature == 0:
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
@@ -182,7 +188,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     base = engine.generate(prompts, seed=cfg.seed, record_margins=True, **common)
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
-                           **common)
+                           draft_p_min=draft_p_min, **common)
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
                                                   cfg.seed, k)
     index, margin = first_divergence(base, spec)
@@ -360,10 +366,12 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     prompts = build_prompts(engine, cell, cfg)
     common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed,
                   drafter=cell.drafter, drafter_options=drafter_options_of(cfg, cell.drafter))
+    if cell.draft_p_min > 0:  # only then: fixed-k cells call generate exactly as before
+        common["draft_p_min"] = cell.draft_p_min
     checks = {}
     for k in cfg.ks:
         on_progress(f"lossless check k={k}")
-        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter)
+        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min)
     runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress)
     off = _median_row(runs["off"])
     off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
@@ -373,7 +381,11 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     for k in cfg.ks:
         rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **_spec_row(runs[k], off, k), **checks[k],
                      **interval_columns(runs, k, measuring)})
-    if cell.drafter == "model":  # n-gram drafters: k only caps a lookup, no prediction (pick_k.py)
+        if cell.drafter == "model":
+            rows[-1]["draft_p_min"] = cell.draft_p_min
+    # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
+    # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
+    if cell.drafter == "model" and cell.draft_p_min == 0:
         add_k_columns(engine, prompts, cfg, common, runs, rows, on_progress)
     return rows
 
@@ -434,9 +446,11 @@ def add_k_columns(engine, prompts, cfg: SweepConfig, common: dict, runs: dict, r
 def cells_of(cfg: SweepConfig) -> list[Cell]:
     # ctx ascending per target: the prefix cache grows from one cell to the next
     # (tasks innermost: their cells share the same context documents)
-    return [Cell(Path(t), ctx, conc, temp, task, drafter) for t, ctx, conc, temp, task, drafter in
+    # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
+    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min) for t, ctx, conc, temp, task, drafter, p_min in
             itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures,
-                              cfg.tasks, getattr(cfg, "drafters", ["model"]))]
+                              cfg.tasks, getattr(cfg, "drafters", ["model"]), getattr(cfg, "draft_p_mins", [0.0]))
+            if drafter == "model" or p_min == 0]
 
 
 def placement_tag(cfg: SweepConfig) -> str:
@@ -511,7 +525,8 @@ class ProgressLine:
 
     def show(self, cell: Cell, what: str) -> None:
         print(f"\r[{self.done + 1}/{self.total}] {cell.target.name} ctx={cell.ctx_len} "
-              f"conc={cell.concurrency} T={cell.temperature:g} {cell.task} {cell.drafter}: {what:<22} {self.eta()}   ",
+              f"conc={cell.concurrency} T={cell.temperature:g} {cell.task} {cell.drafter}"
+              f"{f' p_min={cell.draft_p_min:g}' if cell.draft_p_min else ''}: {what:<22} {self.eta()}   ",
               end="", file=sys.stderr, flush=True)
 
     def finish(self, cell: Cell, rows: list[dict]) -> None:
@@ -600,6 +615,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                                       for d in getattr(cfg, "drafters", ["model"]) if d != "model"},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
+    if list(getattr(cfg, "draft_p_mins", [0.0])) != [0.0]:  # only when set: older run directories still resume
+        provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
     if getattr(cfg, "placement", None):  # only when set: older run directories still resume
         provenance["placement"] = cfg.placement
     if cfg.shard is not None:
@@ -718,6 +735,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, default in sorted(drafter_defaults().items()):
         ngram.add_argument(f"--{name}", dest=f"drafter_opt_{name}", default=None, metavar="PATH" if "cache" in name
                            else "N", help=f"llama.cpp's --{name} (default: {default or 'none'})")
+    grid.add_argument("--draft-p-min", dest="draft_p_min", type=_float_list, default=[0.0], metavar="P,P,...",
+                      help="the draft model's stop rule, one cell each: a sequence stops drafting for the round "
+                           "at the first position whose top draft probability is below P (llama.cpp's "
+                           "--spec-draft-p-min; 0: always k). The cells with P > 0 have no which-k "
+                           "prediction (their drafts are not fixed-length)")
     grid.add_argument("--temp", "--temperature", dest="temperature", type=_float_list, default=[0.0],
                       metavar="T,T,...", help="sampling temperature (0 = greedy)")
     grid.add_argument("--accept-rule", choices=ACCEPT_RULES, default=None,
@@ -903,6 +925,15 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
                 _core.validate_drafter(drafter, drafter_options)
         except ValueError as error:
             errors.append(f"--drafter {drafter}: {error}")
+    for p_min in args.draft_p_min:
+        try:
+            check_draft_p_min(p_min)
+        except ValueError as error:
+            errors.append(f"--draft-p-min: {error}")
+    if len(set(args.draft_p_min)) != len(args.draft_p_min):
+        errors.append("--draft-p-min has duplicates")
+    if any(p > 0 for p in args.draft_p_min) and "model" not in args.drafter:
+        errors.append("--draft-p-min applies to the draft model: add --drafter model")
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
@@ -923,7 +954,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         notes=preset.notes if preset else [],
         tasks=tasks, prompts=prompts, prompts_source=str(args.prompts) if args.prompts else "built-in",
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
-        check_k=args.check_k,
+        check_k=args.check_k, draft_p_mins=args.draft_p_min,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 
