@@ -24,6 +24,11 @@ accepted from q, so the stream after it may differ; the same formula is used as 
 (segments treated as independent draws of the same length distribution).
 n-gram drafters: round starts and draft lengths depend on history lookups, not on a fixed k; no
 prediction (NaN) -- their k only caps a lookup's length.
+The draft stop rule (draft_p_min > 0, llama.cpp's --spec-draft-p-min): no prediction either (the
+sweep writes none). A round at k_max that stopped early drafted fewer than k_max tokens because the
+draft was unsure at that position, so its accepted length is not the segment length a fixed k'
+would see, and the rule's draft lengths at k' are not a cut of those at k_max; its cells are
+compared with fixed k by measurement instead (advisor.p_min_advice).
 
 Time per round. T_round(k') = k' d + V(k' + 1) + r: d the draft's time per position and V(n) the
 target's time for n positions per sequence, both from the cost curve (Engine.cost_curve at the

@@ -28,7 +28,8 @@ from specnative.advisor import (K_ADVICE_KEYS, REGIME_KEYS, Thresholds, advise, 
                                 k_advice, load_traces, p_min_advice, pair_cells, task_advice, threshold_fields,
                                 verdicts_frame)
 
-CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter")  # split lines if varied
+CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter",
+              "draft_p_min")  # split lines if varied
 ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
 OFF_STEPS = ("prefill_target_ms", "decode_ms")
 STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "draft_ms": "#f28e2b",
@@ -656,7 +657,8 @@ def which_k_md(traces: pd.DataFrame) -> str:
             "= k' x draft ms per position + verify ms at k'+1 positions + resample ms, from the cost curve "
             "scaled to the measured T_round at k max; steady state as the sweep measures it. `none`: no k "
             "is predicted above break-even. Checked: the best predicted k measured (--check-k), speedup "
-            "measured the sweep's way (steady state, pooled).\n\n"
+            "measured the sweep's way (steady state, pooled). Cells with the draft stop rule (p_min > 0) get "
+            "no prediction: their drafts are not k' long every round.\n\n"
             + md_table(keys + ["k max", "recommended k", "predicted speedup", "checked k: measured speedup",
                                "predicted at k = 1..k max"], rows)
             + "\n\n![which k](which_k.png)")
