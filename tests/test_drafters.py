@@ -345,6 +345,9 @@ def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
     assert "pmin" not in fixed["cell_id"] and stop["cell_id"].endswith("|pmin=0.3|k3")
     assert pd.notna(fixed["recommended_k"]) and pd.isna(stop["recommended_k"])  # no k' prediction
     assert stop["mean_draft_len"] < fixed["mean_draft_len"]
+    reach = [float(x) for x in stop["draft_reach"].split(";")]  # the closed form over the length mix
+    assert stop["predicted_speedup"] == pytest.approx(
+        theory.predicted_speedup_lengths(stop["token_accept_rate"], reach, stop["verify_cost_c"]), rel=1e-3)
     assert bool(stop["lossless_ok"]) and stop["lossless_method"] == "exact-greedy"
     prov = json.loads((out / "provenance.json").read_text())
     assert prov["grid"]["draft_p_min"] == [0.0, 0.3]

@@ -271,7 +271,9 @@ def _spec_row(results, base_row: dict, k: int) -> dict:
         "empty_draft_frac": (rounds - drafted_at[0]) / rounds if rounds and len(drafted_at) else math.nan,
         "draft_reach": ";".join(f"{d / rounds:.4f}" for d in drafted_at) if rounds else None,
     })
-    if getattr(results[0], "drafter", "model") != "model":  # 0..k tokens per round: the closed form over the length mix
+    # 0..k tokens per round (an n-gram lookup, or the draft model's p_min stop rule): the closed
+    # form over the length mix
+    if getattr(results[0], "drafter", "model") != "model" or getattr(results[0], "draft_p_min", 0.0) > 0:
         reach = drafted_at / rounds if rounds else []
         row["predicted_speedup"] = theory.predicted_speedup_lengths(token_alpha, reach, c)
     return row
