@@ -537,7 +537,9 @@ class ProgressLine:
         summary = ", ".join(f"k={r['k']} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f}"
                             f"{'' if r['lossless_ok'] else ' LOSSY'}" for r in on)
         print(f"\r[{self.done}/{self.total}] {cell.target.name} ctx={cell.ctx_len} conc={cell.concurrency} "
-              f"T={cell.temperature:g} {cell.task} {cell.drafter}: base {rows[0]['tps']:.1f} t/s; {summary}" + " " * 10,
+              f"T={cell.temperature:g} {cell.task} {cell.drafter}"
+              f"{f' p_min={cell.draft_p_min:g}' if cell.draft_p_min else ''}: base {rows[0]['tps']:.1f} t/s; {summary}"
+              + " " * 10,
               file=sys.stderr, flush=True)
 
 
