@@ -134,7 +134,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("drafter_options", "str", "the n-gram drafter's llama.cpp options name=value, ';'-separated, defaults "
            "included (on rows of n-gram cells)"),
     Column("mean_draft_len", "float", "drafted tokens per sequence-round: k for a draft model (less only at the "
-           "end), 0..k for an n-gram lookup (on rows)"),
+           "end; 0..k with draft_p_min > 0), 0..k for an n-gram lookup (on rows)"),
     Column("empty_draft_frac", "float", "share of sequence-rounds in which the drafter proposed nothing: plain "
            "target steps (on rows)"),
     Column("draft_reach", "str", "share of sequence-rounds whose draft reached position 1..k, ';'-separated: "
