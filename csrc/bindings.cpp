@@ -361,6 +361,24 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("draft_info", [](GuardedEngine& e) {
             return info_dict(locked(e, [&] { return e.draft_info(); }));
         })
+        // The context's parameters as llama.cpp set them, and its perf counters (graph reuse).
+        .def("context_info", [](GuardedEngine& e, bool draft) {
+            const ContextInfo i = locked(e, [&] { return e.context_info(draft); });
+            py::dict d;
+            d["n_ctx"] = i.n_ctx;
+            d["n_batch"] = i.n_batch;
+            d["n_ubatch"] = i.n_ubatch;
+            d["n_seq_max"] = i.n_seq_max;
+            d["n_threads"] = i.n_threads;
+            d["n_threads_batch"] = i.n_threads_batch;
+            d["kv_unified"] = i.kv_unified;
+            d["swa_full"] = i.swa_full;
+            d["flash_attn"] = i.flash_attn;
+            d["n_eval"] = i.n_eval;
+            d["n_p_eval"] = i.n_p_eval;
+            d["n_reused"] = i.n_reused;
+            return d;
+        }, py::arg("draft") = false)
         .def("close", [](GuardedEngine& e) {
             e.closing.store(true);  // a running generate() stops at its next step ...
             if (e.owner.load() == std::this_thread::get_id()) {  // called from inside that call

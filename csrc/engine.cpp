@@ -203,6 +203,27 @@ ModelInfo Engine::target_info() const {
     require_open();
     return describe_model(target_model_, target_path_);
 }
+ContextInfo Engine::context_info(bool draft) const {
+    require_open();
+    const Context* c = draft ? draft_ : target_;
+    if (c == nullptr) throw std::invalid_argument("no draft model loaded");
+    ContextInfo i;
+    i.n_ctx = static_cast<int>(llama_n_ctx(c->ctx));
+    i.n_batch = static_cast<int>(llama_n_batch(c->ctx));
+    i.n_ubatch = static_cast<int>(llama_n_ubatch(c->ctx));
+    i.n_seq_max = static_cast<int>(llama_n_seq_max(c->ctx));
+    i.n_threads = static_cast<int>(llama_n_threads(c->ctx));
+    i.n_threads_batch = static_cast<int>(llama_n_threads_batch(c->ctx));
+    i.kv_unified = params_.kv_unified;
+    i.swa_full = true;  // Context's constructor
+    i.flash_attn = params_.flash_attn;
+    const llama_perf_context_data perf = llama_perf_context(c->ctx);
+    i.n_eval = perf.n_eval;
+    i.n_p_eval = perf.n_p_eval;
+    i.n_reused = perf.n_reused;
+    return i;
+}
+
 ModelInfo Engine::draft_info() const {
     require_open();
     if (draft_model_ == nullptr) throw std::invalid_argument("no draft model loaded");

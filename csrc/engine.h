@@ -167,6 +167,17 @@ struct ReplayCheck {
     std::vector<std::vector<float>> final_logits;
 };
 
+// One llama_context as llama.cpp set it up (its own values, after its caps and padding) and its
+// perf counters, to put our setup beside llama.cpp's programs' (bench/peerkit: llama-bench).
+struct ContextInfo {
+    int n_ctx = 0, n_batch = 0, n_ubatch = 0, n_seq_max = 0, n_threads = 0, n_threads_batch = 0;
+    bool kv_unified = false, swa_full = false;  // as we asked (llama.cpp does not report them)
+    int flash_attn = 0;                         // as we asked: -1 auto, 0 off, 1 on
+    // llama_perf_context, cumulative since the context was made: single-token decodes, tokens
+    // of larger batches, and graphs reused instead of rebuilt (llama.cpp's graph reuse)
+    int64_t n_eval = 0, n_p_eval = 0, n_reused = 0;
+};
+
 // The verify-cost curve (cost_curve.cpp): median ms of one target decode with n = 1..k_max+1
 // positions per sequence (verify_ms[n-1]) at given prompts, and of one draft position (one
 // token per sequence; NaN without a draft model).
@@ -235,6 +246,9 @@ public:
     // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
     // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.
     CostCurve cost_curve(const std::vector<std::vector<int32_t>>& prompts, int k_max, int repeats);
+
+    // The target's (or with `draft` the draft model's) context: parameters and perf counters.
+    ContextInfo context_info(bool draft) const;
 
     void inject_fault(Fault fault) { fault_ = fault; }  // tests only
 

@@ -77,3 +77,32 @@ def test_sweep_rows_carry_engine_own_time(noisy_engine, kw):
     assert row["engine_own_ms"] == pytest.approx(decoding - llama)
     assert row["engine_own_share"] == pytest.approx((decoding - llama) / decoding)
     assert 0.0 <= row["engine_own_share"] <= 1.0
+
+
+def test_context_info_and_graph_reuse(noisy_engine):
+    """The context's parameters as llama.cpp set them, and its graph-reuse counter: a baseline
+    decodes one token per step with the same graph shape, which llama.cpp reuses."""
+    before = noisy_engine.context_info()
+    assert before["n_seq_max"] == 8 and before["n_threads"] == 1 and before["swa_full"] is True
+    assert before["n_ctx"] >= 4096 and 1 <= before["n_ubatch"] <= before["n_batch"] <= 256
+    noisy_engine.generate(PROMPTS[:1], n_predict=16, stop_at_eos=False)
+    after = noisy_engine.context_info()
+    steps = after["n_eval"] - before["n_eval"]
+    assert steps >= 14  # 15 single-token decodes after the prefill
+    assert 0 < after["n_reused"] - before["n_reused"] <= steps
+    assert noisy_engine.context_info(draft=True)["n_seq_max"] == 8
+
+
+def test_report_shows_engine_own_share():
+    import pandas as pd
+
+    from specnative import report
+    from synthetic_traces import cell
+
+    frame = pd.DataFrame(cell() + cell(conc=4))
+    frame["llama_ms"], frame["engine_own_ms"] = 99.0, 1.0
+    frame["engine_own_share"] = [0.005 if on == "off" else 0.02 for on in frame["spec_decode"]]
+    text = report.engine_own_md(report.load_traces(frame))
+    assert "rows above the goal of 1%" in text and "2.00%" in text and "0.50%" in text
+    empty = frame.assign(engine_own_share=float("nan"))
+    assert "not recorded" in report.engine_own_md(report.load_traces(empty))

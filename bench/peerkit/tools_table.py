@@ -46,7 +46,7 @@ from pathlib import Path
 from .common import (RESULTS, Quiet, add_build_args, build_lines, cpu_model, default_max_busy, find_tools,
                      fmt, git_rev, gpu_model, log, med, model_sets, pad256, rel, show_cmd, vals)
 from .llama_bench import bench_cmd, theirs_bench
-from .ours import ours_baseline, ours_spec
+from .ours import context_params, ours_baseline, ours_spec
 from .spec_simple import aligned_prompt, spec_cmd, theirs_debug, theirs_spec
 
 TOOLS = ("llama-bench", "llama-speculative-simple")
@@ -109,12 +109,16 @@ def main(argv=None) -> int:
         res["n_prompt_ours"] = n_prompt
         base_ctx = pad256(n_prompt + a.n_predict)
         res["base_ctx"] = base_ctx
-        targets = [ms["target"], *ms["extra_baselines"]]
+        # the draft model alone too: our decode of the draft file vs llama-bench's, so that c_draft
+        # (our draft step / our target step) can be checked against llama.cpp's own figure
+        targets = list(dict.fromkeys([ms["target"], *ms["extra_baselines"], ms["draft"]]))
         base_engines = {}
+        res["ctx_params"], res["bench_params"] = {}, {}
         for t in targets:
             base_engines[t] = Engine(t, None, n_ctx=base_ctx, n_batch=512, n_threads=a.threads,
                                      n_gpu_layers=a.ngl, n_seq_max=1, flash_attn=fa)
-            res["base"][t] = {"ours": [], "theirs": [], "ours_step_ms": []}
+            res["base"][t] = {"ours": [], "theirs": [], "ours_step_ms": [], "reused": [], "own_share": []}
+            res["ctx_params"][t] = context_params(base_engines[t])
             res["cmds"][("bench", t)] = bench_cmd(tools, t, a.n_predict, a)
         res["cmds"]["spec"] = spec_cmd(tools, ms["target"], ms["draft"], a.prompt, a.n_predict, a.k, a, swa_full)
         # warm-up (discarded): page cache, first graphs, OpenMP threads
@@ -137,9 +141,12 @@ def main(argv=None) -> int:
                         r = ours_baseline(base_engines[t], base_prompt, a.n_predict)
                         b["ours"].append(r["tps"])
                         b["ours_step_ms"].append(r["step_ms"])
+                        b["reused"].append((r["graphs_reused"], r["single_decodes"]))
+                        b["own_share"].append(r["engine_own_share"])
                     else:
                         r = theirs_bench(res["cmds"][("bench", t)])
                         b["theirs"].append(r["tps"])
+                        res["bench_params"][t] = r["params"]
                         res["cpu_info"] = r["cpu_info"]
                         res["bench_commit"] = r["build_commit"]
                 log(f"  [{rep + 1}/{a.repeats}] baseline {Path(t).name}: ours {b['ours'][-1]:.1f} t/s, "
@@ -238,7 +245,8 @@ def render(a, info, build, results, quiet, started, version, loadavg) -> str:
         ms = res["set"]
         for t, b in res["base"].items():
             mo, mt = med(b["ours"]), med(b["theirs"])
-            L.append(f"| {ms['name']} | baseline t/s, {Path(t).name} | {fmt(mo)} ({vals(b['ours'])}) | "
+            what = ("draft model alone t/s" if t == ms["draft"] and t != ms["target"] else "baseline t/s")
+            L.append(f"| {ms['name']} | {what}, {Path(t).name} | {fmt(mo)} ({vals(b['ours'])}) | "
                      f"{fmt(mt)} ({vals(b['theirs'])}) | {fmt(mo / mt, 3)} | >= 0.98 |")
         so, st = res["spec"]["ours"], res["spec"]["theirs"]
         mo, mt = med([x["tps"] for x in so]), med([x["tps"] for x in st])
@@ -282,6 +290,8 @@ def render(a, info, build, results, quiet, started, version, loadavg) -> str:
         L.append(f"| {ms['name']} | speculative-simple | {t['tokens']} | {t['rounds']} | {t['drafted']} / {t['accepted']} | "
                  f"{fmt(t['tokens'] / t['rounds'], 2)} | {fmt(rt, 2)} | - | - | - | {fmt(bench_step, 2)} | "
                  f"{fmt(rt / bench_step - 1, 2)} |")
+    L.extend(draft_alone_lines(a, results))
+    L.extend(context_lines(results))
     L.append("")
     for res in results:
         ms = res["set"]
@@ -328,3 +338,49 @@ def render(a, info, build, results, quiet, started, version, loadavg) -> str:
     return "\n".join(L)
 
 
+
+
+def draft_alone_lines(a, results) -> list:
+    """Our draft step (one draft decode for one sequence, in the speculative rounds) beside
+    llama-bench's tg of the draft file, and c_draft = draft step / target step on both sides."""
+    L = ["", "Draft model alone (medians): our draft step = draft time / drafted positions of the speculative "
+         "runs (one sequence: one draft decode per position, plus its argmax); our baseline step of the draft "
+         "file; llama-bench's step = 1000 / its tg t/s of the draft file. c_draft = draft step / target "
+         "baseline step, ours against llama.cpp's.", "",
+         "| set | draft | our draft step in rounds, ms | our baseline step of the draft, ms | llama-bench step "
+         "of the draft, ms | ours in rounds / llama-bench | c_draft ours | c_draft llama.cpp |",
+         "|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        ms = res["set"]
+        so = res["spec"]["ours"]
+        ours_draft = med([x["draft_ms"] / x["drafted"] for x in so if x["drafted"]])
+        d, t = res["base"][ms["draft"]], res["base"][ms["target"]]
+        bench_draft, bench_target = 1000.0 / med(d["theirs"]), 1000.0 / med(t["theirs"])
+        L.append(f"| {ms['name']} | {Path(ms['draft']).name} | {fmt(ours_draft, 3)} | {fmt(med(d['ours_step_ms']), 3)} | "
+                 f"{fmt(bench_draft, 3)} | {fmt(ours_draft / bench_draft, 3)} | "
+                 f"{fmt(ours_draft / med(t['ours_step_ms']), 3)} | {fmt(bench_draft / bench_target, 3)} |")
+    return L
+
+
+def context_lines(results) -> list:
+    """Our contexts' parameters (as llama.cpp set them) beside llama-bench's, and llama.cpp's graph
+    reuse on our side: the first things to compare when a baseline ratio is off."""
+    keys = ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "kv_unified", "swa_full", "n_threads")
+    L = ["", "Baseline contexts, ours beside llama-bench's; graphs reused = llama_perf_context's n_reused over "
+         "our timed baseline runs / their single-token decodes; engine's own = our decoding time outside "
+         "llama.cpp calls (median share).", "",
+         "| set | model | side | " + " | ".join(keys) + " | threadpool | graphs reused | engine's own |",
+         "|---|---|---|" + "---|" * len(keys) + "---|---|---|"]
+    for res in results:
+        ms = res["set"]
+        for t, b in res["base"].items():
+            ours = res["ctx_params"][t]
+            reused = sum(r for r, _ in b["reused"])
+            decodes = sum(n for _, n in b["reused"])
+            L.append(f"| {ms['name']} | {Path(t).name} | ours | " + " | ".join(str(ours[k]) for k in keys)
+                     + f" | OpenMP, ggml's per-graph | {reused} / {decodes} | {med(b['own_share']):.2%} |")
+            theirs = res["bench_params"].get(t, {})
+            L.append(f"| {ms['name']} | {Path(t).name} | llama-bench | "
+                     + " | ".join(str(theirs.get(k, "?")) for k in keys)
+                     + f" | {theirs.get('threadpool', '?')} | - | - |")
+    return L

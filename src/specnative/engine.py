@@ -266,6 +266,12 @@ class Engine:
     def draft_info(self) -> dict | None:
         return self._core.draft_info if self._core.has_draft else None
 
+    def context_info(self, draft: bool = False) -> dict:
+        """The target's (or the draft's) llama_context as llama.cpp set it up: n_ctx, n_batch,
+        n_ubatch, n_seq_max, n_threads(_batch), kv_unified, swa_full, flash_attn; and its perf
+        counters since it was made: n_eval, n_p_eval, n_reused (graphs reused, not rebuilt)."""
+        return self._core.context_info(draft)
+
     @property
     def n_ctx(self) -> int:
         return self._core.n_ctx
