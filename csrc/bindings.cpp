@@ -410,6 +410,11 @@ PYBIND11_MODULE(_core, m) {
         return d;
     }, py::arg("drafted"), py::arg("accepted"), py::arg("rejected"), py::arg("rounds"), py::arg("emitted"),
           "alpha, per-token alpha and tau of pooled counts (the engine's own definitions)");
+    // The engine's greedy pick (tests: the first index of the max, NaNs skipped, at any length).
+    m.def("_argmax", [](py::array_t<float, py::array::c_style | py::array::forcecast> logits) {
+        if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
+        return argmax(logits.data(), static_cast<int32_t>(logits.size()));
+    }, py::arg("logits"));
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));
     m.attr("drafter_names") = drafter_names();

@@ -18,7 +18,7 @@ uint64_t mix64(uint64_t z) {
 
 // Max over [begin, end), NaNs skipped. Sixteen independent running maxima: an element-wise loop
 // the compiler vectorizes at any -m level without -ffast-math (one running max is a reduction it
-// may not reorder), which matters at 262k-token vocabularies (Gemma): argmax ~3.5x faster.
+// may not reorder), which matters at 262k-token vocabularies (Gemma).
 // The value is the same as a sequential scan's (max is exact; +0 and -0 compare equal).
 float max_of(const float* begin, const float* end) {
     constexpr int kLanes = 16;
@@ -58,8 +58,27 @@ double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream
     return static_cast<double>(h >> 11) * 0x1.0p-53;  // 53 random bits -> [0, 1)
 }
 
+// One pass: the max of each block of kBlock logits, and the first block whose max exceeds every
+// earlier one (it holds the first index of the overall max); then a scan of that block alone.
 int32_t argmax(const float* logits, int32_t n_vocab) {
-    return first_index_of(logits, n_vocab, max_of(logits, logits + n_vocab));  // first index of the max
+    constexpr int32_t kBlock = 256;
+    float top = -std::numeric_limits<float>::infinity();
+    int32_t from = 0;
+    int32_t i = 0;
+    for (; n_vocab - i >= kBlock; i += kBlock) {
+        const float m = max_of(logits + i, logits + i + kBlock);
+        if (m > top) {
+            top = m;
+            from = i;
+        }
+    }
+    const float tail = max_of(logits + i, logits + n_vocab);
+    if (tail > top) {
+        top = tail;
+        from = i;
+    }
+    // every logit NaN or -inf: from = 0, the first -inf (or the last index), as a plain scan finds
+    return from + first_index_of(logits + from, n_vocab - from, top);
 }
 
 ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab) {
