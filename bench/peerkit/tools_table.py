@@ -20,6 +20,13 @@ What each side times (tokens/s = tokens / seconds of that interval):
                      Our baseline step at the speculative runs' context (-c) is reported apart.
   llama-bench tg     avg_ts of `-p 0 -n N`: N single-token decodes from an empty cache (random
                      tokens, no sampling), after its own warm-up.
+  draft model alone  the same pair of measurements on the draft file, and our draft step inside the
+                     speculative rounds (draft time / drafted positions: one draft decode per
+                     position for one sequence, plus its argmax): c_draft = draft step / target
+                     step on our side against llama.cpp's (llama-bench's two tg figures).
+  contexts           our contexts as llama.cpp set them up (Engine.context_info) beside
+                     llama-bench's (its JSON row and to_llama_cparams at the vendored commit), with
+                     llama.cpp's graph reuse over our timed baseline runs and our engine's own share.
   ours speculative   Engine.generate(prompt, n_predict=N, spec=True, k=K).tps: the tokens emitted
                      after the first one (which prefill samples) over draft + verify + resample.
   speculative-simple "decoded N tokens in S seconds": every round from the first, which is the
