@@ -3,6 +3,7 @@ spec-on row per cell, self-consistent enough that every derived number can be co
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from specnative import schema
@@ -106,3 +107,17 @@ def grid_rows(quant=4, speedups=None, c_by_ctx=None, **on):
             rows += cell(quant, ctx, conc, speedup=speedups.get((ctx, conc), 1.5),
                          c=c_by_ctx.get(ctx, 0.6), **on)
     return rows
+
+
+def assert_tables_well_formed(markdown: str) -> None:
+    """Every markdown table row has as many cells as its header (a misaligned column puts each
+    number under another heading)."""
+    width = None
+    for number, line in enumerate(markdown.splitlines(), 1):
+        if not line.startswith("|"):
+            width = None
+            continue
+        cells = len(re.split(r"(?<!\\)\|", line.strip())) - 2
+        if width is None:
+            width = cells
+        assert cells == width, f"line {number} has {cells} cells, its table's header {width}: {line}"

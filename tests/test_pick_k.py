@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import PROMPTS
+from synthetic_traces import assert_tables_well_formed
 from specnative import pick_k
 
 K_MAX = 5  # (k'+1) divides 6 for k' = 1, 2, 5: the exact cases; 3 and 4 straddle
@@ -152,6 +153,9 @@ def test_k_advice_uses_the_largest_k_and_says_none(tmp_path):
     assert advice["check_speedup"].iloc[0] == 1.25
     text = report.which_k_md(advisor.load_traces(frame))
     assert "**none**" in text and "2: 1.25" in text
+    assert_tables_well_formed(text)
+    two_keys = frame.assign(ctx_len=[0, 0, 2048])  # regimes differing in two keys: one label column
+    assert_tables_well_formed(report.which_k_md(advisor.load_traces(two_keys)))
     report.save(report.plot_which_k(advisor.load_traces(frame)), tmp_path / "which_k")
     assert (tmp_path / "which_k.png").stat().st_size > 0
 

@@ -9,7 +9,7 @@ from matplotlib.container import BarContainer
 
 from specnative import report
 from specnative.advisor import advise, load_traces, pair_cells
-from synthetic_traces import PROVENANCE, cell, grid_rows, off_row, on_row, write_run
+from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_rows, off_row, on_row, write_run
 
 SPEEDUPS = {(0, 1): 1.8, (0, 4): 1.3, (0, 8): 0.85, (8192, 1): 1.4, (8192, 4): 1.1, (8192, 8): 0.7}
 
@@ -219,6 +219,11 @@ def test_summary_embeds_figures_by_relative_path(run):
     assert set(embedded) == {"speedup_curve.png", "timing_breakdown.png", "theory_vs_measured.png",
                              "acceptance_by_position.png", "by_task.png"}
     assert all((directory / path).is_file() for path in embedded)
+
+
+def test_every_table_in_the_summary_is_well_formed(run):
+    directory, _ = run
+    assert_tables_well_formed((directory / "summary.md").read_text())
 
 
 def test_cells_table_has_every_row(run):

@@ -659,7 +659,8 @@ def which_k_md(traces: pd.DataFrame) -> str:
             "is predicted above break-even. Checked: the best predicted k measured (--check-k), speedup "
             "measured the sweep's way (steady state, pooled). Cells with the draft stop rule (p_min > 0) get "
             "no prediction: their drafts are not k' long every round.\n\n"
-            + md_table(keys + ["k max", "recommended k", "predicted speedup", "checked k: measured speedup",
+            + md_table([" / ".join(keys) if len(keys) > 1 else keys[0]]
+                       + ["k max", "recommended k", "predicted speedup", "checked k: measured speedup",
                                "predicted at k = 1..k max"], rows)
             + "\n\n![which k](which_k.png)")
 
