@@ -50,6 +50,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specnative.stats import speedup_interval
+
 from .common import (RESULTS, Quiet, add_build_args, build_lines, cpu_model, default_max_busy, find_tools,
                      fmt, git_rev, gpu_model, log, med, model_sets, pad256, rel, show_cmd, vals)
 from .llama_bench import bench_cmd, theirs_bench
@@ -228,6 +230,15 @@ def divergence(engine, ours: dict, theirs_text: str, prompt: str) -> dict:
     return out
 
 
+def paired(ours, theirs) -> str:
+    """How sure a ratio is: repeat i of ours against repeat i of theirs (measured back to back), the
+    geometric mean of those ratios with its 95 % t interval (specnative.stats, as the sweep does)."""
+    if len(ours) != len(theirs) or len(ours) < 2:
+        return ""
+    i = speedup_interval(ours, theirs)
+    return f"; paired {fmt(i.estimate, 3)}, 95% CI {fmt(i.low, 3)}–{fmt(i.high, 3)}"
+
+
 def render(a, info, build, results, quiet, started, version, loadavg) -> str:
     L = []
     L.append(f"# specnative vs llama.cpp's tools ({info.get('backend')}, {started:%Y-%m-%d %H:%M})")
@@ -254,11 +265,12 @@ def render(a, info, build, results, quiet, started, version, loadavg) -> str:
             mo, mt = med(b["ours"]), med(b["theirs"])
             what = ("draft model alone t/s" if t == ms["draft"] and t != ms["target"] else "baseline t/s")
             L.append(f"| {ms['name']} | {what}, {Path(t).name} | {fmt(mo)} ({vals(b['ours'])}) | "
-                     f"{fmt(mt)} ({vals(b['theirs'])}) | {fmt(mo / mt, 3)} | >= 0.98 |")
+                     f"{fmt(mt)} ({vals(b['theirs'])}) | {fmt(mo / mt, 3)}{paired(b['ours'], b['theirs'])} | >= 0.98 |")
         so, st = res["spec"]["ours"], res["spec"]["theirs"]
         mo, mt = med([x["tps"] for x in so]), med([x["tps"] for x in st])
         L.append(f"| {ms['name']} | speculative t/s, k={a.k} | {fmt(mo)} ({vals([x['tps'] for x in so])}) | "
-                 f"{fmt(mt)} ({vals([x['tps'] for x in st])}) | {fmt(mo / mt, 3)} | >= 1.1 |")
+                 f"{fmt(mt)} ({vals([x['tps'] for x in st])}) | {fmt(mo / mt, 3)}"
+                 f"{paired([x['tps'] for x in so], [x['tps'] for x in st])} | >= 1.1 |")
         ao, at = med([x["alpha"] for x in so]), med([x["alpha"] for x in st])
         L.append(f"| {ms['name']} | alpha = accepted/drafted | {fmt(ao, 3)} ({vals([x['alpha'] for x in so], 3)}) | "
                  f"{fmt(at, 3)} ({vals([x['alpha'] for x in st], 3)}) | {100 * (ao - at):+.1f} pts | within 2 pts |")
