@@ -15,6 +15,7 @@ from specnative.engine import DRAFTERS, drafter_defaults
 from specnative.models import FIRST_NORMAL_ID
 
 from conftest import ENGINE_KW
+from synthetic_traces import assert_tables_well_formed
 
 NGRAM = [d for d in DRAFTERS if d != "model"]
 # Short n-grams, so that a tiny model's 60-token generations find matches (llama.cpp's defaults
@@ -358,6 +359,8 @@ def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
     files = report.write_artifacts(out)
     summary = files["summary.md"].read_text()
     assert "Draft stop rule (p_min) against fixed k" in summary and "recommended k" in summary
+    assert "Numeric-noise control" in summary  # a real sweep's report: every table, noise control included
+    assert_tables_well_formed(summary)
     # --resume: the same axis measures nothing again; without it (another grid) is refused
     assert main(argv[:-3] + ["--draft-p-min", "0,0.3", "--resume"]) == 0
     assert len(schema_read(out)) == 4

@@ -211,6 +211,14 @@ def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp
     run = write_run(tmp_path / "run", rows)
     summary = report.write_artifacts(run)["summary.md"].read_text()
     assert "## Draft stop rule (p_min) against fixed k" in summary
+    assert_tables_well_formed(summary)
+    # regimes that differ in two keys (concurrency and ctx_len): one column per key in every table
+    wider = rows + cell(conc=4, ctx=2048, speedup=1.2, mean_draft_len=4.0) + [
+        off_row(conc=4, ctx=2048, tps=50.0, cell_id="b4|pmin=0.75"),
+        on_row(conc=4, ctx=2048, speedup=1.1, tps_off=50.0, draft_p_min=0.75, mean_draft_len=2.0,
+               cell_id="b4|pmin=0.75|k4")]
+    wide = report.write_artifacts(write_run(tmp_path / "wide", wider))["summary.md"].read_text()
+    assert_tables_well_formed(wide)
     # only fixed-k cells (older traces): no such section, and no p_min column anywhere
     old = write_run(tmp_path / "old", cell(conc=1))
     assert "p_min" not in report.write_artifacts(old)["summary.md"].read_text()

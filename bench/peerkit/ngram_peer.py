@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -59,6 +60,7 @@ def ours(engine, prompt, drafter, options, n, k) -> dict:
 
 def main(argv=None) -> int:
     from specnative import Engine
+    from specnative.stats import speedup_interval
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-m", "--target", type=Path, required=True)
@@ -66,6 +68,8 @@ def main(argv=None) -> int:
     ap.add_argument("-k", type=int, default=4)
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-r", "--repeats", type=int, default=1,
+                    help="runs per side, interleaved (order alternating); t/s: medians and the paired ratio's interval")
     ap.add_argument("--build", type=Path, default=BUILD, help="llama.cpp build dir with llama-speculative-simple")
     ap.add_argument("--out", type=Path, default=RESULTS / "drafters-peer.json")
     a = ap.parse_args(argv)
@@ -76,25 +80,39 @@ def main(argv=None) -> int:
             options = options_for(drafter, a.k)
             for name, prompt in PROMPTS.items():
                 log(f"{drafter} {name}")
-                row = {"drafter": drafter, "prompt": name, "options": options,
-                       "ours": ours(engine, prompt, drafter, options, a.n, a.k)}
+                row = {"drafter": drafter, "prompt": name, "options": options}
+                runs_ours, runs_theirs = [], []
                 try:
-                    row["theirs"] = {k: v for k, v in theirs(tool, a.target, prompt, drafter, options, a.n,
-                                                             a.threads).items() if k != "text"}
+                    for i in range(a.repeats):  # interleaved, the order alternating: drift hits both sides
+                        sides = [("ours", lambda: ours(engine, prompt, drafter, options, a.n, a.k)),
+                                 ("theirs", lambda: {k: v for k, v in theirs(tool, a.target, prompt, drafter, options,
+                                                                             a.n, a.threads).items() if k != "text"})]
+                        for side, run in (sides if i % 2 == 0 else sides[::-1]):
+                            (runs_ours if side == "ours" else runs_theirs).append(run())
                 except RuntimeError as error:  # it ended without statistics three times
                     row["theirs"] = {"error": str(error).splitlines()[0]}
                     rows.append(row)
                     print(f"{drafter:13s} {name:12s} theirs failed: {row['theirs']['error'][:120]}")
                     continue
+                row["ours"], row["theirs"] = runs_ours[-1], runs_theirs[-1]  # counts: the same every run (greedy)
+                row["ours"]["tps_runs"] = [r["tps"] for r in runs_ours]
+                row["theirs"]["tps_runs"] = [r["tps"] for r in runs_theirs]
                 o, t = row["ours"], row["theirs"]
+                o["tps"], t["tps"] = statistics.median(o["tps_runs"]), statistics.median(t["tps_runs"])
                 row["alpha_points"] = 100 * (o["alpha"] - t["alpha"])
                 row["tps_ratio"] = o["tps"] / t["tps"] if t["tps"] else float("nan")
+                interval = ""
+                if a.repeats > 1:
+                    ci = speedup_interval(o["tps_runs"], t["tps_runs"])
+                    row["tps_ratio_paired"] = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "level": ci.level}
+                    interval = f" (paired {ci.estimate:.2f}, 95% CI {ci.low:.2f}-{ci.high:.2f})"
                 rows.append(row)
                 print(f"{drafter:13s} {name:12s} alpha ours {o['alpha']:.3f} theirs {t['alpha']:.3f} "
                       f"({row['alpha_points']:+.1f} pts); drafted {o['drafted']}/{t['drafted']}, "
-                      f"accepted {o['accepted']}/{t['accepted']}; t/s ours/theirs {row['tps_ratio']:.2f}")
+                      f"accepted {o['accepted']}/{t['accepted']}; t/s ours/theirs {row['tps_ratio']:.2f}{interval}")
     a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/ngram_peer.py"] + (argv or sys.argv[1:])),
-                                 "target": str(a.target), "k": a.k, "n": a.n, "rows": rows}, indent=1))
+                                 "target": str(a.target), "k": a.k, "n": a.n, "repeats": a.repeats,
+                                 "rows": rows}, indent=1))
     return 0
 
 

@@ -649,8 +649,9 @@ def which_k_md(traces: pd.DataFrame) -> str:
     rows = []
     for _, r in advice.iterrows():
         check = (f"{int(r['check_k'])}: {_fmt(r['check_speedup'])}" if pd.notna(r["check_k"]) else "not run")
-        rows.append([label(r, keys), r["k_max"], f"**{r['recommend']}**", _fmt(r["predicted_speedup"]), check,
-                     " ".join(_fmt(v) for v in _floats(r["predicted_by_k"]))])
+        rows.append([label(r, [k]) for k in keys]  # one column per key, as in the advice table
+                    + [r["k_max"], f"**{r['recommend']}**", _fmt(r["predicted_speedup"]), check,
+                       " ".join(_fmt(v) for v in _floats(r["predicted_by_k"]))])
     return ("Draft length per regime (draft-model cells), predicted from the run at the largest k measured "
             "(k max): tau(k') from its accepted-length histogram (a round that accepted m drafts is "
             "ceil((m+1)/(k'+1)) rounds at k'; exact for greedy where (k'+1) divides (k max+1)), T_round(k') "
@@ -659,8 +660,7 @@ def which_k_md(traces: pd.DataFrame) -> str:
             "is predicted above break-even. Checked: the best predicted k measured (--check-k), speedup "
             "measured the sweep's way (steady state, pooled). Cells with the draft stop rule (p_min > 0) get "
             "no prediction: their drafts are not k' long every round.\n\n"
-            + md_table([" / ".join(keys) if len(keys) > 1 else keys[0]]
-                       + ["k max", "recommended k", "predicted speedup", "checked k: measured speedup",
+            + md_table(keys + ["k max", "recommended k", "predicted speedup", "checked k: measured speedup",
                                "predicted at k = 1..k max"], rows)
             + "\n\n![which k](which_k.png)")
 
@@ -683,8 +683,9 @@ def p_min_md(traces: pd.DataFrame, thresholds: Thresholds) -> str:
         return intro + "\n\nNo regime was measured both at fixed k and with p_min."
     keys = [k for k in REGIME_KEYS if k in advice and k != "draft_p_min" and advice[k].nunique(dropna=False) > 1] \
         or ["k"]
-    rows = [[label(r, keys), _fmt(r["fixed_speedup"]), _fmt(r["fixed_draft_len"]), f"{r['best_p_min']:g}",
-             _fmt(r["p_min_speedup"]), _fmt(r["p_min_draft_len"]), f"**{r['recommend']}**", r["ranking"]]
+    rows = [[label(r, [k]) for k in keys]  # one column per key, as in the advice table
+            + [_fmt(r["fixed_speedup"]), _fmt(r["fixed_draft_len"]), f"{r['best_p_min']:g}",
+               _fmt(r["p_min_speedup"]), _fmt(r["p_min_draft_len"]), f"**{r['recommend']}**", r["ranking"]]
             for _, r in advice.iterrows()]
     return (intro + " Recommended: among the variants the advisor calls on, the highest lower bound of the "
             "speedup interval.\n\n"
@@ -696,7 +697,8 @@ def p_min_md(traces: pd.DataFrame, thresholds: Thresholds) -> str:
 # summary.md
 
 def md_table(headers: list, rows: list) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines = ["| " + " | ".join(str(h).replace("|", "\\|") for h in headers) + " |",
+             "|" + "|".join("---" for _ in headers) + "|"]
     lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
     return "\n".join(lines)
 
