@@ -52,7 +52,7 @@ public:
         for (Engine::Sequence& seq : seqs) seq.draft_todo = {seq.pending()};
         prefill_(seqs, shared_prefix);
         row_.assign(seqs.size(), 0);
-        last_fed_.assign(seqs.size(), 0);
+        stopped_.assign(seqs.size(), 0);
     }
 
     // Position j predicts draft j+1 for every sequence that still drafts.
@@ -60,14 +60,12 @@ public:
                std::vector<std::vector<int32_t>>& drafts, DraftDists& q) override {
         const int n_seq = static_cast<int>(seqs.size());
         const int k_top = *std::max_element(k_max.begin(), k_max.end());
-        // stop[s]: the p_min rule ended sequence s's draft this round (its last draft was fed)
-        std::vector<char>& stop = last_fed_;
-        std::fill(stop.begin(), stop.end(), 0);
+        std::fill(stopped_.begin(), stopped_.end(), 0);
         for (int j = 0; j < k_top; ++j) {
             d_.clear_batch();
             bool any = false;
             for (int s = 0; s < n_seq; ++s) {
-                if (k_max[s] <= j || stop[s]) continue;
+                if (k_max[s] <= j || stopped_[s]) continue;
                 any = true;
                 Engine::Sequence& seq = seqs[s];
                 if (j == 0) {  // catch up on everything emitted since the draft last ran
@@ -82,10 +80,10 @@ public:
             if (!any) break;  // every sequence stopped early
             d_.decode("draft");
             for (int s = 0; s < n_seq; ++s) {
-                if (k_max[s] <= j || stop[s]) continue;
+                if (k_max[s] <= j || stopped_[s]) continue;
                 const float* logits = d_.logits(row_[s]);
                 if (p_.draft_p_min > 0.0f && top1_prob_top10(logits, d_.n_vocab) < p_.draft_p_min) {
-                    stop[s] = 1;  // checked before the token is added, as llama.cpp does
+                    stopped_[s] = 1;  // checked before the token is added, as llama.cpp does
                     continue;
                 }
                 int32_t token;
@@ -107,14 +105,13 @@ public:
     // when the p_min rule stopped the draft early, pending and drafts 1..drafted (the position
     // that failed the check was computed from the last draft).
     void accept(Engine::Sequence& seq, const RoundOutcome& o) override {
-        const bool last_fed = last_fed_[seq.id] != 0;
         if (o.drafted == 0) {
             // the draft did not run (pending is still in draft_todo), or it ran and stopped at
             // the first position (draft_todo was fed: the cache ends at pending)
         } else if (o.accepted < o.drafted) {
             seq.n_past_draft = o.pos0 + 1 + o.accepted + std::max(o.stale, 0);
             llama_memory_seq_rm(d_.memory(), seq.id, seq.n_past_draft, -1);
-        } else if (!last_fed) {
+        } else if (!stopped_[seq.id]) {  // a stopped draft fed its last token already
             seq.draft_todo.push_back(o.last_draft);
         }
         if (!o.stopped_on_eog) seq.draft_todo.push_back(o.correction);
@@ -126,7 +123,9 @@ private:
     const GenerateParams& p_;
     int vocab_;
     std::vector<int> row_;
-    std::vector<char> last_fed_;  // by sequence id: this round's draft stopped on the p_min rule
+    // By sequence (index = id): the p_min rule ended this round's draft, after its last draft
+    // token was fed to compute the position that failed the check.
+    std::vector<char> stopped_;
 };
 
 }  // namespace

@@ -9,9 +9,9 @@
 // proposal distribution is one-hot: the rejection rule then accepts x with probability p(x) and
 // resamples from p without x (still exactly p in distribution); `match` works unchanged.
 #include "drafter.h"
+#include "phase_clock.h"
 
 #include <algorithm>
-#include <chrono>
 #include <fstream>
 #include <stdexcept>
 
@@ -163,7 +163,7 @@ public:
         for (Engine::Sequence& seq : seqs) {
             history_[seq.id] = seq.prompt;
             synced_[seq.id] = 0;
-            const LibraryTimer timer(library_ms_);
+            const ScopedMs timer(library_ms_);
             common_speculative_begin(spec_.get(), seq.id, history_[seq.id]);
         }
     }
@@ -186,7 +186,7 @@ public:
             dp.result = &result_[seq.id];
         }
         {
-            const LibraryTimer timer(library_ms_);
+            const ScopedMs timer(library_ms_);
             common_speculative_draft(spec_.get());
         }
         for (size_t s = 0; s < seqs.size(); ++s) {
@@ -207,23 +207,13 @@ public:
 
     void accept(Engine::Sequence& seq, const RoundOutcome& o) override {
         // as llama-speculative-simple: after every verify, also when nothing was drafted
-        const LibraryTimer timer(library_ms_);
+        const ScopedMs timer(library_ms_);
         common_speculative_accept(spec_.get(), seq.id, static_cast<uint16_t>(o.accepted));
     }
 
     double library_ms() const override { return library_ms_; }
 
 private:
-    // Adds the time of the scope it lives in to `into` (milliseconds).
-    struct LibraryTimer {
-        double& into;
-        std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-        explicit LibraryTimer(double& ms) : into(ms) {}
-        ~LibraryTimer() {
-            into += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        }
-    };
-
     double library_ms_ = 0;  // inside common_speculative_* since construction
     common_params_speculative cparams_;
     common_speculative_ptr spec_;

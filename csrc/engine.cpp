@@ -103,9 +103,7 @@ void refuse_unsupported(const llama_model* model, const std::string& path, bool 
     const std::string why = generation_unsupported(model, speculative);
     if (!why.empty()) throw std::invalid_argument("cannot generate with " + path + ": " + why);
 }
-}  // namespace
 
-namespace {
 // Where each model goes (EngineParams' placement fields; the draft follows the target unless set).
 Placement target_placement(const EngineParams& params) {
     Placement p;

@@ -2,12 +2,12 @@
 // replay.cpp: teacher-forced passes for the lossless verdict). Not part of the public API.
 #pragma once
 
-#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine.h"
+#include "phase_clock.h"
 
 namespace specnative {
 
@@ -76,10 +76,12 @@ struct Engine::Context {
 
     // Decodes the batch and waits for the device, so that the caller's timer stops after the work.
     void decode(const char* what) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const int rc = llama_decode(ctx, batch);
-        if (rc == 0) llama_synchronize(ctx);
-        llama_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        int rc;
+        {
+            const ScopedMs timer(llama_ms);
+            rc = llama_decode(ctx, batch);
+            if (rc == 0) llama_synchronize(ctx);
+        }
         if (rc != 0) {
             throw std::runtime_error(std::string("llama_decode failed during ") + what +
                                      " (code " + std::to_string(rc) +

@@ -29,4 +29,18 @@ private:
     clock::time_point last_;
 };
 
+// Adds the wall time of the scope it lives in to `into_ms` (milliseconds): the time spent inside
+// llama.cpp calls (Context::decode, an n-gram drafter's lookups), a part of the phase buckets.
+class ScopedMs {
+public:
+    explicit ScopedMs(double& into_ms) : into_(into_ms), t0_(PhaseClock::clock::now()) {}
+    ~ScopedMs() { into_ += std::chrono::duration<double, std::milli>(PhaseClock::clock::now() - t0_).count(); }
+    ScopedMs(const ScopedMs&) = delete;
+    ScopedMs& operator=(const ScopedMs&) = delete;
+
+private:
+    double& into_;
+    PhaseClock::clock::time_point t0_;
+};
+
 }  // namespace specnative

@@ -338,9 +338,7 @@ class Engine:
         for the round at the first position whose top draft probability (softmax at temperature 1
         over the 10 largest draft logits, as llama.cpp's draft sampler computes it, at any
         generation temperature) is below p, so it proposes 0..k tokens. 0 (default) = off."""
-        draft_p_min = check_draft_p_min(draft_p_min)
-        if draft_p_min > 0 and drafter != "model":
-            raise ValueError(f"draft_p_min applies to the draft model only, not drafter {drafter!r}")
+        draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
         if not 0 <= int(seed) < 2**64:

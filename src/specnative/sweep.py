@@ -104,7 +104,7 @@ class SweepConfig:
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
     """The llama.cpp options a cell's n-gram drafter runs with (none for the draft model)."""
-    return {} if drafter == "model" else dict(getattr(cfg, "drafter_options", {}))
+    return {} if drafter == "model" else dict(cfg.drafter_options)
 
 
 def drafter_options_text(drafter: str, options: dict) -> str | None:
@@ -434,7 +434,7 @@ def add_k_columns(engine, prompts, cfg: SweepConfig, common: dict, runs: dict, r
         on_progress(f"cost curve k={row['k']}")
         columns, prediction = k_prediction(engine, prompts, runs[row["k"]], off["step_ms"], row["k"])
         row.update(columns)
-        if getattr(cfg, "check_k", False) and prediction.best_k > 0:
+        if cfg.check_k and prediction.best_k > 0:
             if prediction.best_k not in measured:
                 on_progress(f"check k={prediction.best_k}")
                 measured[prediction.best_k] = measured_speedup_at(engine, prompts, cfg, common, prediction.best_k,
@@ -451,13 +451,13 @@ def cells_of(cfg: SweepConfig) -> list[Cell]:
     # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
     return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min) for t, ctx, conc, temp, task, drafter, p_min in
             itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures,
-                              cfg.tasks, getattr(cfg, "drafters", ["model"]), getattr(cfg, "draft_p_mins", [0.0]))
+                              cfg.tasks, cfg.drafters, cfg.draft_p_mins)
             if drafter == "model" or p_min == 0]
 
 
 def placement_tag(cfg: SweepConfig) -> str:
     """What the backend column adds for a model split over RPC servers or devices."""
-    placement = getattr(cfg, "placement", {})
+    placement = cfg.placement
     tags = [f"rpc={len(placement['rpc_servers'])}"] if placement.get("rpc_servers") else []
     tags += [f"dev={','.join(placement['devices'])}"] if placement.get("devices") else []
     return "".join(" " + tag for tag in tags)
@@ -546,10 +546,10 @@ class ProgressLine:
 def run_settings(cfg: SweepConfig) -> dict:
     """What a resume must repeat beyond the recorded grid, build and hardware: seed, batch, and
     the model and context files by content."""
-    context = getattr(cfg, "context_file", None)
+    context = cfg.context_file
     return {"seed": cfg.seed, "n_batch": cfg.n_batch, "check_seed_offset": cfg.check_seed_offset,
             "targets_sha256": [sha256_file(t) for t in cfg.targets], "draft_sha256": sha256_file(cfg.draft),
-            "prompts_source": getattr(cfg, "prompts_source", None),
+            "prompts_source": cfg.prompts_source,
             "context_sha256": sha256_file(context) if context else None}
 
 
@@ -572,7 +572,7 @@ def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: in
     n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens) for c in cells)
     return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
                   n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
-                  flash_attn=cfg.flash_attn, kv_unified=True, **getattr(cfg, "placement", {}))
+                  flash_attn=cfg.flash_attn, kv_unified=True, **cfg.placement)
 
 
 def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
@@ -614,14 +614,14 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                   "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
                            "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
                            "n_predict": cfg.n_predict, "task": cfg.tasks,
-                           "drafter": getattr(cfg, "drafters", ["model"])},
+                           "drafter": cfg.drafters},
                   "drafter_options": {d: drafter_options_text(d, drafter_options_of(cfg, d))
-                                      for d in getattr(cfg, "drafters", ["model"]) if d != "model"},
+                                      for d in cfg.drafters if d != "model"},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
-    if list(getattr(cfg, "draft_p_mins", [0.0])) != [0.0]:  # only when set: older run directories still resume
+    if list(cfg.draft_p_mins) != [0.0]:  # only when set: older run directories still resume
         provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
-    if getattr(cfg, "placement", None):  # only when set: older run directories still resume
+    if cfg.placement:  # only when set: older run directories still resume
         provenance["placement"] = cfg.placement
     if cfg.shard is not None:
         provenance["shard"] = shard_record(cfg)
