@@ -91,6 +91,7 @@ def main(argv=None) -> int:
                             (runs_ours if side == "ours" else runs_theirs).append(run())
                 except RuntimeError as error:  # it ended without statistics three times
                     row["theirs"] = {"error": str(error).splitlines()[0]}
+                    row["ours"] = {**runs_ours[-1], "tps_runs": [r["tps"] for r in runs_ours]} if runs_ours else {}
                     rows.append(row)
                     print(f"{drafter:13s} {name:12s} theirs failed: {row['theirs']['error'][:120]}")
                     continue
@@ -102,7 +103,7 @@ def main(argv=None) -> int:
                 row["alpha_points"] = 100 * (o["alpha"] - t["alpha"])
                 row["tps_ratio"] = o["tps"] / t["tps"] if t["tps"] else float("nan")
                 interval = ""
-                if a.repeats > 1:
+                if a.repeats > 1 and all(x > 0 for x in o["tps_runs"] + t["tps_runs"]):  # 0 or NaN: medians only
                     ci = speedup_interval(o["tps_runs"], t["tps_runs"])
                     row["tps_ratio_paired"] = {"estimate": ci.estimate, "low": ci.low, "high": ci.high, "level": ci.level}
                     interval = f" (paired {ci.estimate:.2f}, 95% CI {ci.low:.2f}-{ci.high:.2f})"

@@ -235,7 +235,10 @@ def paired(ours, theirs) -> str:
     geometric mean of those ratios with its 95 % t interval (specnative.stats, as the sweep does)."""
     if len(ours) != len(theirs) or len(ours) < 2:
         return ""
-    i = speedup_interval(ours, theirs)
+    try:
+        i = speedup_interval(ours, theirs)
+    except ValueError:  # a failed run's 0 or NaN: the medians above still stand
+        return ""
     return f"; paired {fmt(i.estimate, 3)}, 95% CI {fmt(i.low, 3)}–{fmt(i.high, 3)}"
 
 
