@@ -415,6 +415,21 @@ PYBIND11_MODULE(_core, m) {
         if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
         return argmax(logits.data(), static_cast<int32_t>(logits.size()));
     }, py::arg("logits"));
+    // The engine's sampling kernels (tests: against numpy's softmax and inverse CDF).
+    m.def("_softmax", [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, float temperature) {
+        if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
+        if (!(temperature > 0.0f) || !std::isfinite(1.0f / temperature)) {
+            throw std::invalid_argument("softmax needs a temperature > 0 whose inverse is finite");
+        }
+        std::vector<float> probs;
+        softmax(logits.data(), static_cast<int32_t>(logits.size()), temperature, probs);
+        return to_numpy(probs);
+    }, py::arg("logits"), py::arg("temperature"));
+    m.def("_sample_from_weights", [](py::array_t<float, py::array::c_style | py::array::forcecast> weights, double u) {
+        if (weights.ndim() != 1 || weights.size() == 0) throw std::invalid_argument("weights must be a non-empty 1-D array");
+        if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
+        return sample_from_weights(weights.data(), static_cast<int32_t>(weights.size()), u);
+    }, py::arg("weights"), py::arg("u"));
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));
     m.attr("drafter_names") = drafter_names();

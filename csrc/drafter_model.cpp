@@ -110,7 +110,7 @@ public:
             // the first position (draft_todo was fed: the cache ends at pending)
         } else if (o.accepted < o.drafted) {
             seq.n_past_draft = o.pos0 + 1 + o.accepted + std::max(o.stale, 0);
-            llama_memory_seq_rm(d_.memory(), seq.id, seq.n_past_draft, -1);
+            d_.remove_from(seq.id, seq.n_past_draft);
         } else if (!stopped_[seq.id]) {  // a stopped draft fed its last token already
             seq.draft_todo.push_back(o.last_draft);
         }

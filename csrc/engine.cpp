@@ -610,9 +610,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
                               : fault_ == Fault::rollback_short                      ? -1
                                                                                      : 0;
             seq.n_past_target = pos0 + 1 + accepted + stale;
-            // The cache holds pos0..pos0+k_eff (pending + drafts); removal scans every KV cell
-            // (O(n_ctx) in llama.cpp), so it runs only when there is a rejected tail to remove.
-            if (seq.n_past_target <= pos0 + k_eff[s]) llama_memory_seq_rm(t.memory(), seq.id, seq.n_past_target, -1);
+            t.remove_from(seq.id, seq.n_past_target);  // the rejected tail, if any
             drafter->accept(seq, RoundOutcome{pos0, k_eff[s], accepted, stale, stopped_on_eog,
                                               stopped_on_eog ? -1 : correction,
                                               k_eff[s] > 0 ? drafts[s].back() : -1});

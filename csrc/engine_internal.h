@@ -92,6 +92,13 @@ struct Engine::Context {
 
     const float* logits(int i) { return llama_get_logits_ith(ctx, i); }
     llama_memory_t memory() { return llama_get_memory(ctx); }
+
+    // Drops sequence `seq`'s cells at positions >= pos. llama.cpp's removal scans every cell of
+    // the cache (O(n_ctx)); the sequence's last position is O(1), so a removal with nothing to
+    // remove costs nothing.
+    void remove_from(int seq, int32_t pos) {
+        if (llama_memory_seq_pos_max(memory(), seq) >= pos) llama_memory_seq_rm(memory(), seq, pos, -1);
+    }
 };
 
 // ---------------------------------------------------------------------------------------------

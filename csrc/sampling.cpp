@@ -2,7 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+
+// The kernels below run over the whole vocabulary per sampled position, so on x86-64 Linux they
+// are compiled twice, for AVX2 (x86-64-v3) and for the baseline, and the loader picks one for the
+// CPU (GCC/Clang target_clones, an ifunc): the package stays portable and uses 8-wide vectors
+// where it can. Both clones give the same bits: no fast-math, no FMA contraction (CMakeLists.txt),
+// and every sum has the same association (16 lanes) at any vector width.
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+#define SPECNATIVE_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SPECNATIVE_VECTOR_CLONES
+#endif
 
 namespace specnative {
 
@@ -48,6 +60,54 @@ int32_t first_index_of(const float* logits, int32_t n, float value) {
     return std::min(i, n - 1);
 }
 
+// Sum over [begin, end) in sixteen float lanes (vectorizable, as in max_of), returned as double.
+// Callers keep ranges short (a block of a few hundred) so that float lanes lose nothing that
+// matters; long sums add block results in double.
+double block_sum(const float* begin, const float* end) {
+    constexpr int kLanes = 16;
+    float lane[kLanes] = {};
+    const float* p = begin;
+    for (; end - p >= kLanes; p += kLanes) {
+        for (int j = 0; j < kLanes; ++j) lane[j] += p[j];
+    }
+    double s = 0.0;
+    for (const float x : lane) s += x;
+    for (; p < end; ++p) s += *p;
+    return s;
+}
+
+// Block length of the blocked sums: short enough for float lanes, long enough to vectorize well.
+constexpr int32_t kSumBlock = 256;
+
+// exp(x) for x <= 0, within about 1 ulp of std::exp, as straight-line code that the compiler
+// vectorizes (std::exp is a library call per element: most of a softmax over 262k logits).
+// x = n ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to r^7 (truncation < 6e-9, below
+// half an ulp); 2^n by writing the exponent bits. Below -87.3 (exp < 1.2e-38, float's smallest
+// normal) and for NaN it returns 0, so a masked (-inf) logit gets probability 0 exactly.
+inline float exp_nonpositive(float x) {
+    constexpr float kMin = -87.3f;
+    constexpr float kLog2e = 1.44269504088896341f;
+    constexpr float kLn2Hi = 0.693359375f;    // ln 2 in 9 bits: n * kLn2Hi is exact
+    constexpr float kLn2Lo = -2.12194440e-4f;  // ln 2 - kLn2Hi
+    constexpr float kRound = 12582912.0f;     // 1.5 * 2^23: adding and subtracting it rounds
+    const bool in_range = x >= kMin;
+    const float xc = in_range ? x : kMin;
+    const float n = (xc * kLog2e + kRound) - kRound;
+    const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+    float poly = 1.0f / 5040;
+    poly = poly * r + 1.0f / 720;
+    poly = poly * r + 1.0f / 120;
+    poly = poly * r + 1.0f / 24;
+    poly = poly * r + 1.0f / 6;
+    poly = poly * r + 0.5f;
+    poly = poly * r + 1.0f;
+    poly = poly * r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // n in [-126, 0]: a normal 2^n
+    float two_to_n;
+    std::memcpy(&two_to_n, &bits, sizeof two_to_n);
+    return in_range ? poly * two_to_n : 0.0f;
+}
+
 }  // namespace
 
 double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream stream) {
@@ -60,6 +120,7 @@ double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream
 
 // One pass: the max of each block of kBlock logits, and the first block whose max exceeds every
 // earlier one (it holds the first index of the overall max); then a scan of that block alone.
+SPECNATIVE_VECTOR_CLONES
 int32_t argmax(const float* logits, int32_t n_vocab) {
     constexpr int32_t kBlock = 256;
     float top = -std::numeric_limits<float>::infinity();
@@ -81,48 +142,59 @@ int32_t argmax(const float* logits, int32_t n_vocab) {
     return from + first_index_of(logits + from, n_vocab - from, top);
 }
 
+SPECNATIVE_VECTOR_CLONES
 ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab) {
     const int32_t best = argmax(logits, n_vocab);
     const float second = std::max(max_of(logits, logits + best), max_of(logits + best + 1, logits + n_vocab));
     return {best, logits[best] - second};
 }
 
+SPECNATIVE_VECTOR_CLONES
 void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs) {
     probs.resize(n_vocab);
+    float* out = probs.data();
     const float max_logit = max_of(logits, logits + n_vocab);
     const float inv_t = 1.0f / temperature;
     double sum = 0.0;
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        probs[i] = std::exp((logits[i] - max_logit) * inv_t);
-        sum += probs[i];
+    for (int32_t begin = 0; begin < n_vocab; begin += kSumBlock) {
+        const int32_t end = std::min(n_vocab, begin + kSumBlock);
+        for (int32_t i = begin; i < end; ++i) out[i] = exp_nonpositive((logits[i] - max_logit) * inv_t);
+        sum += block_sum(out + begin, out + end);
     }
     const float inv_sum = static_cast<float>(1.0 / sum);
-    for (int32_t i = 0; i < n_vocab; ++i) {
-        probs[i] *= inv_sum;
-    }
+    for (int32_t i = 0; i < n_vocab; ++i) out[i] *= inv_sum;
 }
 
+// Inverse CDF in two steps: the sums of blocks of kSumBlock weights (one vectorized pass), then
+// a walk over the block sums to the block where the target falls, and a scan from there.
+// Weights <= 0 (and NaN) are never drawn; the block sums assume none is negative.
+SPECNATIVE_VECTOR_CLONES
 int32_t sample_from_weights(const float* weights, int32_t n, double u) {
+    std::vector<double> sums((n + kSumBlock - 1) / kSumBlock);
     double total = 0.0;
-    for (int32_t i = 0; i < n; ++i) {
-        total += weights[i];
+    for (size_t b = 0; b < sums.size(); ++b) {
+        const int32_t begin = static_cast<int32_t>(b) * kSumBlock;
+        sums[b] = block_sum(weights + begin, weights + std::min(n, begin + kSumBlock));
+        total += sums[b];
     }
     const double target = u * total;
     double cumulative = 0.0;
-    int32_t last_positive = 0;
-    for (int32_t i = 0; i < n; ++i) {
-        if (weights[i] <= 0.0f) {
-            continue;
-        }
+    size_t b = 0;
+    while (b + 1 < sums.size() && cumulative + sums[b] <= target) cumulative += sums[b++];
+    // The block's own running sum may round differently from its block sum: the scan goes on
+    // past the block's end if it must.
+    for (int32_t i = static_cast<int32_t>(b) * kSumBlock; i < n; ++i) {
+        if (!(weights[i] > 0.0f)) continue;
         cumulative += weights[i];
-        last_positive = i;
-        if (cumulative > target) {
-            return i;
-        }
+        if (cumulative > target) return i;
     }
-    return last_positive;  // rounding left target just above the sum
+    // rounding left the target just above the sum: the last positive weight (0 if there is none)
+    int32_t last = n - 1;
+    while (last > 0 && !(weights[last] > 0.0f)) --last;
+    return last;
 }
 
+SPECNATIVE_VECTOR_CLONES
 RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32_t x,
                                 double u_accept, double u_residual, std::vector<float>& scratch) {
     // u < p/q, written without the division (q(x) > 0 because x was drawn from q).
@@ -130,10 +202,10 @@ RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32
         return {true, x};
     }
     scratch.resize(n);
+    for (int32_t i = 0; i < n; ++i) scratch[i] = std::max(0.0f, p[i] - q[i]);
     double residual_mass = 0.0;
-    for (int32_t i = 0; i < n; ++i) {
-        scratch[i] = std::max(0.0f, p[i] - q[i]);
-        residual_mass += scratch[i];
+    for (int32_t begin = 0; begin < n; begin += kSumBlock) {
+        residual_mass += block_sum(scratch.data() + begin, scratch.data() + std::min(n, begin + kSumBlock));
     }
     // A rejection implies p(x) < q(x), hence some mass where p > q; float rounding can still
     // leave none, in which case p itself is the right fallback.

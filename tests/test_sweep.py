@@ -156,3 +156,20 @@ def test_cells_that_cannot_fit_are_refused_with_the_reason(noisy_pair, tmp_path)
     assert set(frame["ctx_len"]) == {0}
     refused = json.loads((tmp_path / "provenance.json").read_text())["refused_cells"]
     assert refused and "training context" in refused[0]["reason"]
+
+
+def test_each_context_length_gets_a_cache_sized_for_it(noisy_pair, tmp_path, monkeypatch):
+    """A rollback's KV removal scans the whole cache (llama.cpp's seq_rm is O(n_ctx)), so a
+    ctx=0 cell must not run in a cache sized for the grid's longest context."""
+    sizes, real_engine_for = {}, sweep.engine_for
+
+    def recording(cfg, target, cells, own_tokens=64):
+        engine = real_engine_for(cfg, target, cells, own_tokens)
+        sizes[tuple(sorted({c.ctx_len for c in cells}))] = engine.n_ctx
+        return engine
+
+    monkeypatch.setattr(sweep, "engine_for", recording)
+    run_sweep(small_config(noisy_pair, tmp_path, ctx_lens=[0, 512], concurrencies=[1, 2], ks=[2],
+                           warmup=0, repeats=1))
+    assert set(sizes) == {(0,), (512,)}
+    assert sizes[(0,)] + 512 <= sizes[(512,)]  # the short cells do not carry the long context's cells

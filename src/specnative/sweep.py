@@ -446,8 +446,8 @@ def add_k_columns(engine, prompts, cfg: SweepConfig, common: dict, runs: dict, r
 # The grid
 # ---------------------------------------------------------------------------------------------
 def cells_of(cfg: SweepConfig) -> list[Cell]:
-    # ctx ascending per target: the prefix cache grows from one cell to the next
-    # (tasks innermost: their cells share the same context documents)
+    # ctx ascending per target, one engine per context length (by_ctx_len); tasks innermost:
+    # their cells share the same context documents, prefilled once per engine
     # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
     return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min) for t, ctx, conc, temp, task, drafter, p_min in
             itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures,
@@ -588,6 +588,37 @@ def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
     }
 
 
+def by_ctx_len(cells: list[Cell]) -> list[list[Cell]]:
+    """Cells grouped by context length, in order: each group gets its own engine, sized for its
+    largest cell. A cache sized for the grid's longest context would make every rollback of the
+    short cells slow: llama.cpp's KV removal scans every cell of the cache (O(n_ctx))."""
+    groups: dict[int, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault(cell.ctx_len, []).append(cell)
+    return list(groups.values())
+
+
+def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provenance: dict, progress,
+             identity: tuple) -> None:
+    """Measures one cell and appends its rows (off, then on for every k) to traces.csv."""
+    target_rec, draft_rec, run_id, backend = identity
+    rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what))
+    ident = identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend)
+    for row in rows:
+        row.update(ident)
+        row["drafter"] = cell.drafter
+        if cell.drafter != "model":  # no draft model took part
+            row.update(draft_model=None, draft_type=None, draft_sha256=None,
+                       drafter_options=drafter_options_text(cell.drafter, drafter_options_of(cfg, cell.drafter)))
+        row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
+                                  row["k"] if row["spec_decode"] == "on" else None)
+    append_rows(traces, rows)
+    progress.finish(cell, rows)
+    provenance["workload"] = workload_for(cfg, cell.target).record()
+    lossless.record_noise(provenance.setdefault("noise_control", {}), target_rec["name"], backend,
+                          [r for r in rows if r["spec_decode"] == "on"])
+
+
 def run_sweep(cfg: SweepConfig) -> Path:
     """Runs the grid; returns the traces.csv path. KeyboardInterrupt propagates after the
     finished cells are on disk. The run directory is locked for the whole run (rundir.py)."""
@@ -648,33 +679,19 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                 progress.done += 1
             else:
                 runnable.append(cell)
-        if not runnable:
-            continue
-        with engine_for(cfg, target, runnable, own_tokens) as engine:
-            target_rec = model_record(engine.target_info, "target")
-            draft_rec = model_record(engine.draft_info, "draft")
-            provenance["models"] += [target_rec] + ([draft_rec] if not any(
-                m["role"] == "draft" for m in provenance["models"]) else [])
-            write_json(out / "provenance.json", provenance)
-            for cell in runnable:
-                if cell in done:
-                    progress.done += 1
-                    continue
-                rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what))
-                ident = identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend)
-                for row in rows:
-                    row.update(ident)
-                    row["drafter"] = cell.drafter
-                    if cell.drafter != "model":  # no draft model took part
-                        row.update(draft_model=None, draft_type=None, draft_sha256=None,
-                                   drafter_options=drafter_options_text(cell.drafter, drafter_options_of(cfg, cell.drafter)))
-                    row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
-                                              row["k"] if row["spec_decode"] == "on" else None)
-                append_rows(traces, rows)
-                progress.finish(cell, rows)
-                provenance["workload"] = workload.record()
-                lossless.record_noise(provenance.setdefault("noise_control", {}), target_rec["name"], backend,
-                                      [r for r in rows if r["spec_decode"] == "on"])
+        for group in by_ctx_len(runnable):
+            with engine_for(cfg, target, group, own_tokens) as engine:
+                target_rec = model_record(engine.target_info, "target")
+                draft_rec = model_record(engine.draft_info, "draft")
+                provenance["models"] += [rec for rec in (target_rec, draft_rec) if not any(
+                    m["role"] == rec["role"] and m["sha256"] == rec["sha256"] for m in provenance["models"])]
+                write_json(out / "provenance.json", provenance)
+                for cell in group:
+                    if cell in done:
+                        progress.done += 1
+                        continue
+                    run_cell(engine, cell, cfg, traces, provenance, progress,
+                             identity=(target_rec, draft_rec, run_id, backend))
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
     if (not traces.exists() or traces.stat().st_size == 0) and cfg.shard is None:
