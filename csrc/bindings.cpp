@@ -425,6 +425,17 @@ PYBIND11_MODULE(_core, m) {
         softmax(logits.data(), static_cast<int32_t>(logits.size()), temperature, probs);
         return to_numpy(probs);
     }, py::arg("logits"), py::arg("temperature"));
+    m.def("_sample_softmax", [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, float temperature,
+                                double u) {
+        if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
+        if (!(temperature > 0.0f) || !std::isfinite(1.0f / temperature)) {
+            throw std::invalid_argument("softmax needs a temperature > 0 whose inverse is finite");
+        }
+        if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
+        SoftmaxNorm norm;
+        softmax_norm(logits.data(), static_cast<int32_t>(logits.size()), temperature, norm);
+        return sample_softmax(logits.data(), static_cast<int32_t>(logits.size()), norm, u);
+    }, py::arg("logits"), py::arg("temperature"), py::arg("u"));
     m.def("_sample_from_weights", [](py::array_t<float, py::array::c_style | py::array::forcecast> weights, double u) {
         if (weights.ndim() != 1 || weights.size() == 0) throw std::invalid_argument("weights must be a non-empty 1-D array");
         if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");

@@ -88,11 +88,12 @@ public:
                 }
                 int32_t token;
                 if (p_.temperature > 0.0f) {
-                    std::vector<float>& qj = q[s][j];
-                    softmax(logits, d_.n_vocab, p_.temperature, qj);
-                    qj.resize(vocab_, 0.0f);
+                    softmax_norm(logits, d_.n_vocab, p_.temperature, norm_);
                     const int64_t index = seqs[s].next_index() + j;
-                    token = sample_from_weights(qj.data(), d_.n_vocab, keyed_uniform(p_.seed, seqs[s].id, index, Stream::draft));
+                    token = sample_softmax(logits, d_.n_vocab, norm_, keyed_uniform(p_.seed, seqs[s].id, index, Stream::draft));
+                    std::vector<float>& qj = q[s][j];  // kept whole: a rejection's residual needs it
+                    softmax(logits, d_.n_vocab, norm_, qj);
+                    qj.resize(vocab_, 0.0f);
                 } else {
                     token = argmax(logits, d_.n_vocab);  // the draft needs no margin
                 }
@@ -123,6 +124,7 @@ private:
     const GenerateParams& p_;
     int vocab_;
     std::vector<int> row_;
+    SoftmaxNorm norm_;  // scratch: the draft softmax being sampled
     // By sequence (index = id): the p_min rule ended this round's draft, after its last draft
     // token was fed to compute the position that failed the check.
     std::vector<char> stopped_;

@@ -33,11 +33,11 @@ int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
 // else inverse CDF with the position-keyed uniform (the same draw in baseline and `match`).
 // Appends the top-2 logit margin to `margins` when the caller records them.
 int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, int seq,
-                      int64_t index, std::vector<float>& margins, std::vector<float>& probs) {
+                      int64_t index, std::vector<float>& margins, SoftmaxNorm& norm) {
     if (p.record_margins) margins.push_back(argmax_with_margin(logits, n_vocab).margin);
     if (p.temperature <= 0.0f) return argmax(logits, n_vocab);
-    softmax(logits, n_vocab, p.temperature, probs);
-    return sample_from_weights(probs.data(), n_vocab, keyed_uniform(p.seed, seq, index, Stream::target));
+    softmax_norm(logits, n_vocab, p.temperature, norm);
+    return sample_softmax(logits, n_vocab, norm, keyed_uniform(p.seed, seq, index, Stream::target));
 }
 
 bool finished(const std::vector<int32_t>& out, const GenerateParams& p, const llama_vocab* vocab) {
@@ -88,8 +88,8 @@ void spin_for_ms(double ms) {
 
 // Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
 std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
-    return [&p, n_vocab, probs = std::vector<float>()](Engine::Sequence& seq, const float* logits) mutable {
-        seq.out.push_back(sample_target(logits, n_vocab, p, seq.id, 0, seq.margins, probs));
+    return [&p, n_vocab, norm = SoftmaxNorm()](Engine::Sequence& seq, const float* logits) mutable {
+        seq.out.push_back(sample_target(logits, n_vocab, p, seq.id, 0, seq.margins, norm));
     };
 }
 
@@ -439,7 +439,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     clock.charge(r.times.prefill_target);
     const double llama_before = t.llama_ms;  // decoding only: prefill's decodes left out
 
-    std::vector<float> probs;
+    SoftmaxNorm norm;
     std::vector<int> row(seqs.size());
     r.n_seq = static_cast<int>(seqs.size());
     while (true) {
@@ -457,7 +457,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
             Sequence& seq = seqs[s];
             if (seq.done) continue;
             const int32_t token = sample_target(t.logits(row[s]), t.n_vocab, p, seq.id, seq.next_index(),
-                                                seq.margins, probs);
+                                                seq.margins, norm);
             seq.n_past_target += 1;
             seq.out.push_back(token);
             seq.done = finished(seq.out, p, t.vocab);
@@ -512,6 +512,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     std::vector<std::vector<int32_t>> drafts(n_seq);
     // q[s][j]: draft distribution that proposed draft j+1 of sequence s (the rejection rule needs it)
     std::vector<std::vector<std::vector<float>>> q(n_seq, std::vector<std::vector<float>>(p.k));
+    SoftmaxNorm norm;  // the target's softmax at the position being judged
     std::vector<float> p_probs, scratch;
     GenerateParams mixed_up = p;  // Fault::seed_mixup: another seed's draws
     mixed_up.seed = p.seed + 1;
@@ -564,24 +565,28 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
                 if (i == k_eff[s]) {  // every draft accepted: bonus token from p
                     correction = fault_ == Fault::bonus_from_q && i > 0
                                      ? faulty_bonus(q[s][i - 1], drafts[s][i - 1], p, seq.id, index)
-                                     : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
+                                     : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, norm);
                     break;
                 }
                 const int32_t x = drafts[s][i];
                 int32_t target_token;
                 if (rule == AcceptRule::rejection) {
                     if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
-                    softmax(logits, t.n_vocab, p.temperature, p_probs);
-                    p_probs.resize(vocab, 0.0f);
-                    const RejectionOutcome o = rejection_step(
-                        p_probs.data(), q[s][i].data(), vocab, x,
-                        keyed_uniform(p.seed, seq.id, index, Stream::accept),
-                        keyed_uniform(p.seed, seq.id, index, Stream::residual), scratch);
-                    target_token = o.token;
+                    // p(x) alone decides an acceptance; the whole of p only a rejection's residual
+                    softmax_norm(logits, t.n_vocab, p.temperature, norm);
+                    const float p_x = x < t.n_vocab ? softmax_prob(logits, norm, x) : 0.0f;
+                    if (draft_accepted(keyed_uniform(p.seed, seq.id, index, Stream::accept), p_x, q[s][i][x])) {
+                        target_token = x;
+                    } else {
+                        softmax(logits, t.n_vocab, norm, p_probs);
+                        p_probs.resize(vocab, 0.0f);  // zero beyond the target's vocabulary
+                        target_token = residual_sample(p_probs.data(), q[s][i].data(), vocab,
+                                                       keyed_uniform(p.seed, seq.id, index, Stream::residual), scratch);
+                    }
                 } else {  // greedy and match: the target's own (argmax or keyed) sample
                     target_token = fault_ == Fault::seed_mixup
-                                       ? sample_target(logits, t.n_vocab, mixed_up, seq.id, index, seq.margins, p_probs)
-                                       : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, p_probs);
+                                       ? sample_target(logits, t.n_vocab, mixed_up, seq.id, index, seq.margins, norm)
+                                       : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, norm);
                 }
                 if (target_token != x) {
                     correction = target_token;

@@ -145,6 +145,7 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
     ReplayCheck check;
     check.final_logits.resize(forced.size());
     std::vector<float> probs;
+    SoftmaxNorm norm;
     // One placeholder token per continuation (never fed) makes the pass visit the position after
     // the last emitted token too.
     for (size_t s = 0; s < forced.size(); ++s) {
@@ -162,10 +163,11 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
         if (temperature <= 0.0f) {
             pick = argmax(logits, n_vocab);
         } else {  // the baseline's draw: inverse CDF at the position-keyed uniform
-            softmax(logits, n_vocab, temperature, probs);
+            softmax_norm(logits, n_vocab, temperature, norm);
+            softmax(logits, n_vocab, norm, probs);
             const double u = keyed_uniform(seed, s, index, Stream::target);
-            pick = sample_from_weights(probs.data(), n_vocab, u);
-            double below = 0.0, total = 0.0;  // normalised as sample_from_weights does
+            pick = sample_softmax(logits, n_vocab, norm, u);
+            double below = 0.0, total = 0.0;  // the draw's CDF, normalised
             for (int32_t v = 0; v < n_vocab; ++v) {
                 if (v == emitted) below = total;
                 total += probs[v];

@@ -15,6 +15,13 @@
 #else
 #define SPECNATIVE_VECTOR_CLONES
 #endif
+// The loops live in small helpers, which must be compiled inside each clone: left out of line
+// they would be built once, for the baseline (and GCC then left the max loop scalar).
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECNATIVE_IN_CLONE inline __attribute__((always_inline))
+#else
+#define SPECNATIVE_IN_CLONE inline
+#endif
 
 namespace specnative {
 
@@ -28,27 +35,55 @@ uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-// Max over [begin, end), NaNs skipped. Sixteen independent running maxima: an element-wise loop
-// the compiler vectorizes at any -m level without -ffast-math (one running max is a reduction it
-// may not reorder), which matters at 262k-token vocabularies (Gemma).
-// The value is the same as a sequential scan's (max is exact; +0 and -0 compare equal).
-float max_of(const float* begin, const float* end) {
-    constexpr int kLanes = 16;
-    float lane[kLanes];
-    for (float& m : lane) m = -std::numeric_limits<float>::infinity();
+// Max over [begin, end), NaNs skipped. GCC does not vectorize a float max written as a loop
+// without -ffast-math (it may not assume away NaNs), so the running maxima are explicit vectors
+// (GCC/Clang vector extensions: the clone's ISA picks the registers), four of them so that
+// compare-and-select latency overlaps. The value is a sequential scan's (max is exact; +0 and -0
+// compare equal).
+#if defined(__GNUC__) || defined(__clang__)
+typedef float Floats8 __attribute__((vector_size(32)));
+// Its helpers are always inlined, so no 32-byte vector ever crosses a call: GCC's note that
+// such a call's ABI depends on AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+SPECNATIVE_IN_CLONE Floats8 load8(const float* p) {
+    Floats8 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+SPECNATIVE_IN_CLONE Floats8 max8(Floats8 a, Floats8 b) { return b > a ? b : a; }  // NaN in b: a
+
+SPECNATIVE_IN_CLONE float max_of(const float* begin, const float* end) {
+    constexpr float kLowest = -std::numeric_limits<float>::infinity();
+    float m = kLowest;
     const float* p = begin;
-    for (; end - p >= kLanes; p += kLanes) {
-        for (int j = 0; j < kLanes; ++j) lane[j] = p[j] > lane[j] ? p[j] : lane[j];
+    if (end - p >= 32) {
+        Floats8 a = {kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest, kLowest};
+        Floats8 b = a, c = a, d = a;
+        for (; end - p >= 32; p += 32) {
+            a = max8(a, load8(p));
+            b = max8(b, load8(p + 8));
+            c = max8(c, load8(p + 16));
+            d = max8(d, load8(p + 24));
+        }
+        a = max8(max8(a, b), max8(c, d));
+        for (int j = 0; j < 8; ++j) m = a[j] > m ? a[j] : m;
     }
-    float m = -std::numeric_limits<float>::infinity();
-    for (const float x : lane) m = x > m ? x : m;
     for (; p < end; ++p) m = *p > m ? *p : m;
     return m;
 }
+#else
+SPECNATIVE_IN_CLONE float max_of(const float* begin, const float* end) {
+    float m = -std::numeric_limits<float>::infinity();
+    for (const float* p = begin; p < end; ++p) m = *p > m ? *p : m;
+    return m;
+}
+#endif
 
 // First index i in [0, n) with logits[i] == value, or n - 1 where none is: blocks of 64 are
 // tested branch-free (vectorized) and only the block holding it is scanned one by one.
-int32_t first_index_of(const float* logits, int32_t n, float value) {
+SPECNATIVE_IN_CLONE int32_t first_index_of(const float* logits, int32_t n, float value) {
     constexpr int32_t kBlock = 64;
     int32_t i = 0;
     for (; n - i >= kBlock; i += kBlock) {
@@ -63,7 +98,7 @@ int32_t first_index_of(const float* logits, int32_t n, float value) {
 // Sum over [begin, end) in sixteen float lanes (vectorizable, as in max_of), returned as double.
 // Callers keep ranges short (a block of a few hundred) so that float lanes lose nothing that
 // matters; long sums add block results in double.
-double block_sum(const float* begin, const float* end) {
+SPECNATIVE_IN_CLONE double block_sum(const float* begin, const float* end) {
     constexpr int kLanes = 16;
     float lane[kLanes] = {};
     const float* p = begin;
@@ -76,15 +111,12 @@ double block_sum(const float* begin, const float* end) {
     return s;
 }
 
-// Block length of the blocked sums: short enough for float lanes, long enough to vectorize well.
-constexpr int32_t kSumBlock = 256;
-
 // exp(x) for x <= 0, within about 1 ulp of std::exp, as straight-line code that the compiler
 // vectorizes (std::exp is a library call per element: most of a softmax over 262k logits).
 // x = n ln2 + r with |r| <= ln2/2; exp(r) by its Taylor series to r^7 (truncation < 6e-9, below
 // half an ulp); 2^n by writing the exponent bits. Below -87.3 (exp < 1.2e-38, float's smallest
 // normal) and for NaN it returns 0, so a masked (-inf) logit gets probability 0 exactly.
-inline float exp_nonpositive(float x) {
+SPECNATIVE_IN_CLONE float exp_nonpositive(float x) {
     constexpr float kMin = -87.3f;
     constexpr float kLog2e = 1.44269504088896341f;
     constexpr float kLn2Hi = 0.693359375f;    // ln 2 in 9 bits: n * kLn2Hi is exact
@@ -149,32 +181,92 @@ ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab) {
     return {best, logits[best] - second};
 }
 
-SPECNATIVE_VECTOR_CLONES
-void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs) {
-    probs.resize(n_vocab);
-    float* out = probs.data();
-    const float max_logit = max_of(logits, logits + n_vocab);
-    const float inv_t = 1.0f / temperature;
-    double sum = 0.0;
-    for (int32_t begin = 0; begin < n_vocab; begin += kSumBlock) {
-        const int32_t end = std::min(n_vocab, begin + kSumBlock);
-        for (int32_t i = begin; i < end; ++i) out[i] = exp_nonpositive((logits[i] - max_logit) * inv_t);
-        sum += block_sum(out + begin, out + end);
-    }
-    const float inv_sum = static_cast<float>(1.0 / sum);
-    for (int32_t i = 0; i < n_vocab; ++i) out[i] *= inv_sum;
+namespace {
+
+// exp((l - max) / T) for logits [begin, end) into out (at most kSoftmaxBlock).
+SPECNATIVE_IN_CLONE void softmax_terms(const float* logits, int32_t begin, int32_t end, const SoftmaxNorm& norm, float* out) {
+    for (int32_t i = begin; i < end; ++i) out[i - begin] = exp_nonpositive((logits[i] - norm.max_logit) * norm.inv_t);
 }
 
-// Inverse CDF in two steps: the sums of blocks of kSumBlock weights (one vectorized pass), then
+}  // namespace
+
+SPECNATIVE_VECTOR_CLONES
+void softmax_norm(const float* logits, int32_t n_vocab, float temperature, SoftmaxNorm& norm) {
+    norm.max_logit = max_of(logits, logits + n_vocab);
+    norm.inv_t = 1.0f / temperature;
+    norm.block_sums.resize((n_vocab + kSoftmaxBlock - 1) / kSoftmaxBlock);
+    float terms[kSoftmaxBlock];
+    double sum = 0.0;
+    for (size_t b = 0; b < norm.block_sums.size(); ++b) {
+        const int32_t begin = static_cast<int32_t>(b) * kSoftmaxBlock;
+        const int32_t end = std::min(n_vocab, begin + kSoftmaxBlock);
+        softmax_terms(logits, begin, end, norm, terms);
+        norm.block_sums[b] = block_sum(terms, terms + (end - begin));
+        sum += norm.block_sums[b];
+    }
+    norm.sum = sum;
+    norm.inv_sum = static_cast<float>(1.0 / sum);
+}
+
+float softmax_prob(const float* logits, const SoftmaxNorm& norm, int32_t i) {
+    return exp_nonpositive((logits[i] - norm.max_logit) * norm.inv_t) * norm.inv_sum;
+}
+
+SPECNATIVE_VECTOR_CLONES
+int32_t sample_softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, double u) {
+    const double target = u * norm.sum;
+    double cumulative = 0.0;
+    size_t b = 0;
+    while (b + 1 < norm.block_sums.size() && cumulative + norm.block_sums[b] <= target) {
+        cumulative += norm.block_sums[b++];
+    }
+    float terms[kSoftmaxBlock];
+    int32_t last_positive = -1;
+    for (; b < norm.block_sums.size(); ++b) {  // normally the first block; later ones on rounding
+        const int32_t begin = static_cast<int32_t>(b) * kSoftmaxBlock;
+        const int32_t end = std::min(n_vocab, begin + kSoftmaxBlock);
+        softmax_terms(logits, begin, end, norm, terms);
+        for (int32_t i = begin; i < end; ++i) {
+            if (!(terms[i - begin] > 0.0f)) continue;
+            cumulative += terms[i - begin];
+            last_positive = i;
+            if (cumulative > target) return i;
+        }
+    }
+    if (last_positive >= 0) return last_positive;  // rounding left the target just above the sum
+    for (int32_t i = n_vocab - 1; i > 0; --i) {      // ... and the blocks scanned held no weight
+        if (softmax_prob(logits, norm, i) > 0.0f) return i;
+    }
+    return 0;
+}
+
+SPECNATIVE_VECTOR_CLONES
+void softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, std::vector<float>& probs) {
+    probs.resize(n_vocab);
+    float* out = probs.data();
+    for (int32_t begin = 0; begin < n_vocab; begin += kSoftmaxBlock) {
+        const int32_t end = std::min(n_vocab, begin + kSoftmaxBlock);
+        softmax_terms(logits, begin, end, norm, out + begin);
+        for (int32_t i = begin; i < end; ++i) out[i] *= norm.inv_sum;
+    }
+}
+
+void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs) {
+    SoftmaxNorm norm;
+    softmax_norm(logits, n_vocab, temperature, norm);
+    softmax(logits, n_vocab, norm, probs);
+}
+
+// Inverse CDF in two steps: the sums of blocks of kSoftmaxBlock weights (one vectorized pass), then
 // a walk over the block sums to the block where the target falls, and a scan from there.
 // Weights <= 0 (and NaN) are never drawn; the block sums assume none is negative.
 SPECNATIVE_VECTOR_CLONES
 int32_t sample_from_weights(const float* weights, int32_t n, double u) {
-    std::vector<double> sums((n + kSumBlock - 1) / kSumBlock);
+    std::vector<double> sums((n + kSoftmaxBlock - 1) / kSoftmaxBlock);
     double total = 0.0;
     for (size_t b = 0; b < sums.size(); ++b) {
-        const int32_t begin = static_cast<int32_t>(b) * kSumBlock;
-        sums[b] = block_sum(weights + begin, weights + std::min(n, begin + kSumBlock));
+        const int32_t begin = static_cast<int32_t>(b) * kSoftmaxBlock;
+        sums[b] = block_sum(weights + begin, weights + std::min(n, begin + kSoftmaxBlock));
         total += sums[b];
     }
     const double target = u * total;
@@ -183,7 +275,7 @@ int32_t sample_from_weights(const float* weights, int32_t n, double u) {
     while (b + 1 < sums.size() && cumulative + sums[b] <= target) cumulative += sums[b++];
     // The block's own running sum may round differently from its block sum: the scan goes on
     // past the block's end if it must.
-    for (int32_t i = static_cast<int32_t>(b) * kSumBlock; i < n; ++i) {
+    for (int32_t i = static_cast<int32_t>(b) * kSoftmaxBlock; i < n; ++i) {
         if (!(weights[i] > 0.0f)) continue;
         cumulative += weights[i];
         if (cumulative > target) return i;
@@ -194,23 +286,27 @@ int32_t sample_from_weights(const float* weights, int32_t n, double u) {
     return last;
 }
 
+bool draft_accepted(double u_accept, float p_x, float q_x) {
+    return u_accept * q_x < p_x;  // u < p/q without the division (q(x) > 0: x was drawn from q)
+}
+
 SPECNATIVE_VECTOR_CLONES
-RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32_t x,
-                                double u_accept, double u_residual, std::vector<float>& scratch) {
-    // u < p/q, written without the division (q(x) > 0 because x was drawn from q).
-    if (u_accept * q[x] < p[x]) {
-        return {true, x};
-    }
+int32_t residual_sample(const float* p, const float* q, int32_t n, double u_residual, std::vector<float>& scratch) {
     scratch.resize(n);
     for (int32_t i = 0; i < n; ++i) scratch[i] = std::max(0.0f, p[i] - q[i]);
     double residual_mass = 0.0;
-    for (int32_t begin = 0; begin < n; begin += kSumBlock) {
-        residual_mass += block_sum(scratch.data() + begin, scratch.data() + std::min(n, begin + kSumBlock));
+    for (int32_t begin = 0; begin < n; begin += kSoftmaxBlock) {
+        residual_mass += block_sum(scratch.data() + begin, scratch.data() + std::min(n, begin + kSoftmaxBlock));
     }
     // A rejection implies p(x) < q(x), hence some mass where p > q; float rounding can still
     // leave none, in which case p itself is the right fallback.
-    const float* weights = residual_mass > 0.0 ? scratch.data() : p;
-    return {false, sample_from_weights(weights, n, u_residual)};
+    return sample_from_weights(residual_mass > 0.0 ? scratch.data() : p, n, u_residual);
+}
+
+RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32_t x,
+                                double u_accept, double u_residual, std::vector<float>& scratch) {
+    if (draft_accepted(u_accept, p[x], q[x])) return {true, x};
+    return {false, residual_sample(p, q, n, u_residual, scratch)};
 }
 
 }  // namespace specnative

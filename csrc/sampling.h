@@ -25,8 +25,27 @@ struct ArgmaxResult {
 ArgmaxResult argmax_with_margin(const float* logits, int32_t n_vocab);
 int32_t argmax(const float* logits, int32_t n_vocab);  // first index of the maximum
 
-// probs = softmax(logits / temperature); temperature > 0.
+// A temperature softmax without its table: the max logit, 1/T, the normaliser and the sums of
+// exp over blocks of the vocabulary, from two read-only passes. p(i) and an inverse-CDF draw
+// follow from it without writing a probability per token (a 262k-token vocabulary makes that
+// table, and its passes, most of the cost of a sampled token).
+struct SoftmaxNorm {
+    float max_logit = 0;
+    float inv_t = 1;
+    float inv_sum = 1;               // float(1 / sum): p(i) = exp(...) * inv_sum
+    double sum = 0;                  // sum over the vocabulary of exp((l - max) / T)
+    std::vector<double> block_sums;  // the same sum by block of kSoftmaxBlock tokens
+};
+constexpr int32_t kSoftmaxBlock = 256;
+void softmax_norm(const float* logits, int32_t n_vocab, float temperature, SoftmaxNorm& norm);
+float softmax_prob(const float* logits, const SoftmaxNorm& norm, int32_t i);  // p(i)
+// The inverse-CDF draw at uniform u from the softmax: the same token sample_from_weights would
+// pick from exp((l - max) / T) (up to rounding at a block boundary).
+int32_t sample_softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, double u);
+
+// probs = softmax(logits / temperature); temperature > 0. probs[i] == softmax_prob(i) exactly.
 void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs);
+void softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, std::vector<float>& probs);
 
 // Inverse-CDF draw from an (unnormalised, non-negative) weight vector with uniform u in [0, 1).
 int32_t sample_from_weights(const float* weights, int32_t n, double u);
@@ -39,5 +58,9 @@ struct RejectionOutcome {
 };
 RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32_t x,
                                 double u_accept, double u_residual, std::vector<float>& scratch);
+// Its two halves, for callers that know p(x) without the whole of p: the accept test
+// u < p(x)/q(x), and the draw from norm(max(0, p - q)) after a rejection.
+bool draft_accepted(double u_accept, float p_x, float q_x);
+int32_t residual_sample(const float* p, const float* q, int32_t n, double u_residual, std::vector<float>& scratch);
 
 }  // namespace specnative
