@@ -49,6 +49,7 @@ py::dict times_dict(const StepTimes& t) {
     d["decode"] = t.decode;
     d["total"] = t.total;
     d["llama"] = t.llama;  // inside llama.cpp, of the decoding buckets (not a bucket itself)
+    d["kv_removal"] = t.kv_removal;  // of llama: the rollbacks' KV removal
     return d;
 }
 

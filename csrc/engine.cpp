@@ -506,6 +506,8 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     // Time inside llama.cpp so far: target and draft decodes, and the drafter's own library calls.
     const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + drafter->library_ms(); };
     const double llama_before = llama_now();  // decoding only: both prefills left out
+    const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0); };
+    const double removal_before = removal_now();
     const int vocab = drafter->n_vocab();  // p and q are zero-padded to a common size
 
     std::vector<int> k_eff(n_seq), row(n_seq);
@@ -632,6 +634,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
                         r.times.draft + r.times.verify + r.times.resample - ms_before);
     }
     r.times.llama = llama_now() - llama_before;
+    r.times.kv_removal = removal_now() - removal_before;
     r.times.total = clock.elapsed_ms();
     return r;
 }

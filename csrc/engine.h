@@ -97,8 +97,12 @@ struct StepTimes {
     double total = 0;
     // Not a bucket: the part of the decoding buckets (draft + verify + resample, or decode) spent
     // inside llama.cpp calls (llama_decode of baseline, draft and verify batches with their
-    // synchronize; an n-gram drafter's common_speculative_* calls). The rest is the engine's own.
+    // synchronize; a rollback's KV removal; an n-gram drafter's common_speculative_* calls). The
+    // rest is the engine's own.
     double llama = 0;
+    // Of `llama`: the rollbacks' KV removal (llama_memory_seq_rm on target and draft caches, a scan
+    // over every cell of the cache), apart because it grows with n_ctx, not with the model.
+    double kv_removal = 0;
     double steps_sum() const {
         return prefill_target + prefill_draft + draft + verify + resample + decode;
     }

@@ -93,11 +93,17 @@ struct Engine::Context {
     const float* logits(int i) { return llama_get_logits_ith(ctx, i); }
     llama_memory_t memory() { return llama_get_memory(ctx); }
 
+    // Milliseconds of llama_ms spent removing cells (remove_from).
+    double kv_removal_ms = 0;
+
     // Drops sequence `seq`'s cells at positions >= pos. llama.cpp's removal scans every cell of
     // the cache (O(n_ctx)); the sequence's last position is O(1), so a removal with nothing to
-    // remove costs nothing.
+    // remove costs nothing. Timed as llama.cpp time, and apart as KV removal.
     void remove_from(int seq, int32_t pos) {
-        if (llama_memory_seq_pos_max(memory(), seq) >= pos) llama_memory_seq_rm(memory(), seq, pos, -1);
+        if (llama_memory_seq_pos_max(memory(), seq) < pos) return;
+        const ScopedMs inside_llama(llama_ms);
+        const ScopedMs removal(kv_removal_ms);
+        llama_memory_seq_rm(memory(), seq, pos, -1);
     }
 };
 

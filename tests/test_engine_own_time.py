@@ -1,5 +1,6 @@
-"""Where a round's time goes (issue 17): inside llama.cpp calls (times["llama"]) or the engine's own
-(batch building, sampling, acceptance, KV removal). A planted fault (slow_accept: a busy-wait of
+"""Where a round's time goes (issue 17): inside llama.cpp calls (times["llama"], of which the
+rollbacks' KV removal, times["kv_removal"]) or the engine's own (batch building, sampling,
+acceptance). A planted fault (slow_accept: a busy-wait of
 2 ms per sequence per iteration in the accept phase) must show up as engine time, not llama time."""
 from __future__ import annotations
 
@@ -52,6 +53,18 @@ def test_slow_accept_is_engine_time_not_llama_time(noisy_engine, kw):
     assert slow.engine_own["engine_own_share"] > plain.engine_own["engine_own_share"]
 
 
+def test_kv_removal_is_timed_only_where_a_rollback_removes_cells(noisy_engine, copy_engine):
+    """A rejected tail is removed from the target's and the draft's caches (llama.cpp time, shown
+    apart); a baseline never removes; an exact-copy draft at T = 0 never has a tail to remove."""
+    rejecting = noisy_engine.generate(PROMPTS[:2], n_predict=24, spec=True, k=4)
+    assert rejecting.totals["rejected"] > 0
+    assert 0.0 < rejecting.times["kv_removal"] <= rejecting.times["llama"]
+    assert rejecting.engine_own["kv_removal_ms"] == rejecting.times["kv_removal"]
+    assert noisy_engine.generate(PROMPTS[:2], n_predict=24, spec=False).times["kv_removal"] == 0.0
+    exact = copy_engine.generate(PROMPTS[:2], n_predict=24, spec=True, k=4)
+    assert exact.totals["rejected"] == 0 and exact.times["kv_removal"] == 0.0
+
+
 def test_prefill_is_not_counted(noisy_engine):
     """times["llama"] covers decoding only: a long prompt's prefill decodes stay out of it."""
     long_prompt = " ".join(["word"] * 300)
@@ -61,7 +74,8 @@ def test_prefill_is_not_counted(noisy_engine):
 
 
 def test_engine_own_time_definition():
-    assert engine_own_time(10.0, 9.5) == {"llama_ms": 9.5, "engine_own_ms": 0.5, "engine_own_share": 0.05}
+    assert engine_own_time(10.0, 9.5, 2.0) == {"llama_ms": 9.5, "kv_removal_ms": 2.0, "engine_own_ms": 0.5,
+                                               "engine_own_share": 0.05}
     assert math.isnan(engine_own_time(0.0, 0.0)["engine_own_share"])
 
 
@@ -74,6 +88,7 @@ def test_sweep_rows_carry_engine_own_time(noisy_engine, kw):
     decoding = sum(decoding_ms(r.times) for r in results) / 2
     llama = sum(r.times["llama"] for r in results) / 2
     assert row["llama_ms"] == pytest.approx(llama)
+    assert row["kv_removal_ms"] == pytest.approx(sum(r.times["kv_removal"] for r in results) / 2)
     assert row["engine_own_ms"] == pytest.approx(decoding - llama)
     assert row["engine_own_share"] == pytest.approx((decoding - llama) / decoding)
     assert 0.0 <= row["engine_own_share"] <= 1.0

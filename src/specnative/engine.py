@@ -184,7 +184,8 @@ class GenerationResult:
     @property
     def engine_own(self) -> dict:
         """Where this run's decoding time went: inside llama.cpp or the engine's own (engine_own_time)."""
-        return engine_own_time(decoding_ms(self.times), self.times.get("llama", float("nan")))
+        return engine_own_time(decoding_ms(self.times), self.times.get("llama", float("nan")),
+                               self.times.get("kv_removal", float("nan")))
 
 
 DECODING_STEPS = ("draft", "verify", "resample", "decode")  # the timers after prefill
@@ -195,14 +196,16 @@ def decoding_ms(times: dict) -> float:
     return float(sum(times[s] for s in DECODING_STEPS))
 
 
-def engine_own_time(decoding: float, llama: float) -> dict:
+def engine_own_time(decoding: float, llama: float, kv_removal: float = float("nan")) -> dict:
     """The one definition of the engine's own time (issue 17): of `decoding` ms (decoding_ms), what
     was not inside llama.cpp calls (`llama` ms: every decode of the baseline, draft and verify
-    batches, an n-gram drafter's lookups) is the engine's own: batch building, sampling,
-    acceptance, KV removal. Returns llama_ms, engine_own_ms and engine_own_share (of decoding)."""
+    batches, a rollback's KV removal, an n-gram drafter's lookups) is the engine's own: batch
+    building, sampling, acceptance. `kv_removal` (part of `llama`) is passed through on its own:
+    llama.cpp's removal scans the whole cache, so it grows with n_ctx. Returns llama_ms,
+    kv_removal_ms, engine_own_ms and engine_own_share (of decoding)."""
     own = decoding - llama
     share = own / decoding if decoding > 0 else float("nan")
-    return {"llama_ms": llama, "engine_own_ms": own, "engine_own_share": share}
+    return {"llama_ms": llama, "kv_removal_ms": kv_removal, "engine_own_ms": own, "engine_own_share": share}
 
 
 def rpc_device_names(rpc_servers) -> list[str]:

@@ -1002,10 +1002,17 @@ def timing_md(traces: pd.DataFrame) -> str:
 ENGINE_OWN_GOAL = 0.01  # issue 17: the engine's own share of a round (or step) at most 1 %
 
 
+def _fmt_sum(rows: pd.DataFrame, column: str) -> str:
+    """A column's sum over rows, '-' where the traces predate it."""
+    values = pd.to_numeric(rows[column], errors="coerce") if column in rows else pd.Series(dtype=float)
+    return f"{values.sum():.2f}" if values.notna().any() else "-"
+
+
 def engine_own_md(traces: pd.DataFrame) -> str:
-    """Where the decoding time went: inside llama.cpp calls or the engine's own (batch building,
-    sampling, acceptance, KV removal), from the sweep's llama_ms / engine_own_* columns; the
-    share is per row (a round, or a baseline step), summarized per mode and drafter."""
+    """Where the decoding time went: inside llama.cpp calls (of which the rollbacks' KV removal,
+    apart) or the engine's own (batch building, sampling, acceptance), from the sweep's llama_ms /
+    kv_removal_ms / engine_own_* columns; the share is per row (a round, or a baseline step),
+    summarized per mode and drafter."""
     share = pd.to_numeric(traces["engine_own_share"], errors="coerce")
     rows_with = traces[share.notna()].assign(_share=share[share.notna()])
     if rows_with.empty:
@@ -1016,6 +1023,7 @@ def engine_own_md(traces: pd.DataFrame) -> str:
         worst = g.loc[g["_share"].idxmax()]
         out.append([mode, drafter if mode == "on" else f"({drafter} cell)", len(g),
                     f"{pd.to_numeric(g['llama_ms'], errors='coerce').sum():.1f}",
+                    _fmt_sum(g, "kv_removal_ms"),
                     f"{pd.to_numeric(g['engine_own_ms'], errors='coerce').sum():.2f}",
                     f"{g['_share'].median():.2%}", f"{worst['_share']:.2%}",
                     label(worst, ["quant_bits", "ctx_len", "concurrency"] + (["k"] if mode == "on" else []))])
@@ -1023,8 +1031,10 @@ def engine_own_md(traces: pd.DataFrame) -> str:
     verdict = (f"every row within the goal of {ENGINE_OWN_GOAL:.0%}" if over == 0 else
                f"**{over} of {len(rows_with)} rows above the goal of {ENGINE_OWN_GOAL:.0%}**")
     return ("Engine's own time (decoding time not spent inside llama.cpp calls: batch building, sampling, "
-            f"acceptance, KV removal), per run: {verdict}.\n\n"
-            + md_table(["mode", "drafter", "rows", "inside llama.cpp, ms (sum)", "engine's own, ms (sum)",
+            f"acceptance), per run: {verdict}. A rollback's KV removal is a llama.cpp call (a scan over every "
+            "cell of the cache), shown apart.\n\n"
+            + md_table(["mode", "drafter", "rows", "inside llama.cpp, ms (sum)", "of which KV removal, ms (sum)",
+                        "engine's own, ms (sum)",
                         "own share, median", "own share, max", "max at"], out))
 
 

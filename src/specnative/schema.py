@@ -154,15 +154,17 @@ COLUMNS: tuple[Column, ...] = (
            "prompts (--check-k; on rows)"),
     # --- where a round's time goes: inside llama.cpp or the engine's own (issue 17) -------------------
     Column("llama_ms", "float", "of the decoding time (draft+verify+resample, or decode): time inside llama.cpp calls "
-           "(llama_decode of baseline, draft and verify batches; an n-gram drafter's lookups in common), per run, "
-           "mean over repeats"),
+           "(llama_decode of baseline, draft and verify batches; a rollback's KV removal; an n-gram drafter's "
+           "lookups in common), per run, mean over repeats"),
     Column("engine_own_ms", "float", "of the decoding time: the engine's own time (batch building, sampling, "
-           "acceptance, KV removal), per run, mean over repeats"),
+           "acceptance), per run, mean over repeats"),
     Column("engine_own_share", "float", "engine_own_ms / decoding time: the engine's own share of a round (on rows) "
            "or of a baseline step (off rows)"),
     # --- the draft model's dynamic stop rule (llama.cpp --spec-draft-p-min) ---------------------------
     Column("draft_p_min", "float", "stop drafting a sequence's round when the draft's top probability falls below "
            "this (llama.cpp's --spec-draft-p-min); 0: always draft k (on rows of draft-model cells)"),
+    Column("kv_removal_ms", "float", "of llama_ms: the rollbacks' KV removal (llama_memory_seq_rm on the target's and "
+           "the draft's caches; llama.cpp scans every cell, so it grows with n_ctx), per run, mean over repeats"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -233,7 +233,8 @@ def _median_row(results) -> dict:
         "draft_ms": mean_time("draft"), "verify_ms": mean_time("verify"),
         "resample_ms": mean_time("resample"), "decode_ms": mean_time("decode"),
         "total_ms": mean_time("total"),
-        **engine_own_time(statistics.fmean(decoding_ms(r.times) for r in results), mean_time("llama")),
+        **engine_own_time(statistics.fmean(decoding_ms(r.times) for r in results), mean_time("llama"),
+                          mean_time("kv_removal")),
     }
 
 
