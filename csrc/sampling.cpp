@@ -95,7 +95,7 @@ SPECNATIVE_IN_CLONE int32_t first_index_of(const float* logits, int32_t n, float
     return std::min(i, n - 1);
 }
 
-// Sum over [begin, end) in sixteen float lanes (vectorizable, as in max_of), returned as double.
+// Sum over [begin, end) in sixteen float lanes (per-lane adds: the compiler vectorizes them), as double.
 // Callers keep ranges short (a block of a few hundred) so that float lanes lose nothing that
 // matters; long sums add block results in double.
 SPECNATIVE_IN_CLONE double block_sum(const float* begin, const float* end) {
