@@ -7,11 +7,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <thread>
 
 #include "drafter.h"
 #include "engine.h"
+#include "engine_internal.h"  // check_temperature
 #include "model_io.h"
 #include "sampling.h"
 
@@ -173,6 +175,24 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
         for (const auto& tokens : out.tokens) out.texts.push_back(engine.detokenize(tokens));
         return out;
     });
+}
+
+// Arguments of the kernels' test bindings, checked before any kernel reads them.
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+int32_t array_length(const FloatArray& a, const char* name) {
+    if (a.ndim() != 1 || a.size() == 0) throw std::invalid_argument(std::string(name) + " must be a non-empty 1-D array");
+    if (a.size() > std::numeric_limits<int32_t>::max()) throw std::invalid_argument(std::string(name) + " is too long");
+    return static_cast<int32_t>(a.size());
+}
+
+void check_sampling_temperature(float temperature) {
+    check_temperature(temperature);  // the engine's own check (finite, >= 0, 1/T finite)
+    if (temperature == 0.0f) throw std::invalid_argument("softmax needs a temperature > 0");
+}
+
+void check_uniform(double u) {
+    if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
 }
 
 // Draws n times: x ~ q, then the engine's rejection step; returns how often each token came out
@@ -418,36 +438,30 @@ PYBIND11_MODULE(_core, m) {
         return d;
     }, py::arg("drafted"), py::arg("accepted"), py::arg("rejected"), py::arg("rounds"), py::arg("emitted"),
           "alpha, per-token alpha and tau of pooled counts (the engine's own definitions)");
-    // The engine's greedy pick (tests: the first index of the max, NaNs skipped, at any length).
-    m.def("_argmax", [](py::array_t<float, py::array::c_style | py::array::forcecast> logits) {
-        if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
-        return argmax(logits.data(), static_cast<int32_t>(logits.size()));
+    // The engine's kernels, for tests: the greedy pick (the first index of the max, NaNs skipped,
+    // at any length), the softmax and the two inverse-CDF draws (against numpy).
+    m.def("_argmax", [](const FloatArray& logits) {
+        return argmax(logits.data(), array_length(logits, "logits"));
     }, py::arg("logits"));
-    // The engine's sampling kernels (tests: against numpy's softmax and inverse CDF).
-    m.def("_softmax", [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, float temperature) {
-        if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
-        if (!(temperature > 0.0f) || !std::isfinite(1.0f / temperature)) {
-            throw std::invalid_argument("softmax needs a temperature > 0 whose inverse is finite");
-        }
+    m.def("_softmax", [](const FloatArray& logits, float temperature) {
+        const int32_t n = array_length(logits, "logits");
+        check_sampling_temperature(temperature);
         std::vector<float> probs;
-        softmax(logits.data(), static_cast<int32_t>(logits.size()), temperature, probs);
+        softmax(logits.data(), n, temperature, probs);
         return to_numpy(probs);
     }, py::arg("logits"), py::arg("temperature"));
-    m.def("_sample_softmax", [](py::array_t<float, py::array::c_style | py::array::forcecast> logits, float temperature,
-                                double u) {
-        if (logits.ndim() != 1 || logits.size() == 0) throw std::invalid_argument("logits must be a non-empty 1-D array");
-        if (!(temperature > 0.0f) || !std::isfinite(1.0f / temperature)) {
-            throw std::invalid_argument("softmax needs a temperature > 0 whose inverse is finite");
-        }
-        if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
+    m.def("_sample_softmax", [](const FloatArray& logits, float temperature, double u) {
+        const int32_t n = array_length(logits, "logits");
+        check_sampling_temperature(temperature);
+        check_uniform(u);
         SoftmaxNorm norm;
-        softmax_norm(logits.data(), static_cast<int32_t>(logits.size()), temperature, norm);
-        return sample_softmax(logits.data(), static_cast<int32_t>(logits.size()), norm, u);
+        softmax_norm(logits.data(), n, temperature, norm);
+        return sample_softmax(logits.data(), n, norm, u);
     }, py::arg("logits"), py::arg("temperature"), py::arg("u"));
-    m.def("_sample_from_weights", [](py::array_t<float, py::array::c_style | py::array::forcecast> weights, double u) {
-        if (weights.ndim() != 1 || weights.size() == 0) throw std::invalid_argument("weights must be a non-empty 1-D array");
-        if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
-        return sample_from_weights(weights.data(), static_cast<int32_t>(weights.size()), u);
+    m.def("_sample_from_weights", [](const FloatArray& weights, double u) {
+        const int32_t n = array_length(weights, "weights");
+        check_uniform(u);
+        return sample_from_weights(weights.data(), n, u);
     }, py::arg("weights"), py::arg("u"));
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));

@@ -221,7 +221,7 @@ int32_t sample_softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& 
         cumulative += norm.block_sums[b++];
     }
     float terms[kSoftmaxBlock];
-    int32_t last_positive = -1;
+    int32_t last_drawable = -1;
     for (; b < norm.block_sums.size(); ++b) {  // normally the first block; later ones on rounding
         const int32_t begin = static_cast<int32_t>(b) * kSoftmaxBlock;
         const int32_t end = std::min(n_vocab, begin + kSoftmaxBlock);
@@ -229,11 +229,11 @@ int32_t sample_softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& 
         for (int32_t i = begin; i < end; ++i) {
             if (!(terms[i - begin] > 0.0f)) continue;
             cumulative += terms[i - begin];
-            last_positive = i;
+            last_drawable = i;
             if (cumulative > target) return i;
         }
     }
-    if (last_positive >= 0) return last_positive;  // rounding left the target just above the sum
+    if (last_drawable >= 0) return last_drawable;  // rounding left the target just above the sum
     for (int32_t i = n_vocab - 1; i > 0; --i) {      // ... and the blocks scanned held no weight
         if (softmax_prob(logits, norm, i) > 0.0f) return i;
     }
@@ -257,33 +257,50 @@ void softmax(const float* logits, int32_t n_vocab, float temperature, std::vecto
     softmax(logits, n_vocab, norm, probs);
 }
 
-// Inverse CDF in two steps: the sums of blocks of kSoftmaxBlock weights (one vectorized pass), then
-// a walk over the block sums to the block where the target falls, and a scan from there.
+namespace {
+
+// The last index with a positive weight, 0 if there is none.
+SPECNATIVE_IN_CLONE int32_t last_positive(const float* weights, int32_t n) {
+    int32_t last = n - 1;
+    while (last > 0 && !(weights[last] > 0.0f)) --last;
+    return last;
+}
+
+// Inverse CDF of non-negative weights in two steps, without a table: the total from block sums
+// (one vectorized pass), then a walk that sums block by block (the same sums, recomputed) to the
+// block where u * total falls, and a scan from there. -1 when no weight is positive.
 // Weights <= 0 (and NaN) are never drawn; the block sums assume none is negative.
-SPECNATIVE_VECTOR_CLONES
-int32_t sample_from_weights(const float* weights, int32_t n, double u) {
-    std::vector<double> sums((n + kSoftmaxBlock - 1) / kSoftmaxBlock);
+SPECNATIVE_IN_CLONE int32_t inverse_cdf(const float* weights, int32_t n, double u) {
+    const auto sum_of_block = [&](int32_t begin) {
+        return block_sum(weights + begin, weights + std::min(n, begin + kSoftmaxBlock));
+    };
     double total = 0.0;
-    for (size_t b = 0; b < sums.size(); ++b) {
-        const int32_t begin = static_cast<int32_t>(b) * kSoftmaxBlock;
-        sums[b] = block_sum(weights + begin, weights + std::min(n, begin + kSoftmaxBlock));
-        total += sums[b];
-    }
+    for (int32_t begin = 0; begin < n; begin += kSoftmaxBlock) total += sum_of_block(begin);
+    if (!(total > 0.0)) return -1;
     const double target = u * total;
     double cumulative = 0.0;
-    size_t b = 0;
-    while (b + 1 < sums.size() && cumulative + sums[b] <= target) cumulative += sums[b++];
+    int32_t begin = 0;
+    for (; begin + kSoftmaxBlock < n; begin += kSoftmaxBlock) {
+        const double s = sum_of_block(begin);
+        if (cumulative + s > target) break;
+        cumulative += s;
+    }
     // The block's own running sum may round differently from its block sum: the scan goes on
     // past the block's end if it must.
-    for (int32_t i = static_cast<int32_t>(b) * kSoftmaxBlock; i < n; ++i) {
+    for (int32_t i = begin; i < n; ++i) {
         if (!(weights[i] > 0.0f)) continue;
         cumulative += weights[i];
         if (cumulative > target) return i;
     }
-    // rounding left the target just above the sum: the last positive weight (0 if there is none)
-    int32_t last = n - 1;
-    while (last > 0 && !(weights[last] > 0.0f)) --last;
-    return last;
+    return last_positive(weights, n);  // rounding left the target just above the sum
+}
+
+}  // namespace
+
+SPECNATIVE_VECTOR_CLONES
+int32_t sample_from_weights(const float* weights, int32_t n, double u) {
+    const int32_t i = inverse_cdf(weights, n, u);
+    return i >= 0 ? i : last_positive(weights, n);  // no positive total (all zero, or NaN)
 }
 
 bool draft_accepted(double u_accept, float p_x, float q_x) {
@@ -294,13 +311,10 @@ SPECNATIVE_VECTOR_CLONES
 int32_t residual_sample(const float* p, const float* q, int32_t n, double u_residual, std::vector<float>& scratch) {
     scratch.resize(n);
     for (int32_t i = 0; i < n; ++i) scratch[i] = std::max(0.0f, p[i] - q[i]);
-    double residual_mass = 0.0;
-    for (int32_t begin = 0; begin < n; begin += kSoftmaxBlock) {
-        residual_mass += block_sum(scratch.data() + begin, scratch.data() + std::min(n, begin + kSoftmaxBlock));
-    }
     // A rejection implies p(x) < q(x), hence some mass where p > q; float rounding can still
     // leave none, in which case p itself is the right fallback.
-    return sample_from_weights(residual_mass > 0.0 ? scratch.data() : p, n, u_residual);
+    const int32_t i = inverse_cdf(scratch.data(), n, u_residual);
+    return i >= 0 ? i : sample_from_weights(p, n, u_residual);
 }
 
 RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32_t x,

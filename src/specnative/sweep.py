@@ -568,8 +568,8 @@ def resumed_cells(cfg: SweepConfig, out: Path, traces: Path, cells: list, proven
 
 
 def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: int = 64) -> Engine:
-    """One engine per target for all its cells, sized for the largest, so the shared prefix
-    stays cached from cell to cell."""
+    """One engine for `cells` (one target and context length, by_ctx_len), sized for the largest
+    of them, so the shared prefix stays cached from cell to cell."""
     n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens) for c in cells)
     return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
                   n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
