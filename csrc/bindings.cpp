@@ -446,8 +446,10 @@ PYBIND11_MODULE(_core, m) {
     m.def("_softmax", [](const FloatArray& logits, float temperature) {
         const int32_t n = array_length(logits, "logits");
         check_sampling_temperature(temperature);
+        SoftmaxNorm norm;
+        softmax_norm(logits.data(), n, temperature, norm);
         std::vector<float> probs;
-        softmax(logits.data(), n, temperature, probs);
+        softmax(logits.data(), n, norm, probs);
         return to_numpy(probs);
     }, py::arg("logits"), py::arg("temperature"));
     m.def("_sample_softmax", [](const FloatArray& logits, float temperature, double u) {

@@ -251,12 +251,6 @@ void softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, std:
     }
 }
 
-void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs) {
-    SoftmaxNorm norm;
-    softmax_norm(logits, n_vocab, temperature, norm);
-    softmax(logits, n_vocab, norm, probs);
-}
-
 namespace {
 
 // The last index with a positive weight, 0 if there is none.

@@ -43,8 +43,7 @@ float softmax_prob(const float* logits, const SoftmaxNorm& norm, int32_t i);  //
 // pick from exp((l - max) / T) (up to rounding at a block boundary).
 int32_t sample_softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, double u);
 
-// probs = softmax(logits / temperature); temperature > 0. probs[i] == softmax_prob(i) exactly.
-void softmax(const float* logits, int32_t n_vocab, float temperature, std::vector<float>& probs);
+// probs = the softmax as a table, for a rejection's residual; probs[i] == softmax_prob(i) exactly.
 void softmax(const float* logits, int32_t n_vocab, const SoftmaxNorm& norm, std::vector<float>& probs);
 
 // Inverse-CDF draw from an (unnormalised, non-negative) weight vector with uniform u in [0, 1).
