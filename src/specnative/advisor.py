@@ -29,7 +29,8 @@ REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "acce
 # (drafter: each drafter's cell measured its own baseline beside it; empty in older traces;
 # draft_p_min likewise, 0 = fixed k, filled in by load_traces for off rows and older traces)
 BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter",
-                 "draft_p_min")
+                 "draft_p_min", "prompts_sha256")
+# (prompts_sha256: a public set's task has a cell per batch of prompts, each with its own baseline)
 # Off-row columns a regime needs: the baseline's rate, its spread and its timings.
 BASELINE_COLUMNS = ("tps", "tps_std", "tps_min", "tps_max", "repeats", "step_ms", "decode_ms",
                     "prefill_target_ms", "total_ms")

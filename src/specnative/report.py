@@ -24,6 +24,7 @@ from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never i
 
 from specnative import theory
 from specnative.schema import TracesError
+from specnative import category_table
 from specnative.advisor import (K_ADVICE_KEYS, REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice,
                                 k_advice, load_traces, p_min_advice, pair_cells, task_advice, threshold_fields,
                                 verdicts_frame)
@@ -1130,6 +1131,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.insert(3, ("Which k: recommended draft length", which_k_md(traces)))
     if has_p_min(traces):
         sections.insert(4, ("Draft stop rule (p_min) against fixed k", p_min_md(traces, thresholds or Thresholds())))
+    if (public := category_table.section_md(traces)) is not None:
+        sections.insert(4, ("Public set by category (Spec-Bench's shape)", public))
     if compare is not None:
         sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))

@@ -165,6 +165,15 @@ COLUMNS: tuple[Column, ...] = (
            "this (llama.cpp's --spec-draft-p-min); 0: always draft k (on rows of draft-model cells)"),
     Column("kv_removal_ms", "float", "of llama_ms: the rollbacks' KV removal (llama_memory_seq_rm on the target's and "
            "the draft's caches; llama.cpp scans every cell, so it grows with n_ctx), per run, mean over repeats"),
+    # --- public sets (public_sets.py, --dataset) and what the outputs copy from the prompts -------------
+    Column("dataset", "str", "the public set the cell's prompts come from, as name (package==version); empty: "
+           "the built-in suite or --prompts. Item ids: prompt_ids"),
+    Column("dataset_sha256", "str", "sha256 of the set's data file (pinned in public_sets.py, checked before use)"),
+    Column("turn", "int", "MT-Bench: 1, or 2 (asked after turn 1 and the target's own greedy turn-1 answer)"),
+    Column("output_lens", "str", "ShareGPT: each sequence's request output length (recorded reply's tokens, capped "
+           "at --n-predict), ';'-separated; the cell's n_predict is the longest"),
+    Column("prompt_copy_share", "float", "share of the baseline's emitted tokens inside a 4-gram that also occurs "
+           "in the sequence's prompt, mean over the cell's distinct prompts (category_table.py)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -126,6 +126,31 @@ def speedup_interval(on: Sequence[float], off: Sequence[float], level: float = 0
     return geometric_interval(paired_ratios(on, off), level)
 
 
+def ratio_interval(numerators: Sequence[float], denominators: Sequence[float], level: float = 0.95) -> Interval:
+    """A ratio of sums, sum(a) / sum(d) (alpha = accepted / drafted pooled over cells), with a
+    Student t interval that treats each (a_i, d_i) pair as one sample: the linearised variance of a
+    ratio estimator, se = sqrt(n * sum((a_i - r d_i)^2) / (n - 1)) / sum(d). Rounds inside a cell
+    are correlated; cells (prompts) are the independent samples. Kept within [0, 1] where every
+    a_i <= d_i (a proportion), at >= 0 where every value is."""
+    a, d = [float(v) for v in numerators], [float(v) for v in denominators]
+    if len(a) != len(d):
+        raise ValueError(f"numerators and denominators differ in number: {len(a)} vs {len(d)}")
+    total = math.fsum(d)
+    if not a or not total > 0:
+        return Interval(math.nan, math.nan, math.nan, level, len(a))
+    ratio, n = math.fsum(a) / total, len(a)
+    if n < 2:
+        return Interval(ratio, math.nan, math.nan, level, n)
+    spread = math.fsum((x - ratio * y) ** 2 for x, y in zip(a, d)) / (n - 1)
+    half = _t_quantile(level, n - 1) * math.sqrt(n * spread) / total
+    low, high = ratio - half, ratio + half
+    if all(x >= 0 for x in a + d):
+        low = max(low, 0.0)
+        if all(x <= y for x, y in zip(a, d)):
+            high = min(high, 1.0)
+    return Interval(ratio, low, high, level, n)
+
+
 # --------------------------------------------------------------------------------------------
 # Stopping and warm-up
 

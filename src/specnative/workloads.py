@@ -16,6 +16,13 @@ the documents are identified by sha256 in provenance.
 
 User prompt files (`--prompts FILE`): JSON lines {"text": ...} or {"messages": [{"role", "content"},
 ...]} with an optional "category", or plain text, one prompt per line. A text is one user message.
+
+Public sets (`--dataset mt-bench|humaneval|sharegpt[:N]`, public_sets.py; dataset_prompts here):
+each item is used once per concurrency, in batches of N different items of one category (and one
+MT-Bench turn): a cell per batch, the last batch filled up by cycling from the category's first
+item (batches_of). HumanEval prompts are continued as is (no template); an MT-Bench turn-2 prompt
+holds turn 1, the target's own greedy turn-1 answer (answer_tokens long, generated once per model
+by answer_with's engine) and turn 2; a ShareGPT prompt carries its request's output length.
 """
 from __future__ import annotations
 
@@ -31,6 +38,10 @@ CONTEXT_HEADER = "Reference documents for the conversation below:\n\n"
 ROLES = ("system", "user", "assistant")
 # Below this many document tokens a "long context" is not one.
 MIN_DOCUMENT_TOKENS = 16
+# Stands for the model's own answer in a turn-2 prompt until answer_with's engine has written it
+MODEL_ANSWER = "[[specnative: the model's own answer to the previous turn]]"
+# Re-tokenizing an answer inside the template may take a few more tokens than were generated
+ANSWER_SLACK = 16
 
 
 class PromptFileError(ValueError):
@@ -41,7 +52,13 @@ class PromptFileError(ValueError):
 class Prompt:
     category: str
     messages: tuple       # ((role, content), ...)
-    ident: str            # "category/index" (built-in) or "file:line"
+    ident: str            # "category/index" (built-in), "file:line" or a public set's item id
+    # Public sets (public_sets.py) only:
+    dataset: str | None = None       # the set's name: its prompts are batched item by item
+    completion: bool = False         # continue messages[0]'s text as is (HumanEval): no template
+    turn: int | None = None          # MT-Bench: 1 or 2
+    answer_of: "Prompt | None" = None  # turn 2: the turn whose model answer fills MODEL_ANSWER
+    output_len: int | None = None    # ShareGPT: the request's output length (recorded, capped)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,6 +294,61 @@ def resolve_tasks(requested: list[str], prompts: list[Prompt]) -> list[str]:
     return tasks
 
 
+def batches_of(prompts: list[Prompt] | None, task: str, concurrency: int) -> list[list[Prompt]]:
+    """The sequences' prompts of every cell of (task, concurrency). Built-in and user prompts: one
+    cell (prompts_for). A public set: each item once, in batches of `concurrency` items of the task
+    (and of one turn), the last batch filled up by cycling from the start of its turn."""
+    prompts = builtin_prompts() if prompts is None else prompts
+    if not any(p.dataset for p in prompts):
+        return [prompts_for(prompts, task, concurrency)]
+    chosen = [p for p in prompts if task in (MIXED, p.category)]
+    batches = []
+    for turn in dict.fromkeys(p.turn for p in chosen):
+        group = [p for p in chosen if p.turn == turn]
+        batches += [[group[(start + i) % len(group)] for i in range(concurrency)]
+                    for start in range(0, len(group), concurrency)]
+    return batches
+
+
+def dataset_prompts(items, dataset: str) -> list[Prompt]:
+    """Prompts of public_sets items: turn 1 of every item, then turn 2 (MT-Bench), each turn 2
+    asked after turn 1 and the model's own answer to it."""
+    firsts = [Prompt(item.category, (("user", item.turns[0]),), item.ident + ("/turn1" if len(item.turns) > 1 else ""),
+                     dataset=dataset, completion=item.completion, turn=1 if len(item.turns) > 1 else None,
+                     output_len=item.output_len) for item in items]
+    seconds = [Prompt(item.category, (("user", item.turns[0]), ("assistant", MODEL_ANSWER), ("user", item.turns[1])),
+                      f"{item.ident}/turn2", dataset=dataset, turn=2, answer_of=first)
+               for item, first in zip(items, firsts) if len(item.turns) > 1]
+    return firsts + seconds
+
+
+def load_dataset(spec: str, model_path, n_predict: int = 32, **fetch) -> tuple[list[Prompt], dict]:
+    """A public set ('mt-bench', 'humaneval:16', 'sharegpt:16', ...) as prompts, and its provenance
+    record (public_sets.load). The model's tokenizer measures ShareGPT's requests (output lengths
+    capped at n_predict; what does not fit is skipped and counted)."""
+    from specnative import _core, public_sets
+
+    vocab = _core.VocabModel(str(model_path))
+    selection = public_sets.load(spec, count_tokens=lambda text: len(vocab.tokenize(text, False, False)),
+                                 output_cap=n_predict, **fetch)
+    return dataset_prompts(selection.items, selection.source.name), selection.record
+
+
+def dataset_workload(spec: str, model_path, n_predict: int = 32, **fetch) -> "Workload":
+    """The Python equivalent of the sweep's --dataset: a Workload of a public set for one model
+    (turn-2 prompts need answer_with(engine) before they are tokenized)."""
+    prompts, record = load_dataset(spec, model_path, n_predict, **fetch)
+    return Workload(model_path, prompts, source=f"dataset {spec}", answer_tokens=n_predict, dataset=record)
+
+
+def n_predict_for(chosen: list[Prompt], default: int) -> int:
+    """Tokens a cell generates: the longest of its requests' output lengths where they carry one
+    (ShareGPT; the engine takes one length per call, so at concurrency > 1 the shorter requests
+    run on to it), else the sweep's n_predict."""
+    lengths = [p.output_len for p in chosen if p.output_len is not None]
+    return max(lengths) if lengths else default
+
+
 def prompts_for(prompts: list[Prompt], task: str, concurrency: int) -> list[Prompt]:
     """One prompt per sequence: a category's prompts cycled, or for `mixed` the categories in
     turn (sequence i: category i mod n, its (i div n)-th prompt)."""
@@ -341,10 +413,13 @@ class Workload:
     MARK = "[[specnative: documents here]]"  # no NUL: the template API takes C strings
 
     def __init__(self, model_path, prompts: list[Prompt] | None = None, documents: Documents | None = None,
-                 source: str = "built-in"):
+                 source: str = "built-in", answer_tokens: int = 32, dataset: dict | None = None):
         from specnative import _core
 
         self._core = _core
+        self.answer_tokens, self.dataset = answer_tokens, dataset
+        self.answers: dict[str, str] = {}  # turn-1 ident -> the model's own answer (turn 2's context)
+        self._answer = None
         self.prompts = list(prompts if prompts is not None else builtin_prompts())
         if not self.prompts:
             raise ValueError("no prompts")
@@ -363,6 +438,32 @@ class Workload:
         self._document_tokens = None
         self.max_document_cycles = 0
         self._cells = {}
+
+    # -- the model's own answers (MT-Bench turn 2) -----------------------------------------------
+    def answer_with(self, engine) -> None:
+        """Turn-1 answers come from `engine`'s target: greedy, answer_tokens long (or to its end of
+        generation), once per prompt; turn 2 is asked after them."""
+        self._answer = lambda tokens: engine.generate([tokens], n_predict=self.answer_tokens, temperature=0.0).texts[0]
+
+    def answer(self, prompt: Prompt) -> str:
+        if prompt.ident not in self.answers:
+            if self._answer is None:
+                raise ValueError(f"the turn after {prompt.ident} needs the model's own answer to it: "
+                                 f"call answer_with(engine) first")
+            self.answers[prompt.ident] = self._answer(self.tokenize(self.text_of(prompt), True))
+        return self.answers[prompt.ident]
+
+    def messages_of(self, prompt: Prompt, answer: str | None = None) -> tuple:
+        """The prompt's chat, the model's own answer written in (or `answer`, for sizing)."""
+        if prompt.answer_of is None:
+            return prompt.messages
+        answer = self.answer(prompt.answer_of) if answer is None else answer
+        return tuple((role, answer if content == MODEL_ANSWER else content) for role, content in prompt.messages)
+
+    def text_of(self, prompt: Prompt, answer: str | None = None) -> str:
+        if prompt.completion:
+            return prompt.messages[0][1]
+        return self.render(self.messages_of(prompt, answer))
 
     # -- text ------------------------------------------------------------------------------------
     def render(self, messages) -> str:
@@ -387,18 +488,22 @@ class Workload:
     def split(self, prompt: Prompt) -> tuple[list[int], list[int]]:
         """(head, tail) tokens around the documents: head = BOS and the context message's opening
         (the same for every prompt), tail = the rest of the rendered chat."""
-        text = self.render((("system", CONTEXT_HEADER + self.MARK),) + prompt.messages)
+        if prompt.completion:  # no chat: the documents as plain text ahead of the text to continue
+            text = CONTEXT_HEADER + self.MARK + "\n\n" + prompt.messages[0][1]
+        else:
+            text = self.render((("system", CONTEXT_HEADER + self.MARK),) + self.messages_of(prompt))
         if self.MARK not in text:
             raise ValueError(f"the chat template dropped the context message of {prompt.ident}")
         head, tail = text.split(self.MARK, 1)
         return self.tokenize(head, True), self.tokenize(tail, False)
 
-    def token_prompts(self, task: str, concurrency: int, ctx_len: int) -> tuple[list[list[int]], list[Prompt]]:
+    def token_prompts(self, task: str, concurrency: int, ctx_len: int,
+                      batch: int = 0) -> tuple[list[list[int]], list[Prompt]]:
         """One token prompt per sequence: ctx_len tokens of shared context (0: none) then the
-        sequence's own prompt."""
-        chosen = prompts_for(self.prompts, task, concurrency)
+        sequence's own prompt (of the task's `batch`-th cell, batches_of)."""
+        chosen = batches_of(self.prompts, task, concurrency)[batch]
         if ctx_len == 0:
-            return [self.tokenize(self.render(p.messages), True) for p in chosen], chosen
+            return [self.tokenize(self.text_of(p), True) for p in chosen], chosen
         split = [self.split(p) for p in chosen]
         head = split[0][0]
         if any(h != head for h, _ in split):
@@ -410,11 +515,12 @@ class Workload:
         shared = head + self.document_tokens(ctx_len - len(head))
         return [shared + tail for _, tail in split], chosen
 
-    def cell_prompts(self, task: str, concurrency: int, ctx_len: int) -> tuple[list[list[int]], list[Prompt]]:
+    def cell_prompts(self, task: str, concurrency: int, ctx_len: int,
+                     batch: int = 0) -> tuple[list[list[int]], list[Prompt]]:
         """token_prompts, computed once per cell shape (the sweep asks for them more than once)."""
-        key = (task, concurrency, ctx_len)
+        key = (task, concurrency, ctx_len, batch)
         if key not in self._cells:
-            self._cells[key] = self.token_prompts(task, concurrency, ctx_len)
+            self._cells[key] = self.token_prompts(task, concurrency, ctx_len, batch)
         return self._cells[key]
 
     def ctx_len_problem(self, ctx_len: int) -> str | None:
@@ -432,14 +538,35 @@ class Workload:
         the KV cache before any model is loaded."""
         longest = 0
         for task in tasks:
-            for p in prompts_for(self.prompts, task, concurrency):
-                longest = max(longest, len(self.tokenize(self.render(p.messages), True)), len(self.split(p)[1]))
+            for p in {p: None for batch in batches_of(self.prompts, task, concurrency) for p in batch}:
+                if p.answer_of is not None:  # before any answer exists: its room, as an upper bound
+                    longest = max(longest, len(self.tokenize(self.text_of(p, answer=""), True))
+                                  + self.answer_tokens + ANSWER_SLACK)
+                    continue
+                longest = max(longest, len(self.tokenize(self.text_of(p), True)), len(self.split(p)[1]))
         return longest
+
+    def dataset_columns(self, chosen: list[Prompt]) -> dict:
+        """traces.csv's public-set columns for a cell's prompts (none for the built-in suite)."""
+        if self.dataset is None or not any(p.dataset for p in chosen):
+            return {}
+        lengths = [p.output_len for p in chosen]
+        return {"dataset": f"{self.dataset['name']} ({self.dataset['package']}=={self.dataset['version']})",
+                "dataset_sha256": self.dataset["sha256"], "turn": chosen[0].turn,
+                "output_lens": ";".join(map(str, lengths)) if None not in lengths else None}
 
     def record(self) -> dict:
         """Provenance: which prompts, which documents (by sha256), which template."""
         canonical = json.dumps([[p.category, p.messages] for p in self.prompts], ensure_ascii=False)
-        return {"source": self.source, "prompts": len(self.prompts),
+        public = {}
+        if self.dataset is not None:
+            public = {"dataset": self.dataset, "turn1_answers": {
+                "rule": f"the target's greedy answer to turn 1 alone, at most {self.answer_tokens} tokens, is turn 2's "
+                        f"context (a cell per turn)", "count": len(self.answers),
+                "sha256": _sha(json.dumps(sorted(self.answers.items()), ensure_ascii=False))},
+                "batching": "each item once per concurrency N: batches of N items of one category and turn, "
+                            "the last batch filled up by cycling from the first item of its turn; a cell per batch"}
+        return {"source": self.source, **public, "prompts": len(self.prompts),
                 "categories": {c: sum(p.category == c for p in self.prompts) for c in categories_of(self.prompts)},
                 "prompts_sha256": _sha(canonical), "chat_template": self.template_used,
                 "chat_template_sha256": _sha(self.template) if self.template else None,
