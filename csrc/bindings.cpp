@@ -80,7 +80,9 @@ Fault parse_fault(const std::string& name) {
     static const std::pair<const char*, Fault> faults[] = {
         {"none", Fault::none}, {"rollback_short", Fault::rollback_short}, {"rollback_long", Fault::rollback_long},
         {"verify_position", Fault::verify_position}, {"seed_mixup", Fault::seed_mixup},
-        {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept}};
+        {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept},
+        {"residual_from_p", Fault::residual_from_p}, {"accept_q_over_p", Fault::accept_q_over_p},
+        {"q_prev_position", Fault::q_prev_position}, {"accept_always", Fault::accept_always}};
     for (const auto& [fault_name, fault] : faults) {
         if (name == fault_name) return fault;
     }
@@ -343,8 +345,11 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"))
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
-                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
-            const ReplayCheck r = locked(e, [&] { return e.replay(prompts, forced, temperature, seed); });
+                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
+                          float rank_tolerance) {
+            if (!(rank_tolerance >= 0.0f)) throw std::invalid_argument("rank_tolerance must be >= 0");
+            const ReplayCheck r =
+                locked(e, [&] { return e.replay(prompts, forced, temperature, seed, rank_tolerance); });
             py::dict d;
             d["seq"] = to_numpy(r.seq);
             d["index"] = to_numpy(r.index);
@@ -354,11 +359,15 @@ PYBIND11_MODULE(_core, m) {
             d["u"] = to_numpy(r.u);
             d["cdf_lo"] = to_numpy(r.cdf_lo);
             d["cdf_hi"] = to_numpy(r.cdf_hi);
+            d["rank_above_sure"] = to_numpy(r.rank_above_sure);
+            d["rank_above_maybe"] = to_numpy(r.rank_above_maybe);
+            d["p_emitted"] = to_numpy(r.p_emitted);
             py::list finals;
             for (const auto& f : r.final_logits) finals.append(to_numpy(f));
             d["final_logits"] = finals;
             return d;
-        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"))
+        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"),
+           py::arg("rank_tolerance") = 0.0f)
         .def("cost_curve", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts, int k_max,
                               int repeats) {
             const CostCurve c = locked(e, [&] { return e.cost_curve(prompts, k_max, repeats); });

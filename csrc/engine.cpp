@@ -577,13 +577,20 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
                     // p(x) alone decides an acceptance; the whole of p only a rejection's residual
                     softmax_norm(logits, t.n_vocab, p.temperature, norm);
                     const float p_x = x < t.n_vocab ? softmax_prob(logits, norm, x) : 0.0f;
-                    if (draft_accepted(keyed_uniform(p.seed, seq.id, index, Stream::accept), p_x, q[s][i][x])) {
+                    const std::vector<float>& q_i = q[s][fault_ == Fault::q_prev_position && i > 0 ? i - 1 : i];
+                    const double u_accept = keyed_uniform(p.seed, seq.id, index, Stream::accept);
+                    const bool accept = fault_ == Fault::accept_always     ? true
+                                        : fault_ == Fault::accept_q_over_p ? draft_accepted(u_accept, q_i[x], p_x)
+                                                                           : draft_accepted(u_accept, p_x, q_i[x]);
+                    if (accept) {
                         target_token = x;
                     } else {
                         softmax(logits, t.n_vocab, norm, p_probs);
                         p_probs.resize(vocab, 0.0f);  // zero beyond the target's vocabulary
-                        target_token = residual_sample(p_probs.data(), q[s][i].data(), vocab,
-                                                       keyed_uniform(p.seed, seq.id, index, Stream::residual), scratch);
+                        const double u_residual = keyed_uniform(p.seed, seq.id, index, Stream::residual);
+                        target_token = fault_ == Fault::residual_from_p
+                                           ? sample_from_weights(p_probs.data(), vocab, u_residual)
+                                           : residual_sample(p_probs.data(), q_i.data(), vocab, u_residual, scratch);
                     }
                 } else {  // greedy and match: the target's own (argmax or keyed) sample
                     target_token = fault_ == Fault::seed_mixup

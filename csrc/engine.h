@@ -166,6 +166,11 @@ struct ReplayCheck {
     std::vector<float> gap;           // logit[pick] - logit[emitted] (0 where they agree)
     std::vector<double> u;            // sampling: the keyed uniform the baseline drew there
     std::vector<double> cdf_lo, cdf_hi;  // sampling: [F(emitted - 1), F(emitted)) at the temperature
+    // Sampling: the emitted token's place in p ordered by probability, robust to noise that moves
+    // any logit gap by up to the replay's rank_tolerance: the mass of the tokens more probable
+    // than it whatever the noise (logit above it by more than the tolerance), of those that may be
+    // (within the tolerance or above; the emitted token excluded), and its own probability.
+    std::vector<double> rank_above_sure, rank_above_maybe, p_emitted;
     // Per sequence: the logits after its last emitted token, on a clean cache along the baseline's
     // path: what pending_logits() must show on the cache a speculative run left (a state check).
     std::vector<std::vector<float>> final_logits;
@@ -203,6 +208,12 @@ enum class Fault {
     bonus_from_q,     // the bonus token after a fully accepted round comes from the draft's q
     slow_accept,      // busy-waits kSlowAcceptMs per sequence per iteration in the accept phase
                       // (baseline: its sampling): engine's own time that llama.cpp never sees
+    // The rejection rule's own mistakes (lossless only in distribution; lossless.py's
+    // distributional verdict must catch each):
+    residual_from_p,  // after a rejection, draw from p instead of norm(max(0, p - q))
+    accept_q_over_p,  // accept with probability min(1, q(x)/p(x)) instead of min(1, p(x)/q(x))
+    q_prev_position,  // judge draft i with the draft distribution of position i - 1
+    accept_always,    // accept every draft
 };
 constexpr double kSlowAcceptMs = 2.0;
 
@@ -245,7 +256,8 @@ public:
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b);
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
-                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed);
+                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
+                       float rank_tolerance = 0.0f);
 
     // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
     // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.

@@ -138,7 +138,8 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
 }
 
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
-                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
+                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
+                           float rank_tolerance) {
     check_temperature(temperature);
     require_open();
     const int32_t n_vocab = target_->n_vocab;
@@ -167,14 +168,23 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
             softmax(logits, n_vocab, norm, probs);
             const double u = keyed_uniform(seed, s, index, Stream::target);
             pick = sample_softmax(logits, n_vocab, norm, u);
-            double below = 0.0, total = 0.0;  // the draw's CDF, normalised
+            // The draw's CDF in vocabulary order, and the emitted token's place in p ordered by
+            // probability (lossless.distribution_test)
+            const float surely_above = logits[emitted] + rank_tolerance;
+            const float maybe_above = logits[emitted] - rank_tolerance;
+            double below = 0.0, total = 0.0, above_sure = 0.0, above_maybe = 0.0;
             for (int32_t v = 0; v < n_vocab; ++v) {
                 if (v == emitted) below = total;
                 total += probs[v];
+                if (logits[v] > surely_above) above_sure += probs[v];
+                if (logits[v] >= maybe_above && v != emitted) above_maybe += probs[v];
             }
             check.u.push_back(u);
             check.cdf_lo.push_back(below / total);
             check.cdf_hi.push_back((below + probs[emitted]) / total);
+            check.rank_above_sure.push_back(above_sure / total);
+            check.rank_above_maybe.push_back(above_maybe / total);
+            check.p_emitted.push_back(probs[emitted] / total);
         }
         check.seq.push_back(s);
         check.index.push_back(static_cast<int32_t>(index));
