@@ -362,6 +362,7 @@ PYBIND11_MODULE(_core, m) {
             d["rank_above_sure"] = to_numpy(r.rank_above_sure);
             d["rank_above_maybe"] = to_numpy(r.rank_above_maybe);
             d["p_emitted"] = to_numpy(r.p_emitted);
+            d["draft_order_above"] = to_numpy(r.draft_order_above);
             py::list finals;
             for (const auto& f : r.final_logits) finals.append(to_numpy(f));
             d["final_logits"] = finals;

@@ -171,6 +171,12 @@ struct ReplayCheck {
     // than it whatever the noise (logit above it by more than the tolerance), of those that may be
     // (within the tolerance or above; the emitted token excluded), and its own probability.
     std::vector<double> rank_above_sure, rank_above_maybe, p_emitted;
+    // Sampling, with a draft model: the mass of p ahead of the emitted token when the vocabulary
+    // is ordered by the draft's preference over the target's (draft logit - target logit, most
+    // preferred first, ties by id), both teacher-forced on the same prefix. The order is a fixed
+    // function of the prefix, so the PIT it gives is uniform under a correct rule, and every way a
+    // rejection step can go wrong leans towards the draft's tokens. Empty without a draft model.
+    std::vector<double> draft_order_above;
     // Per sequence: the logits after its last emitted token, on a clean cache along the baseline's
     // path: what pending_logits() must show on the cache a speculative run left (a state check).
     std::vector<std::vector<float>> final_logits;
@@ -271,7 +277,8 @@ public:
 private:
     using ForcedVisit = std::function<void(int seq, int64_t index, const float* logits)>;
     void forced_pass(const std::vector<std::vector<int32_t>>& prompts,
-                     const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit);
+                     const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit,
+                     bool through_draft = false);
 
     void require_open() const;  // throws once close() ran
     // Returns the prompts' shared prefix length (its KV cells are computed once).

@@ -18,8 +18,10 @@
 namespace specnative {
 
 void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
-                         const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit) {
+                         const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit,
+                         bool through_draft) {
     require_open();
+    if (through_draft && draft_ == nullptr) throw std::invalid_argument("this engine has no draft model");
     if (forced.size() != prompts.size()) {
         throw std::invalid_argument(std::to_string(prompts.size()) + " prompts but " +
                                     std::to_string(forced.size()) + " forced continuations");
@@ -51,7 +53,7 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
     }
     last_pending_.clear();  // the KV state is the replay's from here on
     last_n_past_.clear();
-    Context& t = *target_;
+    Context& t = through_draft ? *draft_ : *target_;
     prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); });
 
     // Token i of a continuation sits at position prompt_len + i; its logits predict index i + 1.
@@ -137,6 +139,25 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
     return probe;
 }
 
+namespace {
+// Probability mass (unnormalised `probs`) of the tokens ahead of `emitted` when ordered by draft
+// logit - target logit, descending, ties by id. Tokens beyond the draft's vocabulary come last.
+double mass_ahead_in_draft_order(const float* target_logits, const float* draft_logits, const std::vector<float>& probs,
+                                 int32_t n_common, int32_t emitted) {
+    double ahead = 0.0;
+    if (emitted >= n_common) {  // after every token the draft knows, then by id
+        for (int32_t v = 0; v < emitted; ++v) ahead += probs[v];
+        return ahead;
+    }
+    const float key_x = draft_logits[emitted] - target_logits[emitted];
+    for (int32_t v = 0; v < n_common; ++v) {
+        const float key = draft_logits[v] - target_logits[v];
+        if (key > key_x || (key == key_x && v < emitted)) ahead += probs[v];
+    }
+    return ahead;
+}
+}  // namespace
+
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                            float rank_tolerance) {
@@ -154,6 +175,17 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
     }
     std::vector<std::vector<int32_t>> extended = forced;
     for (auto& tokens : extended) tokens.push_back(0);
+    // The draft's logits at every emitted position, for the draft-ordered PIT (sampling only)
+    std::vector<size_t> offsets(forced.size() + 1, 0);
+    for (size_t s = 0; s < forced.size(); ++s) offsets[s + 1] = offsets[s] + forced[s].size();
+    const bool draft_order = temperature > 0.0f && draft_ != nullptr;
+    const int32_t n_common = draft_order ? std::min(n_vocab, draft_->n_vocab) : 0;
+    std::vector<float> draft_logits(draft_order ? offsets.back() * static_cast<size_t>(n_common) : 0);
+    if (draft_order) {
+        forced_pass(prompts, forced, 1, [&](int s, int64_t index, const float* logits) {
+            std::copy(logits, logits + n_common, draft_logits.begin() + (offsets[s] + index) * n_common);
+        }, true);
+    }
     forced_pass(prompts, extended, 1, [&](int s, int64_t index, const float* logits) {
         if (index == static_cast<int64_t>(forced[s].size())) {
             check.final_logits[s].assign(logits, logits + n_vocab);
@@ -185,6 +217,11 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
             check.rank_above_sure.push_back(above_sure / total);
             check.rank_above_maybe.push_back(above_maybe / total);
             check.p_emitted.push_back(probs[emitted] / total);
+            if (draft_order) {
+                const float* q_logits = draft_logits.data() + (offsets[s] + index) * n_common;
+                check.draft_order_above.push_back(mass_ahead_in_draft_order(logits, q_logits, probs, n_common,
+                                                                            emitted) / total);
+            }
         }
         check.seq.push_back(s);
         check.index.push_back(static_cast<int32_t>(index));

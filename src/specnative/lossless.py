@@ -19,9 +19,20 @@ the target's own choice was a near-tie. The verdict tells that apart from a bug:
    number of such near-tie mismatches must be what the control's flip rate allows: a bug that
    only ever picks the runner-up would otherwise hide among near-ties.
 
+3. The **distributional test** (`distribution_test`) for the `rejection` rule, which is lossless in
+   distribution only: under a correct rule every emitted token is a draw from the target's p given
+   the emitted prefix, so its randomized probability-integral transform is i.i.d. uniform over all
+   positions of all sequences and runs. The replay gives, per position, the emitted token's place
+   in p ordered by probability (most probable first); u = F(above) + V * p(emitted), V uniform
+   and seeded. A one-sample Kolmogorov-Smirnov test of uniformity decides at a stated false-alarm
+   rate (DIST_ALPHA per cell). The noise is folded in conservatively: every u is only known to lie
+   in an interval (the measured tolerance may reorder tokens and shift masses), and the statistic
+   is the smallest KS distance any placement inside the intervals could have.
+
 Verdicts: `exact` (token-identical to the baseline, per seed when sampling), `numeric` (every
-divergence explained by the measured noise), `fail` (anything else: a bug; the cell gives no
-number). `lossless_ok` is true for exact and numeric.
+divergence explained by the measured noise), `exact-dist` (rejection rule: the emitted tokens are
+distributed as the target's p, and the match proxy at the same seed found no bug), `fail`
+(anything else: a bug; the cell gives no number). `lossless_ok` is true for all but `fail`.
 """
 from __future__ import annotations
 
@@ -31,8 +42,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-EXACT, NUMERIC, FAIL = "exact", "numeric", "fail"
-VERDICTS = (EXACT, NUMERIC, FAIL)
+EXACT, NUMERIC, EXACT_DIST, FAIL = "exact", "numeric", "exact-dist", "fail"
+VERDICTS = (EXACT, NUMERIC, EXACT_DIST, FAIL)
 
 # The tolerance is this many times the largest gap movement the control saw: the control samples
 # a few hundred positions, the run's own wobble can exceed its maximum somewhat.
@@ -43,6 +54,9 @@ STATE_FACTOR = 4.0
 # Near-tie mismatches allowed: the 99.9 % Poisson quantile of the control's flip rate (upper
 # bound by the rule of three when it saw none) times the positions checked.
 FLIP_QUANTILE = 0.999
+# The distributional test's false-alarm rate per cell: a correct engine fails a cell with at most
+# this probability (the noise folding only lowers it).
+DIST_ALPHA = 1e-3
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,12 @@ def within_reach(u, cdf_lo, cdf_hi, tolerance: float, temperature: float):
     return (lo_min <= u) & (u < hi_max)
 
 
+def cdf_distance(u, cdf_lo, cdf_hi):
+    """How far the keyed uniform lies outside the emitted token's CDF interval [lo, hi) (0 inside):
+    the quantity a T > 0 mismatch is judged on (within_reach)."""
+    return np.maximum(np.maximum(np.asarray(cdf_lo) - u, np.asarray(u) - cdf_hi), 0.0)
+
+
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
@@ -134,6 +154,25 @@ def first_divergence(base_tokens, spec_tokens) -> tuple[int, int]:
     return best
 
 
+def missing_output(base_tokens, spec_tokens) -> str | None:
+    """A missing sequence, or one cut short or run on, is never lossless. Both runs stop at the same
+    n_predict (and at an end-of-generation token the same way), so lengths may differ only after
+    the outputs have parted: a speculative output that is a strict prefix of the baseline's (or
+    the reverse) lost or invented tokens."""
+    if len(spec_tokens) != len(base_tokens):
+        return (f"the speculative run returned {len(spec_tokens)} sequence(s), the baseline "
+                f"{len(base_tokens)}")
+    for s, (a, b) in enumerate(zip(base_tokens, spec_tokens)):
+        if len(a) == len(b):
+            continue
+        n = min(len(a), len(b))
+        if np.array_equal(np.asarray(a[:n]), np.asarray(b[:n])):
+            what = "cut short" if len(b) < len(a) else "longer"
+            return (f"seq {s}: the speculative output is {what} ({len(b)} tokens, the baseline {len(a)}) "
+                    f"with the same tokens up to there: tokens lost or invented, not a near-tie")
+    return None
+
+
 def pending_state(engine, n_seq: int) -> list:
     """Call right after a speculative run: the target's logits for each sequence's last token on
     top of the KV cache the run left (judge compares them with a clean replay's)."""
@@ -159,6 +198,9 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
     prompts = engine.to_token_prompts(prompts)
     index, _ = first_divergence(base_tokens, spec_tokens)
     positions = sum(len(t) for t in spec_tokens)
+    missing = missing_output(base_tokens, spec_tokens)
+    if missing:
+        return Verdict(FAIL, missing, index, 0, math.nan, control.tolerance, positions)
     if index < 0 and pending is None:
         return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else ""),
                        -1, 0, math.nan, control.tolerance, positions)
@@ -199,10 +241,142 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
         return Verdict(FAIL, reason, index, n_mismatch, max_gap, tol, positions)
     if state:
         return Verdict(FAIL, state, index, n_mismatch, max_gap, tol, positions)
-    reason = (f"{n_mismatch} mismatch(es) in {positions} positions, each within the measured noise "
-              f"(largest gap {max_gap:.3g} <= tolerance {tol:.3g})" if n_mismatch else
-              "differs from the baseline run, yet every emitted token is the baseline rule's pick on replay")
+    if not n_mismatch:
+        reason = "differs from the baseline run, yet every emitted token is the baseline rule's pick on replay"
+    elif temperature > 0:
+        distance = cdf_distance(replay["u"][mismatch], replay["cdf_lo"][mismatch], replay["cdf_hi"][mismatch])
+        reason = (f"{n_mismatch} mismatch(es) in {positions} positions, each within the measured noise (largest "
+                  f"distance of the keyed uniform from the emitted token's CDF interval {float(distance.max()):.3g}, "
+                  f"within the reach of logit tolerance {tol:.3g} at T={temperature:g})")
+    else:
+        reason = (f"{n_mismatch} mismatch(es) in {positions} positions, each within the measured noise "
+                  f"(largest logit gap {max_gap:.3g} <= tolerance {tol:.3g})")
     return Verdict(NUMERIC, reason, index, n_mismatch, max_gap, tol, positions)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rejection rule: lossless in distribution
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DistributionTest:
+    """A one-sample KS test that the emitted tokens' randomized rank PITs are uniform."""
+
+    statistic: float   # the smallest KS distance any placement inside the noise intervals has
+    p_value: float     # P(D >= statistic) for n uniform draws (exact finite-n distribution)
+    positions: int     # emitted tokens tested, over all sequences and runs
+    runs: int          # speculative runs (seeds) pooled
+    tolerance: float   # the logit-gap tolerance folded in
+    alpha: float = DIST_ALPHA
+    order: str = "target"  # the PIT order whose test decided (ORDERS)
+
+    @property
+    def passed(self) -> bool:
+        return self.p_value >= self.alpha
+
+    @property
+    def reason(self) -> str:
+        outcome = "consistent with" if self.passed else "NOT distributed as"
+        return (f"emitted tokens {outcome} the target's p: KS distance of the PIT in {self.order} order >= "
+                f"{self.statistic:.4f} over {self.positions} positions ({self.runs} seeded runs), p = {self.p_value:.3g} "
+                f"(false-alarm rate {self.alpha:g}; logit tolerance {self.tolerance:.3g} folded in)")
+
+
+def _mass_bounds(mass, e: float):
+    """The least and most a set of tokens with probability `mass` can weigh once every logit gap
+    moves by up to log(e) * T: its odds against the rest shrink or grow by at most e."""
+    mass = np.clip(mass, 0.0, 1.0)
+    return mass / (mass + (1.0 - mass) * e), mass * e / (mass * e + (1.0 - mass))
+
+
+ORDERS = ("draft", "target")  # the PIT's token orders (pit_intervals)
+
+
+def pit_intervals(replay: dict, tolerance: float, temperature: float, v, order: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each emitted token's randomized probability-integral transform u = F(tokens ahead of it) +
+    V * p(emitted), V ~ U(0, 1) given as `v`, as an interval that holds whatever the noise did.
+
+    `order` "target": p's own order, most probable first (replay() with rank_tolerance =
+    `tolerance`): the mass ahead lies between that of the tokens surely ahead and of those maybe
+    ahead, and each may shift as _mass_bounds says. `order` "draft": the draft's preference over
+    the target's (replay's draft_order_above), fixed by the prefix, so only the masses may shift;
+    a fault that leans towards the draft's tokens (acceptance, residual, accept-all) shows at one
+    end of it, one that misplaces p's own mass (a bonus token from q) in p's order. Without noise
+    both ends are u itself."""
+    e = math.exp(min(tolerance / temperature, 700.0))
+    p_x = np.asarray(replay["p_emitted"], np.float64)
+    if order == "draft":
+        sure = maybe = np.asarray(replay["draft_order_above"], np.float64)
+    else:
+        sure, maybe = (np.asarray(replay[key], np.float64) for key in ("rank_above_sure", "rank_above_maybe"))
+    lo_start, _ = _mass_bounds(sure, e)
+    lo_end, _ = _mass_bounds(sure + p_x, e)
+    _, hi_start = _mass_bounds(maybe, e)
+    _, hi_end = _mass_bounds(maybe + p_x, e)
+    return (1.0 - v) * lo_start + v * lo_end, np.minimum((1.0 - v) * hi_start + v * hi_end, 1.0)
+
+
+def ks_distance_lower_bound(lo, hi) -> float:
+    """min over x_i in [lo_i, hi_i] of sup_t |F_n(t) - t| is at least this: F_n(t) lies between
+    the share of intervals ending at or below t and the share starting at or below it."""
+    lo, hi = np.sort(np.asarray(lo, np.float64)), np.sort(np.asarray(hi, np.float64))
+    n = lo.size
+    if n == 0:
+        return 0.0
+    j = np.arange(1, n + 1)
+    return float(max(np.max(j / n - hi), np.max(lo - (j - 1) / n), 0.0))
+
+
+def ks_p_value(statistic: float, n: int) -> float:
+    return float(stats.kstwo.sf(statistic, n)) if statistic > 0 else 1.0
+
+
+def distribution_test(intervals: dict, runs: int, tolerance: float, alpha: float = DIST_ALPHA) -> DistributionTest:
+    """The test over pooled PIT intervals: {order: [(lo, hi) per run]}. Kolmogorov-Smirnov rather
+    than chi-square on bins: it takes every value without a binning choice, needs no minimum count
+    per bin (a cell of 32 positions is valid), has an exact finite-n null distribution, and its
+    statistic has the conservative bound above when values are intervals. One test per order,
+    Bonferroni-combined (the smaller p-value times the number of orders)."""
+    tests = []
+    for order, parts in intervals.items():
+        lo = np.concatenate([p[0] for p in parts]) if parts else np.empty(0)
+        hi = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
+        if lo.size == 0:
+            raise ValueError("no emitted positions to test")
+        statistic = ks_distance_lower_bound(lo, hi)
+        tests.append((ks_p_value(statistic, lo.size), statistic, int(lo.size), order))
+    p_value, statistic, positions, order = min(tests)
+    return DistributionTest(statistic, min(1.0, p_value * len(tests)), positions, runs, float(tolerance), alpha,
+                            order)
+
+
+def rejection_distribution(engine, prompts, temperature: float, seed: int, control: NoiseControl,
+                           min_positions: int, **spec) -> DistributionTest:
+    """Runs the `rejection` rule at seeds seed, seed + 1, ... until `min_positions` tokens were
+    emitted, replays each output along the target (teacher-forced, the baseline's shape; the draft
+    model too when there is one) and tests the pooled PITs. `spec`: generate()'s other arguments
+    (n_predict, k, drafter, ...)."""
+    if temperature <= 0:
+        raise ValueError("the distributional test needs temperature > 0 (greedy is checked exactly)")
+    prompts = engine.to_token_prompts(prompts)
+    rng = np.random.default_rng([int(seed), 0x9E3779B9])  # V: fixed by the cell's seed
+    orders = ORDERS if spec.get("drafter", "model") == "model" else ("target",)
+    intervals = {order: [] for order in orders}
+    positions, run = 0, 0
+    while positions < min_positions:
+        out = engine.generate(prompts, temperature=temperature, seed=seed + run, spec=True,
+                              accept_rule="rejection", **spec)
+        tokens = [list(map(int, t)) for t in out.tokens]
+        kept = [i for i, t in enumerate(tokens) if t]
+        if not kept:
+            break  # nothing emitted (n_predict 0): nothing to test
+        replay = engine._core.replay([prompts[i] for i in kept], [tokens[i] for i in kept], float(temperature),
+                                     int(seed + run), float(control.tolerance))
+        v = rng.random(len(replay["p_emitted"]))  # one V per position, shared by both orders
+        for order in orders:
+            intervals[order].append(pit_intervals(replay, control.tolerance, temperature, v, order))
+        positions += v.size
+        run += 1
+    return distribution_test(intervals, run, control.tolerance)
 
 
 def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[dict]) -> None:
