@@ -11,7 +11,8 @@ For every cell (target quantization x ctx_len x concurrency x temperature x task
 Ctrl-C stops after writing every finished cell; `--resume` skips cells already in the file.
 
 Prompts (workloads.py): each sequence reads ctx_len tokens of shared documents (0: none), then its
-own prompt of the cell's task category, in the model's chat template.
+own prompt of the cell's task category, in the model's chat template. With --dataset (a public set,
+public_sets.py) the tasks are the set's categories and a task has a cell per batch of its items.
 
 Memory: all sequences of a cell share one KV cache (llama.cpp's unified cache). The ctx_len
 documents are a prefix common to all sequences, so its cells are computed once and shared (and kept
@@ -39,7 +40,7 @@ from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, deco
                                check_draft_p_min, drafter_defaults, engine_own_time, placement_args)
 from specnative import public_sets
 from specnative.presets import PRESET_DEFAULTS, FetchError, load_preset
-from specnative import rundir
+from specnative import gridcheck, rundir
 from specnative.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.schema import append_rows, read_traces
 
@@ -103,11 +104,24 @@ class SweepConfig:
     check_k: bool = False  # --check-k: measure the best predicted k of each on row (pick_k.py)
     # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
     draft_p_mins: list = field(default_factory=lambda: [0.0])
+    # rejection cells: emitted tokens the distributional test pools at least (bench/results/rejection-power)
+    dist_positions: int = 1024
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
-    """The llama.cpp options a cell's n-gram drafter runs with (none for the draft model)."""
-    return {} if drafter == "model" else dict(cfg.drafter_options)
+    """The llama.cpp options a cell's n-gram drafter runs with: those of the command line that
+    belong to it (none for the draft model; drafter_options_problem refuses the others)."""
+    return {} if drafter == "model" else {name: value for name, value in cfg.drafter_options.items()
+                                          if _core.drafter_of_option(name) == drafter}
+
+
+def drafter_options_problem(drafters: list, options: dict) -> str | None:
+    """An n-gram option given for a drafter the grid does not run (llama.cpp would ignore it)."""
+    for name in sorted(options):
+        owner = _core.drafter_of_option(name)
+        if owner and owner not in drafters:
+            return f"--{name} belongs to drafter {owner}, which --drafter does not include"
+    return None
 
 
 def drafter_options_text(drafter: str, options: dict) -> str | None:
@@ -200,8 +214,8 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
         method, rule = "exact-seed", "match"
-    else:
-        method, rule = "match-proxy", "match"
+    else:  # the rule is lossless in distribution: tested so, and its match proxy at the same seed
+        method, rule = "distribution", "match"
     common = dict(n_predict=cfg.n_predict, temperature=temperature)
     base = engine.generate(prompts, seed=cfg.seed, record_margins=True, **common)
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
@@ -210,13 +224,35 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
                                                   cfg.seed, k)
     index, margin = first_divergence(base, spec)
-    return {"lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
+    columns = {}
+    if method == "distribution":
+        verdict, columns = distribution_verdict(engine, prompts, cfg, k, temperature, verdict, control,
+                                                drafter=drafter, draft_p_min=draft_p_min)
+    return {**columns, "lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
             "divergence_margin": margin, "verdict": verdict.verdict, "verdict_reason": verdict.reason,
             "mismatches": verdict.mismatches, "max_mismatch_gap": verdict.max_mismatch_gap,
             "noise_tolerance": verdict.tolerance, "noise_max_abs_delta": control.max_abs_delta,
             "noise_max_spread": control.max_spread, "noise_flips": control.flips,
             "noise_state_spread": control.max_state_spread,
             "noise_positions": control.positions}
+
+
+def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature: float, proxy, control,
+                         drafter: str, draft_p_min: float) -> tuple:
+    """A rejection cell's verdict: the distributional test (lossless.rejection_distribution) over at
+    least cfg.dist_positions emitted tokens, and the match proxy's verdict beside it (it also checks
+    the KV state, which no distribution can). Either failing fails the cell."""
+    spec = dict(n_predict=cfg.n_predict, k=k, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter))
+    if draft_p_min > 0:
+        spec["draft_p_min"] = draft_p_min
+    dist = lossless.rejection_distribution(engine, prompts, temperature, cfg.seed + cfg.check_seed_offset, control,
+                                           cfg.dist_positions, **spec)
+    columns = {"dist_statistic": dist.statistic, "dist_p_value": dist.p_value, "dist_positions": dist.positions,
+               "dist_runs": dist.runs, "proxy_verdict": proxy.verdict}
+    ok = dist.passed and proxy.lossless_ok
+    verdict = lossless.EXACT_DIST if ok else lossless.FAIL
+    reason = f"{dist.reason}; match proxy at the same seed: {proxy.verdict} ({proxy.reason})"
+    return dataclasses.replace(proxy, verdict=verdict, reason=reason), columns
 
 
 def steady_rate(run) -> float:
@@ -575,20 +611,57 @@ def run_settings(cfg: SweepConfig) -> dict:
     return {"seed": cfg.seed, "n_batch": cfg.n_batch, "check_seed_offset": cfg.check_seed_offset,
             "targets_sha256": [sha256_file(t) for t in cfg.targets], "draft_sha256": sha256_file(cfg.draft),
             "prompts_source": cfg.prompts_source,
-            "context_sha256": sha256_file(context) if context else None}
+            # by content: a file edited at the same path is other prompts
+            "prompts_sha256": workloads.prompts_sha256(cfg.prompts or workloads.builtin_prompts()),
+            "context_sha256": sha256_file(context) if context else None, "check_k": cfg.check_k}
 
 
-def resumed_cells(cfg: SweepConfig, out: Path, traces: Path, cells: list, provenance: dict) -> set:
-    """Cells whose rows (off, and on for every k) are all in traces.csv already; refuses a resume
-    with other settings and repairs a torn or partial file first (rundir.py)."""
-    if not traces.exists() or traces.stat().st_size == 0:
-        return set()
-    rundir.check_resume(out, provenance)
+def resume_plan(cfg: SweepConfig, out: Path, traces: Path, cells: list,
+                provenance: dict) -> tuple["rundir.ResumePlan", dict | None]:
+    """What a resume keeps of the run directory (rundir.plan_resume: the cells whose rows, off
+    and on for every k, are all in traces.csv) and its recorded provenance; refuses other
+    settings or a damaged file. Changes nothing: the repair comes after every other check."""
+    recorded = None
+    if (traces.exists() and traces.stat().st_size > 0) or (out / "provenance.json").exists():
+        recorded = rundir.check_resume(out, provenance)
     keys = {}
     for cell in cells:
         sha = sha256_file(cell.target)
         keys[cell] = [cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in cfg.ks]
-    return rundir.finished_cells(traces, keys)
+    return rundir.plan_resume(traces, keys), recorded
+
+
+def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> list[tuple]:
+    """Every model file through llama.cpp's loader checks, the header reader and the draft's
+    vocabulary against every target (gridcheck.py), then each cell against the models' shapes;
+    for the whole grid before anything is measured. Returns (target, runnable cells, own
+    tokens) per target; refused cells are recorded with their reason."""
+    vocabs = {target: gridcheck.vocab_model(target, "target") for target in map(Path, cfg.targets)}
+    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft")
+    draft_shape = gridcheck.header_shape(gguf_shape, cfg.draft, "draft")
+    if "model" in cfg.drafters:
+        provenance["notes"] += [n for n in gridcheck.check_vocabularies(draft_vocab, vocabs)
+                                if n not in provenance["notes"]]
+    planned = []
+    for target in vocabs:
+        shapes = [gridcheck.header_shape(gguf_shape, target, "target"), draft_shape]
+        workload = workload_for(cfg, target)
+        own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))
+        runnable = []
+        for cell in (c for c in cells if c.target == target):
+            reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens)
+                      or workload.ctx_len_problem(cell.ctx_len))
+            if reason:
+                print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",
+                      file=sys.stderr)
+                provenance["refused_cells"].append({"target": target.name, "ctx_len": cell.ctx_len,
+                                                    "concurrency": cell.concurrency, "reason": reason,
+                                                    "cell": cell.key(sha256_file(target), cfg.accept_rule)})
+                progress.done += 1
+            else:
+                runnable.append(cell)
+        planned.append((target, runnable, own_tokens))
+    return planned
 
 
 def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: int = 64) -> Engine:
@@ -643,6 +716,7 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
     provenance["workload"] = workload_for(cfg, cell.target).record()
     lossless.record_noise(provenance.setdefault("noise_control", {}), target_rec["name"], backend,
                           [r for r in rows if r["spec_decode"] == "on"])
+    write_json(traces.parent / "provenance.json", provenance)
 
 
 def run_sweep(cfg: SweepConfig) -> Path:
@@ -666,7 +740,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
                   "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
                   "max_repeats": cfg.max_repeats, "ci_level": cfg.ci_level, "ci_width": cfg.ci_width,
-                  "warmup_tol": cfg.warmup_tol,
+                  "warmup_tol": cfg.warmup_tol, "dist_positions": cfg.dist_positions,
                   "n_threads": cfg.threads, "n_gpu_layers": cfg.gpu_layers, "flash_attn": cfg.flash_attn,
                   "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
                            "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
@@ -682,29 +756,17 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
         provenance["placement"] = cfg.placement
     if cfg.shard is not None:
         provenance["shard"] = shard_record(cfg)
-        if not cells:
-            print(f"shard {cfg.shard} has no cells (the grid has {len(cells_of(cfg))})", file=sys.stderr)
-            provenance["completed"] = True
-            write_json(out / "provenance.json", provenance)
-            return traces
-    done = resumed_cells(cfg, out, traces, cells, provenance) if cfg.resume else set()
-    draft_shape = gguf_shape(cfg.draft)
-    for target in map(Path, cfg.targets):
-        shapes = [gguf_shape(target), draft_shape]
-        workload = workload_for(cfg, target)
-        own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))
-        runnable = []
-        for cell in (c for c in cells if c.target == target):
-            reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens)
-                      or workload.ctx_len_problem(cell.ctx_len))
-            if reason:
-                print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",
-                      file=sys.stderr)
-                provenance["refused_cells"].append({"target": target.name, "ctx_len": cell.ctx_len,
-                                                    "concurrency": cell.concurrency, "reason": reason})
-                progress.done += 1
-            else:
-                runnable.append(cell)
+    plan, recorded = resume_plan(cfg, out, traces, cells, provenance) if cfg.resume else (rundir.ResumePlan(traces), None)
+    if recorded is not None:  # the run's history goes on: earlier invocations and their cells' records kept
+        provenance = rundir.continued_provenance(recorded, provenance, plan.kept_rows())
+    if cfg.shard is not None and not cells:
+        print(f"shard {cfg.shard} has no cells (the grid has {len(cells_of(cfg))})", file=sys.stderr)
+        provenance["completed"] = True
+        write_json(out / "provenance.json", provenance)
+        return traces
+    planned = checked_grid(cfg, cells, provenance, progress)  # every model and cell checked, whole grid
+    rundir.apply_resume(plan)  # only now: a refused resume changed no file
+    for target, runnable, own_tokens in planned:
         for group in by_ctx_len(runnable):
             with engine_for(cfg, target, group, own_tokens) as engine:
                 target_rec = model_record(engine.target_info, "target")
@@ -713,7 +775,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                     m["role"] == rec["role"] and m["sha256"] == rec["sha256"] for m in provenance["models"])]
                 write_json(out / "provenance.json", provenance)
                 for cell in group:
-                    if cell in done:
+                    if cell in plan.done:
                         progress.done += 1
                         continue
                     run_cell(engine, cell, cfg, traces, provenance, progress,
@@ -791,6 +853,10 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="T,T,...", help="sampling temperature (0 = greedy)")
     grid.add_argument("--accept-rule", choices=ACCEPT_RULES, default=None,
                       help="acceptance rule (default: greedy at temperature 0, else rejection)")
+    grid.add_argument("--dist-positions", type=int, default=SweepConfig.dist_positions, metavar="N",
+                      help="rejection cells: emitted tokens the distributional lossless test pools at least, "
+                           "over seeded runs (default %(default)s: every planted rejection-rule fault fails at "
+                           "it on the tiny preset; bench/results/rejection-power)")
     grid.add_argument("-n", "--n-predict", type=int, default=None, help="tokens generated per sequence "
                       "(default: the preset's, else 64)")
     grid.add_argument("--tasks", type=_list_of(str, "task names"), default=None, metavar="TASK,...",
@@ -877,8 +943,12 @@ def workload_args(args: argparse.Namespace, preset_defaults: dict, errors: list)
             prompts = workloads.load_prompt_file(args.prompts)
         except workloads.PromptFileError as error:
             errors.append(str(error))
-    if args.context is not None and not Path(args.context).is_file():
-        errors.append(f"context file not found: {args.context}")
+    if args.context is not None:
+        try:  # read now: a binary or unreadable file is one line here, not a traceback later
+            workloads.documents_from_file(args.context)
+        except ValueError as error:
+            errors.append(f"--context: {error}" if Path(args.context).is_file() else
+                          f"context file not found: {args.context}")
     default = [workloads.ALL] if args.prompts is not None else preset_defaults.get("tasks", [workloads.MIXED])
     try:
         tasks = workloads.resolve_tasks(args.tasks or default, prompts or workloads.builtin_prompts())
@@ -950,8 +1020,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         errors.append("--temp values must be finite numbers >= 0")
     if len(set(args.temperature)) != len(args.temperature):
         errors.append("--temp has duplicates")
-    if args.target and len({Path(t).resolve() for t in args.target}) != len(args.target):
-        errors.append("-m/--target names the same file twice (its cells would be written twice)")
+    if args.target and (problem := gridcheck.same_content(args.target)):
+        errors.append(problem)
     if max(args.concurrency) > _core.max_parallel_sequences:
         errors.append(f"--concurrency values must be <= {_core.max_parallel_sequences} "
                       f"(llama.cpp's most sequences per context)")
@@ -959,6 +1029,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         errors.append("--batch-size must be >= 1 and --max-kv-gib > 0")
     if args.out is not None and (problem := rundir.output_problem(args.out)):
         errors.append(problem)
+    if args.dist_positions < 1:
+        errors.append(f"--dist-positions must be at least 1, not {args.dist_positions}")
     if args.accept_rule == "greedy" and max(args.temperature) > 0:
         errors.append("--accept-rule greedy needs --temp 0; use match or rejection for sampling")
     if args.n_predict is not None and args.n_predict < 1:
@@ -969,8 +1041,11 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         errors.append(f"--max-repeats ({args.max_repeats}) must be >= --repeats ({args.repeats})")
     if not 0 < args.ci_level < 1:
         errors.append("--ci-level must be between 0 and 1 (e.g. 0.95)")
-    if args.ci_width < 0 or args.warmup_tol < 0:
-        errors.append("--ci-width and --warmup-tol must be >= 0")
+    if not (math.isfinite(args.ci_width) and args.ci_width >= 0 and math.isfinite(args.warmup_tol)
+            and args.warmup_tol >= 0):  # NaN passes a "< 0" test
+        errors.append("--ci-width and --warmup-tol must be finite numbers >= 0")
+    if not 0 <= args.seed < 2**64:
+        errors.append("-s/--seed must be in [0, 2**64)")
     if args.threads < 1:
         errors.append("--threads must be >= 1")
     if max(args.concurrency) * (max(args.k) + 1) > args.batch_size:
@@ -993,9 +1068,12 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
             if drafter not in DRAFTERS:
                 raise ValueError(f"unknown drafter (one of: {', '.join(DRAFTERS)})")
             if drafter != "model":
-                _core.validate_drafter(drafter, drafter_options)
+                _core.validate_drafter(drafter, {name: value for name, value in drafter_options.items()
+                                                 if _core.drafter_of_option(name) == drafter})
         except ValueError as error:
             errors.append(f"--drafter {drafter}: {error}")
+    if problem := drafter_options_problem(args.drafter, drafter_options):
+        errors.append(problem)
     for p_min in args.draft_p_min:
         try:
             check_draft_p_min(p_min)
@@ -1031,7 +1109,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         tasks=tasks, prompts=prompts, dataset=dataset,
         prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
-        check_k=args.check_k, draft_p_mins=args.draft_p_min,
+        check_k=args.check_k, draft_p_mins=args.draft_p_min, dist_positions=args.dist_positions,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 
