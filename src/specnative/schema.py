@@ -70,7 +70,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("rejected", "int", "rounds that ended on a rejected draft, over the timed repeats (on rows)"),
     Column("accept_at_pos", "str", "acceptance rate of draft positions 1..k, ';'-separated (on rows)"),
     Column("accept_len_hist", "str", "rounds that accepted 0..k drafts, ';'-separated (on rows)"),
-    Column("lossless_method", "str", "exact-greedy, exact-seed (match) or match-proxy (rejection cells)"),
+    Column("lossless_method", "str", "exact-greedy, exact-seed (match), or distribution (rejection cells: the "
+           "distributional test plus the match proxy; match-proxy in runs before it)"),
     Column("first_divergence", "int", "first generated index where spec and baseline differ (-1: none)"),
     Column("divergence_margin", "float", "target top-1 minus top-2 logit at the first divergence"),
     Column("target_model", "str", "target GGUF file name"),
@@ -111,7 +112,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("context_sha256", "str", "sha256 of the documents the shared context was cut from (ctx_len > 0)"),
     # --- the lossless verdict (lossless.py) -----------------------------------------------------
     Column("verdict", "str", "exact (token-identical, per seed when sampling), numeric (every divergence within "
-           "the measured noise on forced replay) or fail (a bug: no number); lossless_ok = not fail (on rows)"),
+           "the measured noise on forced replay), exact-dist (rejection rule: distributed as the target's p, and its "
+           "match proxy passed) or fail (a bug: no number); lossless_ok = not fail (on rows)"),
     Column("verdict_reason", "str", "where and by how much, in words (on rows)"),
     Column("mismatches", "int", "replayed positions whose emitted token is not the baseline rule's pick (on rows)"),
     Column("max_mismatch_gap", "float", "largest logit[pick] - logit[emitted] among the mismatches (on rows)"),
@@ -174,6 +176,15 @@ COLUMNS: tuple[Column, ...] = (
            "at --n-predict), ';'-separated; the cell's n_predict is the longest"),
     Column("prompt_copy_share", "float", "share of the baseline's emitted tokens inside a 4-gram that also occurs "
            "in the sequence's prompt, mean over the cell's distinct prompts (category_table.py)"),
+    # --- the rejection rule's distributional verdict (lossless.rejection_distribution) ---------------
+    Column("dist_statistic", "float", "rejection cells: KS distance of the emitted tokens' randomized PITs from "
+           "uniform (smallest any placement within the noise intervals has; on rows)"),
+    Column("dist_p_value", "float", "rejection cells: the test's p-value, Bonferroni over its token orders; the "
+           "verdict fails below lossless.DIST_ALPHA (on rows)"),
+    Column("dist_positions", "int", "rejection cells: emitted tokens tested, pooled over seeded runs (on rows)"),
+    Column("dist_runs", "int", "rejection cells: speculative runs (seeds seed, seed+1, ...) pooled (on rows)"),
+    Column("proxy_verdict", "str", "rejection cells: the match rule's verdict at the same seed (exact, numeric or "
+           "fail), which also checks the KV state; a fail fails the cell (on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
