@@ -480,6 +480,8 @@ PYBIND11_MODULE(_core, m) {
     m.attr("drafter_names") = drafter_names();
     m.def("drafter_defaults", &ngram_drafter_defaults,
           "llama.cpp's n-gram drafter options by CLI name (no dashes) with their defaults at this commit");
+    m.def("drafter_of_option", &drafter_of_option, py::arg("option"),
+          "the n-gram drafter an option belongs to (e.g. spec-ngram-mod-n-min -> ngram-mod), '' if unknown");
     m.def("validate_drafter", [](const std::string& type, const std::map<std::string, std::string>& options) {
         validate_drafter(DrafterParams{type, options});
     }, py::arg("drafter"), py::arg("drafter_options"), "ValueError for an unknown drafter, option or value, "
@@ -499,7 +501,11 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init<const std::string&>(), py::arg("path"))
         .def("tokenize", &VocabModel::tokenize, py::arg("text"), py::arg("add_special"),
              py::arg("parse_special"))
-        .def_property_readonly("chat_template", &VocabModel::chat_template);
+        .def_property_readonly("chat_template", &VocabModel::chat_template)
+        .def("incompatibility_as_draft_of", &VocabModel::incompatibility_as_draft_of, py::arg("target"),
+             "why this file cannot draft for `target` (the check Engine makes at load), or ''")
+        .def("tolerated_differences_as_draft_of", &VocabModel::tolerated_differences_as_draft_of,
+             py::arg("target"), "differences llama.cpp's check tolerates (token ids 0-4, EOS id), one line each");
     m.def("chat_apply_template", &apply_chat_template, py::arg("template"), py::arg("messages"),
           py::arg("add_assistant") = true,
           "llama_chat_apply_template over [(role, content), ...]; ValueError for an unknown template");

@@ -64,7 +64,11 @@ bool is_ngram_drafter(const std::string& name);
 // (common/arg.cpp: spec-ngram-simple-size-n, ..., lookup-cache-static), with the defaults of
 // common_params_speculative at this commit. Values are strings (cache files are paths).
 std::map<std::string, std::string> ngram_drafter_defaults();
-// Throws std::invalid_argument for an unknown drafter or option, a value out of llama.cpp's
+// The n-gram drafter an option belongs to (spec-ngram-<type>-..., lookup-cache-* -> ngram-cache),
+// "" for a name that is none of llama.cpp's drafter options.
+std::string drafter_of_option(const std::string& option);
+// Throws std::invalid_argument for an unknown drafter or option, an option of another drafter
+// (llama.cpp would ignore it), a value out of llama.cpp's
 // range, a cache file that cannot be read, or a build without llama.cpp's common library.
 void validate_drafter(const DrafterParams& params);
 std::unique_ptr<Drafter> make_ngram_drafter(const DrafterParams& params, const GenerateParams& p, int n_seq,

@@ -12,8 +12,12 @@
 #include "phase_clock.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
+
+#include <sys/stat.h>
 
 #ifdef SPECNATIVE_HAVE_COMMON
 #include "common.h"
@@ -86,6 +90,18 @@ int parse_int(const std::string& name, const std::string& value, int lo, int hi)
 // continuations, then (token, count) pairs). llama.cpp asserts (aborts the process) on a damaged
 // file, so its structure is checked here first; the contents are read by llama.cpp itself.
 void check_lookup_cache_file(const std::string& option, const std::string& path) {
+    // A regular file first: llama.cpp opens a directory and then asserts on the failed read, and
+    // opening a FIFO blocks until someone writes to it.
+    struct stat info = {};
+    if (stat(path.c_str(), &info) != 0) {
+        throw std::invalid_argument(option + ": cannot read the lookup cache file '" + path + "' (" +
+                                    std::strerror(errno) + ")");
+    }
+    if (!S_ISREG(info.st_mode)) {
+        throw std::invalid_argument(option + ": '" + path + "' is " +
+                                    (S_ISDIR(info.st_mode) ? "a directory" : "not a regular file (a FIFO, socket or device)") +
+                                    ", not a llama.cpp lookup cache file");
+    }
     std::ifstream f(path, std::ios::binary);
     if (!f) throw std::invalid_argument(option + ": cannot read the lookup cache file '" + path + "'");
     auto bad = [&](const std::string& why) {
@@ -133,6 +149,13 @@ common_params_speculative to_common_params(const DrafterParams& params) {
             std::string all;
             for (const auto& [n, v] : ngram_drafter_defaults()) all += (all.empty() ? "" : ", ") + n;
             throw std::invalid_argument("unknown drafter option '" + name + "' (llama.cpp's names: " + all + ")");
+        }
+    }
+    for (const auto& [name, value] : params.options) {
+        const std::string owner = drafter_of_option(name);
+        if (owner != params.type) {  // llama.cpp would ignore it: the run would not be what was asked
+            throw std::invalid_argument("drafter option " + name + " belongs to drafter " + owner + ", not " +
+                                        params.type);
         }
     }
     if (type == COMMON_SPECULATIVE_TYPE_NGRAM_CACHE) {
@@ -242,6 +265,17 @@ std::map<std::string, std::string> ngram_drafter_defaults() {
     return out;
 }
 
+std::string drafter_of_option(const std::string& option) {
+    if (ngram_drafter_defaults().count(option) == 0) return "";
+    if (option.rfind("lookup-cache-", 0) == 0) return "ngram-cache";
+    // spec-ngram-<type>-<field>: the longest type name that prefixes it (map-k4v before map-k)
+    std::string owner;
+    for (const std::string& type : drafter_names()) {
+        if (option.rfind("spec-" + type + "-", 0) == 0 && type.size() > owner.size()) owner = type;
+    }
+    return owner;
+}
+
 void validate_drafter(const DrafterParams& params) {
     if (std::find(drafter_names().begin(), drafter_names().end(), params.type) == drafter_names().end()) {
         std::string all;
@@ -266,6 +300,8 @@ std::unique_ptr<Drafter> make_ngram_drafter(const DrafterParams& params, const G
 #else  // built against prebuilt llama.cpp libraries without `common`
 
 std::map<std::string, std::string> ngram_drafter_defaults() { return {}; }
+
+std::string drafter_of_option(const std::string&) { return ""; }
 
 void validate_drafter(const DrafterParams& params) {
     if (params.type == "model") return;

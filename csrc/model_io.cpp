@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cmath>
 #include <netdb.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "llama.h"
+#include "vocab_check.h"
 
 namespace specnative {
 
@@ -88,9 +90,74 @@ std::pair<std::string, int> parse_endpoint(const std::string& endpoint) {
     return {host, static_cast<int>(port)};
 }
 
-// A TCP connect bounded in time: ggml's client connects without a timeout and aborts the
-// process when it fails, so an unreachable server must be found here first.
-void probe_endpoint(const std::string& endpoint, int timeout_ms) {
+// ggml-rpc's hello at this llama.cpp commit (ggml/src/ggml-rpc/ggml-rpc.cpp, transport.h): the
+// client sends | RPC_CMD_HELLO (1 byte, 14) | request size (uint64, 24) | conn_caps (24 bytes) |
+// and the server answers | size (uint64, 28) | major, minor, patch, padding, conn_caps (24) |.
+constexpr uint8_t kRpcCmdHello = 14;
+constexpr uint64_t kRpcCapsSize = 24;
+constexpr uint64_t kRpcHelloReplySize = 4 + kRpcCapsSize;
+constexpr int kRpcProtoMajor = 7;  // RPC_PROTO_MAJOR_VERSION (ggml-rpc.h)
+constexpr int kRpcProtoMinor = 0;  // RPC_PROTO_MINOR_VERSION: a server's may not be newer
+
+// Sends or receives exactly n bytes within the deadline; "" or what went wrong.
+std::string transfer(int fd, void* data, size_t n, bool sending, std::chrono::steady_clock::time_point deadline) {
+    auto* bytes = static_cast<uint8_t*>(data);
+    size_t done = 0;
+    while (done < n) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now()).count();
+        pollfd waiting = {fd, static_cast<short>(sending ? POLLOUT : POLLIN), 0};
+        const int ready = left > 0 ? poll(&waiting, 1, static_cast<int>(left)) : 0;
+        if (ready == 0) return sending ? "did not take the handshake in time" : "timeout";
+        if (ready < 0) return std::strerror(errno);
+        const ssize_t got = sending ? send(fd, bytes + done, n - done, MSG_NOSIGNAL) : recv(fd, bytes + done, n - done, 0);
+        if (got == 0) return "closed";
+        if (got < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            return errno == ECONNRESET || errno == EPIPE ? "closed" : std::strerror(errno);
+        }
+        done += static_cast<size_t>(got);
+    }
+    return "";
+}
+
+// ggml's hello on a connected socket, bounded: ggml's client aborts the process on a peer that
+// closes or answers anything else, and waits forever on one that never answers.
+std::string rpc_hello(int fd, int timeout_ms) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    uint8_t request[1 + 8 + kRpcCapsSize] = {kRpcCmdHello};
+    std::memcpy(request + 1, &kRpcCapsSize, 8);  // little-endian hosts, as ggml's client assumes
+    std::string why = transfer(fd, request, sizeof(request), true, deadline);
+    if (why == "closed") return "closed the connection at the handshake: not an rpc-server";
+    if (!why.empty()) return "did not take the handshake (" + why + ")";
+    uint64_t size = 0;
+    why = transfer(fd, &size, sizeof(size), false, deadline);
+    if (why == "timeout") {
+        return "accepted the connection but sent no handshake reply within " + std::to_string(timeout_ms) +
+               " ms: not an rpc-server, or one busy serving another client";
+    }
+    if (why == "closed") return "closed the connection without a handshake reply: not an rpc-server";
+    if (!why.empty()) return "failed during the handshake (" + why + ")";
+    if (size != kRpcHelloReplySize) {
+        return "answered the handshake with something that is not ggml-rpc's reply (size field " +
+               std::to_string(size) + ", expected " + std::to_string(kRpcHelloReplySize) + "): not an rpc-server";
+    }
+    uint8_t reply[kRpcHelloReplySize] = {};
+    why = transfer(fd, reply, sizeof(reply), false, deadline);
+    if (!why.empty()) return "cut its handshake reply short (" + why + "): not an rpc-server";
+    if (reply[0] != kRpcProtoMajor || reply[1] > kRpcProtoMinor) {
+        return "speaks ggml-rpc protocol " + std::to_string(reply[0]) + "." + std::to_string(reply[1]) + "." +
+               std::to_string(reply[2]) + ", this build " + std::to_string(kRpcProtoMajor) + "." +
+               std::to_string(kRpcProtoMinor) + ": run an rpc-server from the same llama.cpp commit";
+    }
+    return "";
+}
+
+// A TCP connect and ggml-rpc's hello, bounded in time (each by timeout_ms): ggml's client connects
+// without a timeout and aborts the process when the connect or the hello fails, so a server that
+// is down, does not answer, or is not an rpc-server must be found here first. The probe's
+// connection is closed before ggml connects (an rpc-server serves one client at a time).
+void probe_endpoint(const std::string& endpoint, int timeout_ms, bool handshake) {
     const auto [host, port] = parse_endpoint(endpoint);
     addrinfo hints = {};
     hints.ai_family = AF_INET;  // ggml's client is IPv4
@@ -100,7 +167,7 @@ void probe_endpoint(const std::string& endpoint, int timeout_ms) {
         throw std::invalid_argument("RPC server " + endpoint + ": cannot resolve host '" + host + "'");
     }
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    std::string why;
+    std::string why, did;
     if (fd < 0) {
         why = std::strerror(errno);
     } else {
@@ -116,6 +183,8 @@ void probe_endpoint(const std::string& endpoint, int timeout_ms) {
                 why = "no answer within " + std::to_string(timeout_ms) + " ms";
             } else if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) != 0 || error != 0) {
                 why = std::strerror(ready < 0 ? errno : error);
+            } else if (handshake) {
+                did = rpc_hello(fd, timeout_ms);
             }
         }
         close(fd);
@@ -125,6 +194,7 @@ void probe_endpoint(const std::string& endpoint, int timeout_ms) {
         throw std::invalid_argument("RPC server " + endpoint + " cannot be reached (" + why +
                                     "); is rpc-server running there?");
     }
+    if (!did.empty()) throw std::invalid_argument("RPC server " + endpoint + " " + did);
 }
 
 bool is_registered(ggml_backend_reg_t reg) {
@@ -244,7 +314,9 @@ void add_rpc_servers(const std::vector<std::string>& endpoints, int timeout_ms) 
     }
     std::lock_guard<std::mutex> lock(g_rpc_mutex);
     for (const std::string& endpoint : endpoints) {
-        probe_endpoint(endpoint, timeout_ms);
+        // A server added before has a live client in ggml (one client at a time: a hello would
+        // wait behind it), so it is only reached again; a new one must also answer ggml's hello.
+        probe_endpoint(endpoint, timeout_ms, rpc_device_names({endpoint}).empty());
         ggml_backend_reg_t reg = add_server(endpoint.c_str());  // cached per endpoint by ggml
         if (reg == nullptr) {
             throw std::invalid_argument("RPC server " + endpoint + " offers no devices");
@@ -369,6 +441,21 @@ VocabModel::VocabModel(const std::string& path) {
     if (model_ == nullptr) {
         throw std::runtime_error("llama.cpp could not read the vocabulary of " + path + ": " + last_llama_errors());
     }
+    // The checks an Engine makes at load (llama.cpp's tokenizer asserts on a file without one)
+    const std::string why = generation_unsupported(model_, false);
+    if (!why.empty()) {
+        llama_model_free(model_);
+        model_ = nullptr;
+        throw std::invalid_argument("cannot generate with " + path + ": " + why);
+    }
+}
+
+std::string VocabModel::incompatibility_as_draft_of(const VocabModel& target) const {
+    return vocab_incompatibility(target.model_, model_);
+}
+
+std::vector<std::string> VocabModel::tolerated_differences_as_draft_of(const VocabModel& target) const {
+    return vocab_tolerated_differences(target.model_, model_);
 }
 
 VocabModel::~VocabModel() { llama_model_free(model_); }

@@ -28,9 +28,11 @@ struct Placement {
 };
 
 // llama.cpp's --rpc: makes each "host:port" rpc-server's devices (named RPC0, RPC1, ...) usable
-// by Placement::devices. Each server is first reached with a plain TCP connect bounded by
-// `timeout_ms`: a server that is down, refuses or does not answer is a std::invalid_argument
-// here, where ggml's RPC client would abort the process. Adding a server twice is a no-op.
+// by Placement::devices. Each new server is first reached with a TCP connect and ggml-rpc's
+// hello, each bounded by `timeout_ms`: a server that is down, refuses, does not answer, or is
+// not an rpc-server (closes, answers garbage or another protocol version) is a
+// std::invalid_argument naming it, where ggml's RPC client would abort the process or hang.
+// Adding a server twice is a no-op (reached again with a TCP connect).
 void add_rpc_servers(const std::vector<std::string>& endpoints, int timeout_ms);
 // The device names (ggml_backend_dev_name) of the servers' devices, in the servers' order.
 std::vector<std::string> rpc_device_names(const std::vector<std::string>& endpoints);
@@ -67,6 +69,10 @@ public:
     VocabModel& operator=(const VocabModel&) = delete;
     std::vector<int32_t> tokenize(const std::string& text, bool add_special, bool parse_special) const;
     std::string chat_template() const;  // "" when the file has none
+    // vocab_incompatibility (vocab_check.h) with this file as the draft: "" when it can draft
+    std::string incompatibility_as_draft_of(const VocabModel& target) const;
+    // vocab_tolerated_differences with this file as the draft
+    std::vector<std::string> tolerated_differences_as_draft_of(const VocabModel& target) const;
 
 private:
     llama_model* model_ = nullptr;

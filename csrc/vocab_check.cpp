@@ -1,6 +1,7 @@
 #include "vocab_check.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 #include "llama.h"
@@ -51,6 +52,24 @@ std::string vocab_incompatibility(const llama_model* target, const llama_model* 
         }
     }
     return "";
+}
+
+std::vector<std::string> vocab_tolerated_differences(const llama_model* target, const llama_model* draft) {
+    const llama_vocab* vt = llama_model_get_vocab(target);
+    const llama_vocab* vd = llama_model_get_vocab(draft);
+    std::vector<std::string> notes;
+    const int n_common = std::min(llama_vocab_n_tokens(vt), llama_vocab_n_tokens(vd));
+    for (int id = 0; id < std::min(kFirstComparedToken, n_common); ++id) {
+        if (std::strcmp(llama_vocab_get_text(vt, id), llama_vocab_get_text(vd, id)) != 0) {
+            notes.push_back("token " + std::to_string(id) + " differs (target '" + llama_vocab_get_text(vt, id) +
+                            "', draft '" + llama_vocab_get_text(vd, id) + "')");
+        }
+    }
+    if (llama_vocab_eos(vt) != llama_vocab_eos(vd)) {
+        notes.push_back("EOS ids differ (target " + std::to_string(llama_vocab_eos(vt)) + ", draft " +
+                        std::to_string(llama_vocab_eos(vd)) + ")");
+    }
+    return notes;
 }
 
 std::string generation_unsupported(const llama_model* model, bool speculative) {
