@@ -252,6 +252,8 @@ def parse_prompt_lines(lines: list[str], name: str) -> list[Prompt]:
             entry = json.loads(line)
         except json.JSONDecodeError as error:
             raise PromptFileError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
+        except RecursionError:
+            raise PromptFileError(f"{where}: JSON nested too deeply to be a prompt") from None
         if not isinstance(entry, dict):
             raise PromptFileError(f"{where}: expected a JSON object with \"text\" or \"messages\"")
         unknown = set(entry) - {"text", "messages", "category"}
@@ -269,12 +271,29 @@ def parse_prompt_lines(lines: list[str], name: str) -> list[Prompt]:
 def load_prompt_file(path) -> list[Prompt]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (spreadsheets and Windows editors write one) is not text
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise PromptFileError(f"{path}: prompt file not found") from None
+    except IsADirectoryError:
+        raise PromptFileError(f"{path}: is a directory, not a prompt file") from None
     except UnicodeDecodeError as error:
         raise PromptFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    return parse_prompt_lines(text.splitlines(), str(path))
+    except OSError as error:
+        raise PromptFileError(f"{path}: cannot read it ({error.strerror})") from None
+    return parse_prompt_lines(file_lines(text), str(path))
+
+
+def file_lines(text: str) -> list[str]:
+    """A text file's lines: split at line ends only (\\n, \\r\\n, \\r), not at the other breaks
+    str.splitlines knows (U+2028, U+0085, form feed, ...), which are characters of a prompt."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def prompts_sha256(prompts: list[Prompt]) -> str:
+    """Identity of a prompt set by content (categories and messages, in order): what a resume
+    compares, so that a file edited at the same path is not taken for the same prompts."""
+    return _sha(json.dumps([[p.category, p.messages] for p in prompts], ensure_ascii=False))
 
 
 def categories_of(prompts: list[Prompt]) -> list[str]:
@@ -390,11 +409,15 @@ def builtin_documents() -> Documents:
 def documents_from_file(path) -> Documents:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read the context file as UTF-8 text ({error})") from None
+        text = path.read_text(encoding="utf-8-sig").strip()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: the context file is not UTF-8 text (byte {error.start}): a binary file?") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the context file ({error.strerror})") from None
     if not text:
         raise ValueError(f"{path}: the context file is empty")
+    if "\x00" in text:
+        raise ValueError(f"{path}: the context file holds NUL bytes (a binary file, not text)")
     return Documents(text, ({"name": path.name, "sha256": _sha(text), "chars": len(text)},))
 
 
@@ -557,7 +580,6 @@ class Workload:
 
     def record(self) -> dict:
         """Provenance: which prompts, which documents (by sha256), which template."""
-        canonical = json.dumps([[p.category, p.messages] for p in self.prompts], ensure_ascii=False)
         public = {}
         if self.dataset is not None:
             public = {"dataset": self.dataset, "turn1_answers": {
@@ -568,7 +590,7 @@ class Workload:
                             "the last batch filled up by cycling from the first item of its turn; a cell per batch"}
         return {"source": self.source, **public, "prompts": len(self.prompts),
                 "categories": {c: sum(p.category == c for p in self.prompts) for c in categories_of(self.prompts)},
-                "prompts_sha256": _sha(canonical), "chat_template": self.template_used,
+                "prompts_sha256": prompts_sha256(self.prompts), "chat_template": self.template_used,
                 "chat_template_sha256": _sha(self.template) if self.template else None,
                 "context_sha256": self.documents.sha256, "context_documents": list(self.documents.sources),
                 "context_tokens": len(self._document_tokens) if self._document_tokens is not None else None,
