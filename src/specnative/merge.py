@@ -6,7 +6,8 @@ Refused, naming the directories and what differs, unless:
     given once and none missing, their cells disjoint and together the whole grid;
   - build, models (sha256), settings and grid are the same (the provenance.json keys a --resume
     compares, rundir.py), and so is the hardware (--allow-hardware-differences: recorded instead);
-  - every traces.csv row belongs to a cell of its own shard.
+  - every shard's traces.csv is whole (no torn or damaged row) and holds exactly the rows of the
+    cells its provenance.json lists as its own and not refused: each once, none missing.
 traces.csv keeps the shards' rows byte for byte, in grid order; provenance.json is the shards'
 record with the per-run parts (models, refused cells, notes, noise control) joined, and the
 shards listed under "merged_from". Then the report is written, as after a sweep.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import shlex
 import sys
@@ -22,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from specnative import lossless, rundir, schema
+from specnative import rundir, schema
 from specnative.provenance import now_iso, write_json
 
 # Hardware a shard ran on: the same on "identical machines"; compared unless allowed to differ
@@ -108,31 +110,82 @@ def base_key(row: dict) -> str:
     return row["cell_id"].rsplit("|k", 1)[0] if row["spec_decode"] == "on" else row["cell_id"]
 
 
-def shard_rows(run_dir: Path, record: dict) -> list[dict]:
-    """traces.csv rows as written (strings), each checked to be one of this shard's cells."""
-    path = Path(run_dir) / "traces.csv"
-    if not path.exists():  # a shard whose cells were all refused
-        return []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != schema.COLUMN_NAMES:
-            raise MergeError(f"{path} has another header than this specnative's traces.csv schema")
-        rows = list(reader)
+def refused_keys(record: dict, own: set) -> set:
+    """The shard's cells the sweep refused (no rows): by the key recorded with each refusal, or
+    for a run that did not record it, by context length and concurrency."""
+    keys = set()
+    for refused in record.get("refused_cells") or []:
+        if refused.get("cell"):
+            keys.add(refused["cell"])
+        else:
+            keys |= {key for key in own if f"|ctx{refused.get('ctx_len')}|c{refused.get('concurrency')}|" in key}
+    return keys
+
+
+def expected_rows(record: dict) -> dict:
+    """{cell_id: its cell key} of every row the shard must hold: for each of its cells that was
+    not refused, the off row and an on row per k of the grid."""
     own = {key for _, key in record["shard"]["cells"]}
-    for line, row in enumerate(rows, start=2):
+    ks = record.get("grid", {}).get("k") or []
+    rows = {}
+    for key in own - refused_keys(record, own):
+        rows[key] = key
+        rows.update({f"{key}|k{k}": key for k in ks})
+    return rows
+
+
+def read_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line, row) of a shard's traces.csv, strings as written; a torn or damaged row, another
+    header, or no header is a MergeError."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        raise MergeError(f"{path} ends in a torn row (no line end: the shard's sweep died while writing it); "
+                         f"continue that shard with --resume, which repairs it, then merge")
+    try:
+        reader = csv.reader(io.StringIO(data.decode("utf-8"), newline=""))
+        lines = [(reader.line_num, row) for row in reader if row]
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise MergeError(f"{path} is damaged ({error})") from None
+    if not lines or tuple(lines[0][1]) != schema.COLUMN_NAMES:
+        raise MergeError(f"{path} has another header than this specnative's traces.csv schema"
+                         if lines else f"{path} is empty (not even a header)")
+    header = lines[0][1]
+    for line, row in lines[1:]:
+        if len(row) != len(header):
+            raise MergeError(f"{path}:{line} has {len(row)} fields, the header {len(header)}: a torn or damaged row")
+    return [(line, dict(zip(header, row))) for line, row in lines[1:]]
+
+
+def shard_rows(run_dir: Path, record: dict) -> list[dict]:
+    """traces.csv rows as written (strings): exactly the rows of the cells its provenance says
+    were measured, each once (a missing, duplicated or foreign row is a MergeError)."""
+    path = Path(run_dir) / "traces.csv"
+    expected = expected_rows(record)
+    if not path.exists():
+        if expected:
+            raise MergeError(f"{path} is missing, but its provenance.json says {len(set(expected.values()))} "
+                             f"cell(s) were measured")
+        return []  # a shard whose cells were all refused
+    rows = read_rows(path)
+    own = {key for _, key in record["shard"]["cells"]}
+    seen: dict = {}
+    for line, row in rows:
         if base_key(row) not in own:
             raise MergeError(f"{path}:{line}: cell {row['cell_id']} is not one of this shard's cells")
-    return rows
+        if row["cell_id"] in seen:
+            raise MergeError(f"{path}:{line}: row {row['cell_id']} is there twice (lines {seen[row['cell_id']]} "
+                             f"and {line})")
+        seen[row["cell_id"]] = line
+    missing = sorted(set(expected) - set(seen))
+    if missing:
+        raise MergeError(f"{path} lacks {len(missing)} row(s) of cells its provenance.json says were measured, "
+                         f"e.g. {missing[0]}; continue that shard with --resume, then merge")
+    return [row for _, row in rows]
 
 
 def joined_noise_control(rows: list[dict]) -> dict:
     """The noise-control summary of the merged rows, folded the way the sweep folds it."""
-    summary: dict = {}
-    for row in rows:
-        if row["spec_decode"] == "on":
-            values = {k: (v if v != "" else None) for k, v in row.items()}
-            lossless.record_noise(summary, row["target_model"], row["backend"], [values])
-    return summary
+    return rundir.noise_control_of(rows)
 
 
 def unique(items: list) -> list:
@@ -169,6 +222,7 @@ def merged_provenance(dirs: list[Path], records: list[dict], rows: list[dict], c
                 merged[key] = "mixed: see merged_from"
     merged["merged_from"] = [{"dir": str(d), "shard": f"{r['shard']['index']}/{r['shard']['count']}",
                               "run_id": r.get("run_id"), "date": r.get("date"), "command": r.get("command"),
+                              "invocations": r.get("invocations"),
                               **{key: r.get(key) for key in HARDWARE_KEYS}}
                              for d, r in zip(dirs, records)]
     return merged

@@ -304,6 +304,12 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
         bad = converted.isna() & values.notna()
         if column.dtype == "int":
             bad |= converted.notna() & (converted != converted.round())
+        else:  # a sweep writes NaN (empty) where a number is undefined, never an infinity
+            infinite = converted.isin([math.inf, -math.inf])
+            if infinite.any():
+                i = int(infinite.to_numpy().nonzero()[0][0])
+                raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "
+                                  f"not a finite number (no measurement is infinite: an edited or damaged file)")
     else:
         return values.astype(PANDAS_DTYPES[column.dtype])
     if bad.any():
