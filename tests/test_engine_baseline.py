@@ -11,7 +11,7 @@ import pytest
 from specnative import Engine
 from specnative.models import write_tiny_llama
 
-from conftest import ENGINE_KW, PROMPTS
+from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 
 
 def test_loads_and_describes_the_model(noisy_engine):
@@ -32,9 +32,9 @@ def test_greedy_generation_is_deterministic_and_printable(noisy_engine):
 
 def test_each_sequence_decodes_as_if_alone(noisy_engine):
     together = noisy_engine.generate(PROMPTS, n_predict=16)
-    for prompt, tokens in zip(PROMPTS, together.tokens):
-        alone = noisy_engine.generate([prompt], n_predict=16)
-        np.testing.assert_array_equal(alone.tokens[0], tokens)
+    alone = [noisy_engine.generate([prompt], n_predict=16).tokens[0] for prompt in PROMPTS]
+    # 1 row per decode vs 3: the same greedy choices up to batch-shape near-ties (conftest)
+    assert_lossless_verdict(noisy_engine, PROMPTS, together.tokens, alone, k=1)
 
 
 def test_token_prompts_equal_text_prompts(noisy_engine):
@@ -77,8 +77,9 @@ def test_long_prompt_is_chunked_to_n_batch(noisy_pair):
         whole = large.generate([prompt, prompt[:-5]], n_predict=8)
         np.testing.assert_allclose(small.prompt_logits(prompt), large.prompt_logits(prompt),
                                    rtol=1e-4, atol=1e-4)
-    for a, b in zip(chunked.tokens, whole.tokens):
-        np.testing.assert_array_equal(a, b)
+    # prefill chunks of another size: the same choices up to batch-shape near-ties (conftest)
+    with Engine(target, **ENGINE_KW, n_ctx=1024, n_batch=512, n_seq_max=2) as large:
+        assert_lossless_verdict(large, [prompt, prompt[:-5]], whole.tokens, chunked.tokens, k=1)
 
 
 def test_repeated_long_prefix_is_not_prefilled_again(noisy_engine):
@@ -86,7 +87,7 @@ def test_repeated_long_prefix_is_not_prefilled_again(noisy_engine):
     prompts = [prefix + [400 + i] for i in range(4)]
     first = noisy_engine.generate(prompts, n_predict=8)
     second = noisy_engine.generate(prompts, n_predict=8)
-    for a, b in zip(first.tokens, second.tokens):
+    for a, b in zip(first.tokens, second.tokens):  # the same batch shapes: equal bit for bit
         np.testing.assert_array_equal(a, b)
     # 1000 shared tokens prefilled once vs 4 suffix tokens: the second run is much cheaper
     assert second.times["prefill_target"] < first.times["prefill_target"]
@@ -190,4 +191,7 @@ def test_margins_are_recorded_only_on_request(noisy_engine):
         result = noisy_engine.generate(PROMPTS, n_predict=12, spec=spec, record_margins=True)
         for tokens, margins in zip(result.tokens, result.margins):
             assert len(margins) == len(tokens) and np.all(margins >= 0)
-        np.testing.assert_array_equal(result.tokens[0], plain.tokens[0])
+        if spec:  # verify batches: up to batch-shape near-ties (conftest)
+            assert_lossless_verdict(noisy_engine, PROMPTS, plain.tokens, result.tokens, k=4)
+        else:
+            np.testing.assert_array_equal(result.tokens[0], plain.tokens[0])
