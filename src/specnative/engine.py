@@ -344,8 +344,8 @@ class Engine:
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
-        if not 0 <= int(seed) < 2**64:
-            raise ValueError("seed must be in [0, 2**64)")
+        seed = _seed(seed)
+        temperature = _temperature(temperature)
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         options = _drafter_options(drafter, drafter_options)
         token_prompts = self.to_token_prompts(prompts)
@@ -377,6 +377,22 @@ class Engine:
         """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
         return self._core.pending_logits(_c_int(seq, "seq"))
+
+
+def _seed(value) -> int:
+    """An integer seed in [0, 2**64): 1.7 or "3" are refused, not truncated or parsed."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"seed must be an integer in [0, 2**64), not {value!r}")
+    if not 0 <= int(value) < 2**64:
+        raise ValueError(f"seed must be in [0, 2**64), not {value}")
+    return int(value)
+
+
+def _temperature(value) -> float:
+    """A temperature as a number (the core checks its range): a string such as '0.5' is refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"temperature must be a number, not {value!r}")
+    return float(value)
 
 
 def check_draft_p_min(value) -> float:

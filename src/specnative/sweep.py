@@ -668,9 +668,12 @@ def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: in
     """One engine for `cells` (one target and context length, by_ctx_len), sized for the largest
     of them, so the shared prefix stays cached from cell to cell."""
     n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens) for c in cells)
-    return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
-                  n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
-                  flash_attn=cfg.flash_attn, kv_unified=True, **cfg.placement)
+    try:
+        return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
+                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
+                      flash_attn=cfg.flash_attn, kv_unified=True, **cfg.placement)
+    except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
+        raise SystemExit(f"error: cannot load {target} with draft {cfg.draft}: {error}") from None
 
 
 def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
