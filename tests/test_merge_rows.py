@@ -2,6 +2,7 @@
 item 5), and a refused merge or report changes no file."""
 from __future__ import annotations
 
+import json
 import math
 import shutil
 
@@ -10,6 +11,7 @@ import pytest
 from specnative import merge, report
 
 from test_resume_history import snapshot
+from test_sweep_safety import DAMAGE as REPORT_DAMAGE
 from test_shards import runs  # noqa: F401  (fixture: shards 0/2 and 1/2 of a 4-cell grid)
 from synthetic_traces import grid_rows, write_run
 
@@ -66,3 +68,37 @@ def test_a_refused_report_changes_no_file(tmp_path, capsys, value):
     assert report.main([str(run)]) == 1
     assert "not a finite number" in capsys.readouterr().err
     assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("damage", sorted(REPORT_DAMAGE))
+def test_every_refused_report_changes_no_file(tmp_path, capsys, damage):
+    directory = write_run(tmp_path / "run", grid_rows(4))
+    REPORT_DAMAGE[damage][0](directory)
+    before = snapshot(directory)
+    assert report.main([str(directory)]) == 1
+    assert capsys.readouterr().err.startswith("error: ")
+    assert snapshot(directory) == before
+
+
+def test_every_refused_merge_changes_no_file(runs, tmp_path):  # noqa: F811
+    """The refusals of test_shards (split, settings, unfinished, not a shard, hardware), each
+    with every shard directory checksummed around it and no output directory made."""
+    s0, s1 = str(runs / "shard0"), str(runs / "shard1")
+    grid = merge.load_shard(runs / "shard1")["grid"]
+
+    def copy_with(name, **changes) -> str:
+        copy = tmp_path / name
+        shutil.copytree(runs / "shard1", copy)
+        record = json.loads((copy / "provenance.json").read_text())
+        record.update(changes)
+        (copy / "provenance.json").write_text(json.dumps(record))
+        return str(copy)
+
+    cases = [[s0], [s0, s0], [s0, copy_with("n", grid={**grid, "n_predict": 7})],
+             [s0, copy_with("commit", llama_cpp_commit="other")], [s0, copy_with("unfinished", completed=False)],
+             [s0, str(runs / "whole")], [s0, copy_with("cpu", cpu_model="another CPU")]]
+    for i, dirs in enumerate(cases):
+        before = {d: snapshot(d) for d in dirs}
+        with pytest.raises(SystemExit, match="^error: "):
+            merge.main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
+        assert {d: snapshot(d) for d in dirs} == before and not (tmp_path / f"out{i}").exists()

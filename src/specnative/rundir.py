@@ -25,7 +25,7 @@ from specnative.schema import COLUMN_NAMES
 # it measures anything must match the recorded one; keys a run adds while it measures (results
 # such as the models' records or a noise control) are not settings and are not compared.
 VOLATILE_KEYS = ("date", "run_id", "command", "models", "notes", "refused_cells", "completed", "workload",
-                 "invocations", "noise_control")
+                 "invocations", "noise_control", "sweep_timing")
 INVOCATION_KEYS = ("run_id", "date", "command")  # one sweep invocation on the run directory
 
 
