@@ -36,6 +36,7 @@ from pathlib import Path
 
 
 from specnative import _core, category_table, lossless, pick_k, shards, stats, theory, workloads
+from specnative import progress as progress_display
 from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, decoding_ms, default_threads,
                                check_draft_p_min, drafter_defaults, engine_own_time, placement_args)
 from specnative import public_sets
@@ -102,6 +103,9 @@ class SweepConfig:
     drafters: list = field(default_factory=lambda: ["model"])
     drafter_options: dict = field(default_factory=dict)  # n-gram options set on the command line
     check_k: bool = False  # --check-k: measure the best predicted k of each on row (pick_k.py)
+    # --which-k: the verify-cost curve and the speedup predicted at every k' <= k (pick_k.py); off by
+    # default since it times (k+1) extra decode shapes per cell, most of a long-context cell's cost
+    which_k: bool = False
     # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
     draft_p_mins: list = field(default_factory=lambda: [0.0])
     # rejection cells: emitted tokens the distributional test pools at least (bench/results/rejection-power)
@@ -209,7 +213,7 @@ def first_divergence(base, spec) -> tuple[int, float]:
 
 
 def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model",
-                   draft_p_min: float = 0.0) -> dict:
+                   draft_p_min: float = 0.0, on_progress=lambda msg: None) -> dict:
     if temperature == 0:
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
@@ -221,11 +225,13 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
                            draft_p_min=draft_p_min, **common)
+    on_progress(f"noise control k={k}")
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
                                                   cfg.seed, k)
     index, margin = first_divergence(base, spec)
     columns = {}
     if method == "distribution":
+        on_progress(f"distribution test k={k}")
         verdict, columns = distribution_verdict(engine, prompts, cfg, k, temperature, verdict, control,
                                                 drafter=drafter, draft_p_min=draft_p_min)
     return {**columns, "lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
@@ -428,7 +434,8 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     checks = {}
     for k in cfg.ks:
         on_progress(f"lossless check k={k}")
-        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min)
+        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
+                                   on_progress=on_progress)
     runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress)
     off = _median_row(runs["off"])
     off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
@@ -442,7 +449,7 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
             rows[-1]["draft_p_min"] = cell.draft_p_min
     # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
     # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
-    if cell.drafter == "model" and cell.draft_p_min == 0:
+    if cell.drafter == "model" and cell.draft_p_min == 0 and (cfg.which_k or cfg.check_k):
         add_k_columns(engine, prompts, cfg, common, runs, rows, on_progress)
     copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
     for row in rows:
@@ -574,36 +581,6 @@ def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict]
     return None
 
 
-class ProgressLine:
-    """One status line per step on stderr: cell i/n, what runs, ETA from finished cells."""
-
-    def __init__(self, total: int):
-        self.total, self.done, self.started, self.spent = total, 0, time.monotonic(), 0.0
-
-    def eta(self) -> str:
-        if self.done == 0:
-            return "ETA --"
-        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
-        return f"ETA {int(left // 60)}m{int(left % 60):02d}s"
-
-    def show(self, cell: Cell, what: str) -> None:
-        print(f"\r[{self.done + 1}/{self.total}] {cell.target.name} ctx={cell.ctx_len} "
-              f"conc={cell.concurrency} T={cell.temperature:g} {cell.task} {cell.drafter}"
-              f"{f' p_min={cell.draft_p_min:g}' if cell.draft_p_min else ''}: {what:<22} {self.eta()}   ",
-              end="", file=sys.stderr, flush=True)
-
-    def finish(self, cell: Cell, rows: list[dict]) -> None:
-        self.done += 1
-        on = [r for r in rows if r["spec_decode"] == "on"]
-        summary = ", ".join(f"k={r['k']} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f}"
-                            f"{'' if r['lossless_ok'] else ' LOSSY'}" for r in on)
-        print(f"\r[{self.done}/{self.total}] {cell.target.name} ctx={cell.ctx_len} conc={cell.concurrency} "
-              f"T={cell.temperature:g} {cell.task} {cell.drafter}"
-              f"{f' p_min={cell.draft_p_min:g}' if cell.draft_p_min else ''}: base {rows[0]['tps']:.1f} t/s; {summary}"
-              + " " * 10,
-              file=sys.stderr, flush=True)
-
-
 def run_settings(cfg: SweepConfig) -> dict:
     """What a resume must repeat beyond the recorded grid, build and hardware: seed, batch, and
     the model and context files by content."""
@@ -657,7 +634,7 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
                 provenance["refused_cells"].append({"target": target.name, "ctx_len": cell.ctx_len,
                                                     "concurrency": cell.concurrency, "reason": reason,
                                                     "cell": cell.key(sha256_file(target), cfg.accept_rule)})
-                progress.done += 1
+                progress.skip(cell)
             else:
                 runnable.append(cell)
         planned.append((target, runnable, own_tokens))
@@ -716,6 +693,7 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
                                   row["k"] if row["spec_decode"] == "on" else None)
     append_rows(traces, rows)
     progress.finish(cell, rows)
+    provenance["sweep_timing"] = progress.timing_record()
     provenance["workload"] = workload_for(cfg, cell.target).record()
     lossless.record_noise(provenance.setdefault("noise_control", {}), target_rec["name"], backend,
                           [r for r in rows if r["spec_decode"] == "on"])
@@ -739,11 +717,11 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     env = environment()
     backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "") + placement_tag(cfg)
     cells = shard_cells(cfg)
-    progress = ProgressLine(len(cells))
+    progress = progress_display.SweepProgress(cells, progress_display.works_of(cells, cfg.n_predict))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
                   "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
                   "max_repeats": cfg.max_repeats, "ci_level": cfg.ci_level, "ci_width": cfg.ci_width,
-                  "warmup_tol": cfg.warmup_tol, "dist_positions": cfg.dist_positions,
+                  "warmup_tol": cfg.warmup_tol, "dist_positions": cfg.dist_positions, "which_k": cfg.which_k,
                   "n_threads": cfg.threads, "n_gpu_layers": cfg.gpu_layers, "flash_attn": cfg.flash_attn,
                   "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
                            "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
@@ -779,10 +757,11 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                 write_json(out / "provenance.json", provenance)
                 for cell in group:
                     if cell in plan.done:
-                        progress.done += 1
+                        progress.skip(cell)
                         continue
                     run_cell(engine, cell, cfg, traces, provenance, progress,
                              identity=(target_rec, draft_rec, run_id, backend))
+    progress.close()
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
     if (not traces.exists() or traces.stat().st_size == 0) and cfg.shard is None:
@@ -894,8 +873,10 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals")
     runs.add_argument("--ci-width", type=float, default=0.05, help="stop once the speedup's interval is "
                       "narrower than this share of the speedup, even if it contains 1")
+    runs.add_argument("--which-k", action="store_true", help="time the verify-cost curve of each draft-model cell "
+                      "and predict the speedup at every k' <= k (pick_k.py; the summary's which-k table)")
     runs.add_argument("--check-k", action="store_true", help="measure each on row's best predicted draft length "
-                      "(pick_k.py: from the run at k and the verify-cost curve) to check the pick")
+                      "(pick_k.py: from the run at k and the verify-cost curve) to check the pick; implies --which-k")
     runs.add_argument("-s", "--seed", type=int, default=0, help="sampling seed")
     runs.add_argument("-t", "--threads", type=int, default=default_threads(), help="CPU threads")
     runs.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to the GPU (-1: all)")
@@ -1112,7 +1093,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         tasks=tasks, prompts=prompts, dataset=dataset,
         prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
-        check_k=args.check_k, draft_p_mins=args.draft_p_min, dist_positions=args.dist_positions,
+        check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
+        dist_positions=args.dist_positions,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 

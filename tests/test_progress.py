@@ -1,0 +1,122 @@
+"""The sweep's progress display: the ETA from a cost model of the remaining cells (checked with a
+fake clock against synthetic cell costs shaped like a real default run), phase timing, and one
+line per finished cell when the output is not a terminal."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specnative import progress
+from specnative.sweep import Cell, SweepConfig, cells_of
+
+N_PREDICT = 32
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def default_grid() -> list:
+    cfg = SweepConfig(targets=[Path("q4.gguf"), Path("q8.gguf")], draft=Path("d.gguf"))
+    return cells_of(cfg)  # the seed's grid, in the sweep's order: ctx ascending, heaviest last
+
+
+def true_costs(cells, works, coef, rng) -> list[float]:
+    """Seconds per cell: the model's form with other coefficients than the prior, and +-15 % noise."""
+    a, b, c = coef
+    return [(a * w.decode + b * w.prefill + c) * float(rng.lognormal(0.0, 0.15)) for w in works]
+
+
+def eta_errors(costs: list[float], cells: list, works: list) -> dict:
+    """Runs a fake sweep: each cell in 8 phases; at 20, 50 and 80 % of the total time, the ETA's
+    relative error against the time actually left."""
+    clock = FakeClock()
+    display = progress.SweepProgress(cells, works, stream=io.StringIO(), clock=clock, cpu_clock=clock, tty=False)
+    total = sum(costs)
+    checkpoints, errors = [0.2, 0.5, 0.8], {}
+    for cell, cost in zip(cells, costs):
+        for step in range(8):
+            display.show(cell, ["lossless check k=4", "noise control k=4", "warm-up 1", "repeat 2/10"][step % 4])
+            clock.now += cost / 8
+            while checkpoints and clock.now >= checkpoints[0] * total:
+                left = total - clock.now
+                errors[checkpoints.pop(0)] = (display.eta_seconds() - left) / left
+        display.finish(cell, [{"spec_decode": "off", "tps": 1.0}])
+    assert display.eta_seconds() == 0.0
+    return errors
+
+
+@pytest.mark.parametrize("coef_scale", [(1.0, 1.0, 1.0), (3.0, 0.5, 2.0), (0.4, 2.0, 0.5)])
+def test_eta_within_30_percent_at_20_50_80_percent(coef_scale):
+    """The prior is off by up to 3x in each coefficient (another machine): the refits must still
+    bring the ETA within +-30 % of the real remaining time from 20 % of the run on."""
+    cells = default_grid()
+    works = progress.works_of(cells, N_PREDICT)
+    coef = tuple(p * s for p, s in zip(progress.PRIOR, coef_scale))
+    costs = true_costs(cells, works, coef, np.random.default_rng(7))
+    errors = eta_errors(costs, cells, works)
+    assert set(errors) == {0.2, 0.5, 0.8}
+    for at, error in errors.items():
+        assert abs(error) <= 0.30, f"ETA off by {error:+.0%} at {at:.0%} of the run"
+
+
+def test_a_per_cell_average_would_fail_the_same_run():
+    """The old ETA (elapsed / done x left) on the same synthetic run: far off at 20 %, because the
+    heaviest cells come last. Shows the test above can fail."""
+    cells = default_grid()
+    works = progress.works_of(cells, N_PREDICT)
+    costs = true_costs(cells, works, progress.PRIOR, np.random.default_rng(7))
+    total, elapsed = sum(costs), 0.0
+    for done, cost in enumerate(costs, 1):
+        elapsed += cost
+        if elapsed >= 0.2 * total:
+            naive = elapsed / done * (len(costs) - done)
+            assert abs(naive - (total - elapsed)) / (total - elapsed) > 0.30
+            break
+
+
+def test_phases_are_timed_and_recorded():
+    clock = FakeClock()
+    cell = Cell(Path("t.gguf"), 0, 1, 0.0)
+    display = progress.SweepProgress([cell], [progress.CellWork(100.0, 0.0)], stream=io.StringIO(), clock=clock,
+                                     cpu_clock=clock, tty=False)
+    for what, seconds in [("lossless check k=4", 2.0), ("noise control k=4", 1.0), ("warm-up 1", 0.5),
+                          ("warm-up 2", 0.5), ("repeat 2/10 [0.9,1.1]", 3.0), ("cost curve k=4", 1.5)]:
+        display.show(cell, what)
+        clock.now += seconds
+    display.finish(cell, [{"spec_decode": "off", "tps": 5.0}])
+    (record,) = display.timing_record()
+    phases = {name: value["wall_s"] for name, value in record["phases"].items()}
+    assert phases == {"lossless check": 2.0, "noise control": 1.0, "warm-up": 1.0, "repeats": 3.0, "cost curve": 1.5}
+    assert record["wall_s"] == pytest.approx(8.5)
+
+
+def test_non_tty_output_is_one_line_per_finished_cell():
+    clock = FakeClock()
+    stream = io.StringIO()
+    cells = [Cell(Path("t.gguf"), 0, c, 0.0) for c in (1, 4)]
+    display = progress.SweepProgress(cells, progress.works_of(cells, N_PREDICT), stream=stream, clock=clock,
+                                     cpu_clock=clock, tty=False)
+    display.skip(cells[0])
+    display.show(cells[1], "lossless check k=4")
+    clock.now += 1.0
+    display.finish(cells[1], [{"spec_decode": "off", "tps": 5.0},
+                              {"spec_decode": "on", "k": 4, "speedup": 1.5, "draft_accept_rate": 0.7,
+                               "verdict": "exact", "lossless_ok": True}])
+    text = stream.getvalue()
+    assert "\r" not in text and text.count("\n") == 1
+    assert text.startswith("[2/2] t.gguf ctx=0 conc=4") and "speedup 1.50 alpha 0.70 exact" in text
+
+
+@pytest.mark.parametrize("what, phase", [("lossless check k=4", "lossless check"), ("warm-up 3", "warm-up"),
+                                         ("repeat 4/10 [0.13,1.21]", "repeats"), ("cost curve k=4", "cost curve"),
+                                         ("check k=3", "check k"), ("distribution test k=2", "distribution test")])
+def test_phase_names(what, phase):
+    assert progress.phase_of(what) == phase
