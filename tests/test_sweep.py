@@ -94,11 +94,12 @@ def test_a_lossless_failure_keeps_its_row(noisy_pair, tmp_path):
     assert on.tps > 0  # still measured
 
 
-def test_rejection_cells_are_checked_with_the_match_proxy(noisy_pair, tmp_path):
+def test_rejection_cells_get_the_distributional_verdict_and_the_match_proxy(noisy_pair, tmp_path):
     cfg = small_config(noisy_pair, tmp_path, ctx_lens=[0], concurrencies=[1], temperatures=[0.8],
-                       accept_rule="rejection")
+                       accept_rule="rejection", dist_positions=64)
     on = schema.read_traces(run_sweep(cfg)).query("spec_decode == 'on'").iloc[0]
-    assert on.lossless_ok and on.lossless_method == "match-proxy" and on.accept_rule == "rejection"
+    assert on.lossless_ok and on.lossless_method == "distribution" and on.accept_rule == "rejection"
+    assert on.verdict == "exact-dist" and on.proxy_verdict in ("exact", "numeric") and on.dist_positions >= 64
 
 
 def test_interrupted_sweep_resumes_without_losing_or_repeating_cells(noisy_pair, tmp_path, monkeypatch):
