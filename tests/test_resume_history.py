@@ -66,8 +66,8 @@ def test_a_torn_row_is_counted_against_the_files_own_header(finished_run, tmp_pa
 
 
 # --- every refusal of --resume leaves the run directory byte for byte ------------------------------
-def test_every_refused_resume_leaves_every_file_byte_identical(noisy_pair, copy_pair, finished_run, tmp_path,  # noqa: F811
-                                                               monkeypatch, model_dir):
+def test_every_refused_resume_leaves_every_file_byte_identical(noisy_pair, copy_pair, finished_run,  # noqa: F811
+                                                               tmp_path, monkeypatch):
     out = fresh_copy(finished_run, tmp_path)
     data = (out / "traces.csv").read_bytes()
     (out / "traces.csv").write_bytes(data[:-30])  # a torn last row that a resume would repair

@@ -45,12 +45,16 @@ def output_problem(out: Path) -> str | None:
     return None
 
 
+LOCK_NAME = ".sweep.lock"  # only where a directory cannot be locked itself (e.g. some NFS mounts)
+
+
 @contextlib.contextmanager
 def locked(out: Path):
     """Creates `out`, proves it writable, and holds an exclusive lock on it until the block ends:
     a second sweep on the same directory fails at once instead of writing every cell twice.
     The lock is the kernel's (flock on the directory itself), so a killed sweep never leaves a
-    stale one, and taking it writes nothing (a refused run leaves the directory as it was)."""
+    stale one, and taking it writes nothing (a refused run leaves the directory as it was).
+    Where a file system cannot lock a directory, an empty .sweep.lock file inside is locked."""
     out = Path(out)
     problem = output_problem(out)
     if problem:
@@ -59,18 +63,36 @@ def locked(out: Path):
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass
-        handle = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+        handle = _lock(out)
     except OSError as error:
         raise SystemExit(f"error: --out {out} is not writable ({error.strerror})") from None
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SystemExit(f"error: another sweep is writing to {out} (it holds a lock on the directory); "
-                             f"wait for it to finish or choose another --out") from None
         yield out
     finally:
         os.close(handle)
+
+
+def _lock(out: Path) -> int:
+    """A file descriptor holding the run directory's exclusive lock, or SystemExit if another
+    sweep holds it."""
+    handle = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return handle
+    except BlockingIOError:
+        os.close(handle)
+        raise SystemExit(f"error: another sweep is writing to {out} (it holds a lock on the directory); "
+                         f"wait for it to finish or choose another --out") from None
+    except OSError:  # a directory this file system cannot flock: a lock file instead
+        os.close(handle)
+    handle = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        raise SystemExit(f"error: another sweep is writing to {out} (it holds {out / LOCK_NAME}); "
+                         f"wait for it to finish or choose another --out") from None
+    return handle
 
 
 # ---------------------------------------------------------------------------------------------
