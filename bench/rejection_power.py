@@ -49,10 +49,12 @@ def pairs(names: list[str]) -> dict:
     return out
 
 
-def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float]:
-    """PIT intervals per run ({order: (lo, hi)}) until --pool positions, and alpha over them."""
+def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float, list]:
+    """PIT intervals per run ({order: (lo, hi)}) until --pool positions, alpha over them, and each
+    run's tokens (the keyed RNG makes a correct run at the same seed emit the same tokens, so a
+    fault shows as changed tokens exactly where it changed a decision)."""
     rng = np.random.default_rng([0, 0x9E3779B9])
-    runs, positions, drafted, accepted, seed = [], 0, 0, 0, 0
+    runs, outputs, positions, drafted, accepted, seed = [], [], 0, 0, 0, 0
     engine._core._inject_fault(fault)
     try:
         while positions < args.pool:
@@ -61,6 +63,7 @@ def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float
             drafted += out.totals["drafted"]
             accepted += out.totals["accepted"]
             tokens = [list(map(int, t)) for t in out.tokens]
+            outputs.append(tokens)
             replay = engine._core.replay(prompts, tokens, args.temp, seed, float(control.tolerance))
             v = rng.random(len(replay["p_emitted"]))
             runs.append({order: lossless.pit_intervals(replay, control.tolerance, args.temp, v, order)
@@ -69,7 +72,13 @@ def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float
             seed += 1
     finally:
         engine._core._inject_fault("none")
-    return runs, accepted / max(drafted, 1)
+    return runs, accepted / max(drafted, 1), outputs
+
+
+def changed_share(outputs: list, reference: list) -> float:
+    """Share of runs whose tokens differ from the correct engine's at the same seed."""
+    pairs = list(zip(outputs, reference))
+    return sum(a != b for a, b in pairs) / max(len(pairs), 1)
 
 
 def failure_rate(runs: list, n: int, tolerance: float, draws: int, rng) -> float | None:
@@ -106,25 +115,31 @@ def main(argv=None) -> int:
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
              f"T {args.temp:g}, k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); "
              f"false-alarm rate per cell {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
-             f"pool of {args.pool} positions. Cells: share of subsets whose verdict is fail; **bold**: >= 95 %.", ""]
+             f"pool of {args.pool} positions. Cells: share of subsets whose verdict is fail; **bold**: >= 95 %. "
+             f"'runs changed': share of the pooled runs whose tokens differ from the correct engine's at the same "
+             f"seed (the keyed RNG makes them equal where the fault changed no decision): a fault that changes "
+             f"few runs barely changes the distribution, and no test can see what did not change.", ""]
     rng = np.random.default_rng(1)
     for label, (target, draft) in pairs(args.models.split(",")).items():
         for conc in concurrencies:
             lines += [f"## {label}, concurrency {conc}", "",
-                      "| fault | alpha | " + " | ".join(f"n={n}" for n in sizes) + " | fails >= 95 % from |",
-                      "|---|---|" + "---|" * len(sizes) + "---|"]
+                      "| fault | alpha | runs changed | " + " | ".join(f"n={n}" for n in sizes) + " | fails >= 95 % from |",
+                      "|---|---|---|" + "---|" * len(sizes) + "---|"]
             with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc, n_threads=args.threads) as engine:
                 prompts, _ = Workload(target).token_prompts(MIXED, conc, 0)
                 base = engine.generate(prompts, n_predict=args.n_predict, temperature=args.temp, seed=0)
                 control = lossless.measure_noise(engine, prompts, base.tokens, args.k)
+                reference = None
                 for fault in FAULTS:
                     started = time.monotonic()
-                    runs, alpha = pooled_runs(engine, prompts, fault, control, args)
+                    runs, alpha, outputs = pooled_runs(engine, prompts, fault, control, args)
+                    reference = outputs if fault == "none" else reference
+                    changed = changed_share(outputs, reference)
                     rates = [failure_rate(runs, n, control.tolerance, args.draws, rng) for n in sizes]
                     cells = ["" if r is None else (f"**{r:.2f}**" if r >= 0.95 else f"{r:.2f}") for r in rates]
                     enough = next((n for n, r in zip(sizes, rates) if r is not None and r >= 0.95), None)
                     verdict = "(false alarms)" if fault == "none" else (f"{enough}" if enough else f"> {sizes[-1]}")
-                    lines.append(f"| {fault} | {alpha:.3f} | " + " | ".join(cells) + f" | {verdict} |")
+                    lines.append(f"| {fault} | {alpha:.3f} | {changed:.0%} | " + " | ".join(cells) + f" | {verdict} |")
                     print(f"{label} c={conc} {fault}: alpha {alpha:.3f} rates {rates} "
                           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
                 lines += ["", f"Noise control: tolerance {control.tolerance:.3g} (max spread "
