@@ -113,6 +113,11 @@ def now_iso() -> str:
 
 
 def write_json(path, record: dict) -> None:
+    """`record` as JSON at `path`, replaced atomically and flushed to disk (a crash leaves the old
+    file or the new one, never half of one)."""
     tmp = Path(str(path) + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(record, indent=2, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     tmp.replace(path)
