@@ -189,6 +189,9 @@ class ResumePlan:
         return [dict(zip(self.header, row)) for row in self.rows if row[at] not in self.drop_cell_ids]
 
 
+COLUMN_NAMES_LINE = (",".join(COLUMN_NAMES) + "\r\n").encode()  # as csv.writer writes the header
+
+
 def _refuse(traces: Path, why: str) -> SystemExit:
     return SystemExit(f"error: cannot resume: {traces} {why}; nothing was changed. Choose another --out")
 
@@ -257,9 +260,6 @@ def plan_resume(traces: Path, cell_keys: dict) -> ResumePlan:
     return plan
 
 
-COLUMN_NAMES_LINE = (",".join(COLUMN_NAMES) + "\r\n").encode()  # as csv.writer writes the header
-
-
 def _complete_rows(traces: Path, data: bytes, n_fields: int) -> list[list[str]]:
     """Data rows of the complete part; a damaged row before the last is refused."""
     try:
@@ -289,13 +289,6 @@ def apply_resume(plan: ResumePlan) -> None:
         dropped = sum(row[plan.header.index("cell_id")] in plan.drop_cell_ids for row in plan.rows)
         print(f"warning: {traces}: removed {dropped} row(s) of cells that were not complete; "
               f"they are measured again", file=sys.stderr)
-
-
-def finished_cells(traces: Path, cell_keys: dict) -> set:
-    """plan_resume and apply_resume at once: the finished cells, the file repaired."""
-    plan = plan_resume(traces, cell_keys)
-    apply_resume(plan)
-    return plan.done
 
 
 def _rewrite_without(traces: Path, header: list, rows: list, cell_ids: set, at: int) -> None:
