@@ -163,6 +163,15 @@ def test_warm_up_ends_when_timings_settle(timings, max_warmup, expected):
     assert stats.warm_up(warm_runs(timings), lambda x: [x], policy) == expected
 
 
+def test_warm_up_starts_from_a_run_made_already():
+    """The sweep's lossless check runs the same pair: it serves as the first discarded run, so a
+    warm machine makes no extra run before the timed ones."""
+    calls = []
+    run = lambda: calls.append(1) or 101
+    assert stats.warm_up(run, lambda x: [x], Policy(max_warmup=3, settle_tol=0.10), previous=100) == (101, 1, True)
+    assert len(calls) == 1
+
+
 def test_settled_needs_every_timing_to_agree():
     assert stats.settled([100.0, 50.0], [105.0, 52.0], 0.10)
     assert not stats.settled([100.0, 50.0], [105.0, 60.0], 0.10)

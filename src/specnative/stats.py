@@ -174,16 +174,17 @@ def settled(previous: Sequence[float], current: Sequence[float], tolerance: floa
 
 
 def warm_up(run: Callable[[], object], timings: Callable[[object], Sequence[float]],
-            policy: Policy) -> tuple[object | None, int, bool]:
+            policy: Policy, previous=None) -> tuple[object | None, int, bool]:
     """Runs until two consecutive runs agree within policy.settle_tol, discarding at most
     policy.max_warmup runs. The second run of the agreeing pair is already in the steady state:
     it is returned as the first timed run rather than thrown away (so a warm machine costs one
-    discarded run, like a fixed warm-up of 1).
+    discarded run, like a fixed warm-up of 1). `previous`: a run made already (the sweep's
+    lossless check), which then serves as the first discarded one.
 
     Returns (first timed run or None when max_warmup is 0, runs discarded, whether they settled)."""
     if policy.max_warmup == 0:
         return None, 0, True
-    previous, discarded = run(), 0
+    previous, discarded = (run() if previous is None else previous), 0
     while True:
         current = run()
         discarded += 1  # `previous` is discarded

@@ -213,7 +213,9 @@ def first_divergence(base, spec) -> tuple[int, float]:
 
 
 def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model",
-                   draft_p_min: float = 0.0, on_progress=lambda msg: None) -> dict:
+                   draft_p_min: float = 0.0, on_progress=lambda msg: None, runs_out: dict | None = None) -> dict:
+    """The cell's lossless verdict at k (lossless.py). `runs_out` receives the baseline and
+    speculative runs it made ({"off": ..., k: ...}), which the warm-up can use as its first pair."""
     if temperature == 0:
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
@@ -226,6 +228,8 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
                            draft_p_min=draft_p_min, **common)
     on_progress(f"noise control k={k}")
+    if runs_out is not None:
+        runs_out.update({"off": base, k: spec})
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
                                                   cfg.seed, k)
     index, margin = first_divergence(base, spec)
@@ -359,10 +363,12 @@ def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
     return {k: _interval(stats.speedup_interval, [steady_rate(p[k]) for p in pairs], off, level=level) for k in ks}
 
 
-def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress) -> tuple[dict, dict]:
+def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, previous: dict | None = None
+               ) -> tuple[dict, dict]:
     """Warm-up until the timings settle, then timed repeats until every k's speedup interval
     decides (stats.Policy). Each repeat runs spec off, then spec on for every k, right beside
     each other: the speedup interval is over these pairs, so load that hits both cancels.
+    `previous`: a pair made already (the lossless check's, same rule): the first warm-up run.
     Returns the timed runs by kind ("off", k, ...) and how the measuring went."""
     policy = policy_of(cfg)
 
@@ -387,7 +393,7 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress) -> 
         return stats.combined_reason([stats.stop_reason(iv, policy) for iv in intervals.values()])
 
     first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(run) for run in pair.values()],
-                                                policy)
+                                                policy, previous)
     pairs, reason = stats.repeat_until_decided(
         one_repeat, decide, policy, first,
         on_repeat=lambda n: on_progress(f"repeat {n}/{policy.max_repeats} {shown}"))
@@ -431,12 +437,15 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
                   drafter=cell.drafter, drafter_options=drafter_options_of(cfg, cell.drafter))
     if cell.draft_p_min > 0:  # only then: fixed-k cells call generate exactly as before
         common["draft_p_min"] = cell.draft_p_min
-    checks = {}
+    checks, check_pair = {}, {}
     for k in cfg.ks:
         on_progress(f"lossless check k={k}")
         checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
-                                   on_progress=on_progress)
-    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress)
+                                   on_progress=on_progress, runs_out=check_pair)
+    # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
+    # is checked through its match proxy) at the timed seed
+    same_runs = (cell.temperature == 0 or cfg.accept_rule == "match") and cfg.check_seed_offset == 0
+    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None)
     off = _median_row(runs["off"])
     off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
