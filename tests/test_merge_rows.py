@@ -102,3 +102,26 @@ def test_every_refused_merge_changes_no_file(runs, tmp_path):  # noqa: F811
         with pytest.raises(SystemExit, match="^error: "):
             merge.main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
         assert {d: snapshot(d) for d in dirs} == before and not (tmp_path / f"out{i}").exists()
+
+
+def test_a_deeply_nested_provenance_is_one_line_everywhere(runs, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """json.loads raises RecursionError, not JSONDecodeError, on deep nesting: report, merge and
+    --resume each say it in one line and change nothing."""
+    from specnative import sweep
+    from test_sweep_safety import argv_for, no_engine
+    deep = '{"a": ' + "[" * 200_000 + "\n"
+    run = write_run(tmp_path / "run", grid_rows())
+    (run / "provenance.json").write_text(deep)
+    before = snapshot(run)
+    assert report.main([str(run)]) == 1 and "nested too deeply" in capsys.readouterr().err
+    shard = tmp_path / "shard1"
+    shutil.copytree(runs / "shard1", shard)
+    (shard / "provenance.json").write_text(deep)
+    with pytest.raises(SystemExit, match="unreadable"):
+        merge.main([str(tmp_path / "merged"), str(runs / "shard0"), str(shard), "--no-report"])
+    no_engine(monkeypatch)
+    record = merge.load_shard(runs / "shard0")
+    pair = (record["models"][0]["path"], record["models"][1]["path"])
+    with pytest.raises(SystemExit, match="unreadable"):
+        sweep.main(argv_for(pair, run, "--resume"))
+    assert snapshot(run) == before and not (tmp_path / "merged").exists()

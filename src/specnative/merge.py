@@ -44,7 +44,7 @@ def load_shard(run_dir: Path) -> dict:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise MergeError(f"{run_dir}: no provenance.json (not a sweep's run directory)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise MergeError(f"{path}: unreadable ({error})") from None
     if not isinstance(record, dict) or not isinstance(record.get("shard"), dict):
         raise MergeError(f"{run_dir}: not a shard (its sweep ran without --shard i/N)")

@@ -718,6 +718,8 @@ def load_provenance(run_dir: Path) -> dict:
         record = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise ReportInputError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    except RecursionError:
+        raise ReportInputError(f"{path}: JSON nested too deeply to be a sweep's record") from None
     except UnicodeDecodeError as error:
         raise ReportInputError(f"{path}: not UTF-8 text (byte {error.start})") from None
     except OSError as error:

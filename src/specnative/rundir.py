@@ -125,7 +125,7 @@ def check_resume(out: Path, provenance: dict) -> dict:
     except FileNotFoundError:
         raise SystemExit(f"error: cannot resume {out}: {path.name} is missing, so its settings cannot be "
                          f"checked; start a new --out") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise SystemExit(f"error: cannot resume {out}: {path} is unreadable ({error}); start a new --out") from None
     if not isinstance(recorded, dict):
         raise SystemExit(f"error: cannot resume {out}: {path} is not a JSON object; start a new --out")
