@@ -346,7 +346,7 @@ def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
     out = tmp_path / "run"
     argv = ["-m", str(target), "-md", str(draft), "--ctx-len", "0", "-np", "2", "-k", "3", "-n", "12",
             "--warmup", "0", "-r", "1", "--max-repeats", "1", "-t", "1", "-ngl", str(ENGINE_KW["n_gpu_layers"]),
-            "-o", str(out), "--no-report", "--draft-p-min", "0,0.3", "--which-k"]
+            "--which-k", "-o", str(out), "--no-report", "--draft-p-min", "0,0.3"]
     assert main(argv) == 0
     traces = schema_read(out)
     on = traces[traces["spec_decode"] == "on"]
