@@ -632,6 +632,7 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
     for target in vocabs:
         shapes = [gridcheck.header_shape(gguf_shape, target, "target"), draft_shape]
         workload = workload_for(cfg, target)
+        provenance["workload"] = workload.record()  # on disk with the models (an interrupted run keeps it)
         own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))
         runnable = []
         for cell in (c for c in cells if c.target == target):
