@@ -120,3 +120,13 @@ def test_non_tty_output_is_one_line_per_finished_cell():
                                          ("check k=3", "check k"), ("distribution test k=2", "distribution test")])
 def test_phase_names(what, phase):
     assert progress.phase_of(what) == phase
+
+
+def test_timing_table_sums_phases_by_context_length():
+    records = [{"cell": "t.gguf ctx=0 conc=1 T=0 mixed model", "wall_s": 3.0, "cpu_s": 2.0,
+                "phases": {"repeats": {"wall_s": 2.0, "cpu_s": 1.5}, "warm-up": {"wall_s": 1.0, "cpu_s": 0.5}}},
+               {"cell": "t.gguf ctx=8192 conc=1 T=0 mixed model", "wall_s": 5.0, "cpu_s": 4.0,
+                "phases": {"repeats": {"wall_s": 5.0, "cpu_s": 4.0}}}]
+    text = progress.timing_md(records)
+    assert "| 0 | repeats | 2.0 | 1.5 | 25% |" in text and "| 8192 | repeats | 5.0 | 4.0 | 62% |" in text
+    assert progress.timing_md([]) is None

@@ -268,3 +268,25 @@ def works_of(cells: list, n_predict: int, key=lambda c: (c.target, c.ctx_len)) -
         seen.add(key(cell))
         works.append(cell_work(cell.ctx_len, cell.concurrency, n_predict, RUNS_PER_CELL, scales[cell.target], first))
     return works
+
+
+def timing_md(records: list[dict]) -> str | None:
+    """summary.md's table of where the sweep's own time went (provenance sweep_timing): seconds
+    per phase summed over cells, wall and CPU, by context length."""
+    if not records:
+        return None
+    totals: dict = {}
+    for record in records:
+        ctx = next((part[4:] for part in record["cell"].split() if part.startswith("ctx=")), "?")
+        for phase, spent in record["phases"].items():
+            entry = totals.setdefault((ctx, phase), [0.0, 0.0])
+            entry[0] += spent["wall_s"]
+            entry[1] += spent["cpu_s"]
+    wall = sum(r["wall_s"] for r in records)
+    lines = ["| ctx_len | phase | wall s | CPU s | share of wall |", "|---|---|---|---|---|"]
+    for (ctx, phase), (w, c) in sorted(totals.items(), key=lambda item: (int(item[0][0]) if item[0][0].isdigit()
+                                                                         else -1, item[0][1])):
+        lines.append(f"| {ctx} | {phase} | {w:.1f} | {c:.1f} | {w / wall:.0%} |" if wall else
+                     f"| {ctx} | {phase} | {w:.1f} | {c:.1f} | |")
+    return (f"{len(records)} cells, {wall:.0f} s of wall time inside cells (model loading and the grid "
+            f"check are outside). CPU s counts every thread.\n\n" + "\n".join(lines))

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never i
 
 from specnative import theory
 from specnative.schema import TracesError
-from specnative import category_table
+from specnative import category_table, progress
 from specnative.advisor import (K_ADVICE_KEYS, REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice,
                                 k_advice, load_traces, p_min_advice, pair_cells, task_advice, threshold_fields,
                                 verdicts_frame)
@@ -757,6 +757,10 @@ def provenance_md(prov: dict) -> str:
             ("threads / GPU layers / flash attn",
              f"{_value(prov, 'n_threads')} / {_value(prov, 'n_gpu_layers')} / {_value(prov, 'flash_attn')}"),
             ("warm-up / repeats", _repeats_text(prov)),
+            ("which k (cost curve)", "measured" if prov.get("which_k") else
+             "not measured (the default; pass --which-k)" if "which_k" in prov else "not recorded"),
+            ("rejection cells' distributional test", f"at least {prov['dist_positions']} positions"
+             if "dist_positions" in prov else "not recorded"),
             ("grid", "; ".join(f"{k}: {v}" for k, v in (prov.get("grid") or {}).items()) or "not recorded"),
             ("preset", prov.get("preset") or "none (models given)"),
             ("date", _value(prov, "date")),
@@ -1135,6 +1139,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.insert(4, ("Draft stop rule (p_min) against fixed k", p_min_md(traces, thresholds or Thresholds())))
     if (public := category_table.section_md(traces)) is not None:
         sections.insert(4, ("Public set by category (Spec-Bench's shape)", public))
+    if (own_time := progress.timing_md((prov or {}).get("sweep_timing") or [])) is not None:
+        sections.append(("Where the sweep's time went", own_time))
     if compare is not None:
         sections.append(("Compare", _write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
