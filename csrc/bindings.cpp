@@ -16,6 +16,7 @@
 #include "engine_internal.h"  // check_temperature
 #include "model_io.h"
 #include "sampling.h"
+#include "serve.h"
 
 namespace py = pybind11;
 using namespace specnative;
@@ -146,10 +147,9 @@ struct GenerateOutput : GenerateResult {
     std::vector<std::string> texts;
 };
 
-GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
-                        float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
-                        bool stop_at_eog, bool record_margins, const std::string& drafter,
-                        const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
+GenerateParams decoding_params(int n_predict, float temperature, uint64_t seed, bool spec, int k,
+                               const std::string& rule, bool stop_at_eog, bool record_margins, const std::string& drafter,
+                               const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
     GenerateParams p;
     p.n_predict = n_predict;
     p.temperature = temperature;
@@ -162,21 +162,92 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.drafter.type = drafter;
     p.drafter.options = drafter_options;
     p.draft_p_min = draft_p_min;
-    // Checked every iteration; Python's signal handlers (which need the GIL, ~2 us: a fifth of a
-    // tiny model's round overhead) at most every kSignalPollMs.
-    auto should_stop = [&engine, next_poll = std::chrono::steady_clock::time_point{}]() mutable {
+    return p;
+}
+
+// Checked every iteration; Python's signal handlers (which need the GIL, ~2 us: a fifth of a
+// tiny model's round overhead) at most every kSignalPollMs.
+std::function<bool()> stop_poll(GuardedEngine& engine) {
+    return [&engine, next_poll = std::chrono::steady_clock::time_point{}]() mutable {
         if (engine.closing.load()) throw ClosedDuringCall();
         const auto now = std::chrono::steady_clock::now();
         if (now < next_poll) return false;
         next_poll = now + std::chrono::milliseconds(kSignalPollMs);
         return python_interrupt_pending();
     };
+}
+
+GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
+                        float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
+                        bool stop_at_eog, bool record_margins, const std::string& drafter,
+                        const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
+    const GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
+                                             drafter, drafter_options, draft_p_min);
+    const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
         static_cast<GenerateResult&>(out) = engine.generate(prompts, p, should_stop);
         for (const auto& tokens : out.tokens) out.texts.push_back(engine.detokenize(tokens));
         return out;
     });
+}
+
+// Continuous batching (serve.h): requests as three parallel lists; the result as a dict.
+py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
+               const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& n_predict,
+               int max_concurrency, bool virtual_clock, float temperature, uint64_t seed, bool spec, int k,
+               const std::string& rule, bool stop_at_eog, const std::string& drafter,
+               const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
+    if (arrival_ms.size() != prompts.size() || n_predict.size() != prompts.size()) {
+        throw std::invalid_argument("arrival_ms, prompts and n_predict must have one entry per request");
+    }
+    std::vector<ServeRequest> requests(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) requests[i] = {arrival_ms[i], prompts[i], n_predict[i]};
+    ServeParams sp;
+    sp.gen = decoding_params(1, temperature, seed, spec, k, rule, stop_at_eog, false, drafter, drafter_options,
+                             draft_p_min);
+    sp.max_concurrency = max_concurrency;
+    sp.virtual_clock = virtual_clock;
+    const auto should_stop = stop_poll(engine);
+    const ServeResult r = locked(engine, [&] { return engine.serve(requests, sp, should_stop); });
+    py::list rows;
+    for (const RequestRecord& rec : r.requests) {
+        py::dict d;
+        d["slot"] = rec.slot;
+        d["arrival_ms"] = rec.arrival_ms;
+        d["admitted_ms"] = rec.admitted_ms;
+        d["first_token_ms"] = rec.first_token_ms;
+        d["finish_ms"] = rec.finish_ms;
+        d["tokens"] = to_numpy(rec.tokens);
+        d["emit_ms"] = to_numpy(rec.emit_ms);
+        d["emit_tokens"] = to_numpy(rec.emit_tokens);
+        d["prefill_batches"] = rec.prefill_batches;
+        d["counts"] = counts_dict(rec.counts);
+        rows.append(d);
+    }
+    py::dict out;
+    out["requests"] = rows;
+    out["admission_order"] = to_numpy(r.admission_order);
+    out["times"] = times_dict(r.times);
+    out["idle_ms"] = r.idle_ms;
+    out["skipped_ms"] = r.skipped_ms;
+    out["duration_ms"] = r.duration_ms;
+    out["steps"] = r.steps;
+    out["decode_steps"] = r.decode_steps;
+    out["mixed_steps"] = r.mixed_steps;
+    out["busy_sum"] = r.busy_sum;
+    out["decoding_sum"] = r.decoding_sum;
+    out["prefill_tokens"] = r.prefill_tokens;
+    out["kv_cells_left"] = r.kv_cells_left;
+    out["max_concurrency"] = r.max_concurrency;
+    out["speculative"] = r.speculative;
+    const SeqCounts totals = r.totals();
+    const AcceptRates rates = accept_rates(totals);
+    out["totals"] = counts_dict(totals);
+    out["draft_accept_rate"] = rates.draft_accept_rate;
+    out["token_accept_rate"] = rates.token_accept_rate;
+    out["mean_accept_len"] = rates.mean_accept_len;
+    return out;
 }
 
 // Arguments of the kernels' test bindings, checked before any kernel reads them.
@@ -325,6 +396,11 @@ PYBIND11_MODULE(_core, m) {
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f)
+        .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
+             py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
+             py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
+             py::arg("drafter") = "model", py::arg("drafter_options") = std::map<std::string, std::string>{},
+             py::arg("draft_p_min") = 0.0f)
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })

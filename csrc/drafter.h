@@ -45,6 +45,12 @@ public:
                        std::vector<std::vector<int32_t>>& drafts, DraftDists& q) = 0;
     // After the target judged sequence `seq`'s draft (also when it proposed nothing).
     virtual void accept(Engine::Sequence& seq, const RoundOutcome& outcome) = 0;
+    // Serving (serve.cpp), instead of begin(): slot `seq` starts a new request after the target's
+    // prefill gave its first token (pending); the drafter takes in its prompt. Charged to
+    // prefill_draft.
+    virtual void admit(Engine::Sequence& seq) = 0;
+    // The request in slot `seq` finished: the drafter drops its state (the draft KV cells).
+    virtual void release(const Engine::Sequence& seq) = 0;
     // Milliseconds spent inside llama.cpp calls the drafter makes other than Context::decode
     // (which keeps its own count, Context::llama_ms), since it was made: an n-gram drafter's
     // common_speculative_* calls. The round loop adds its delta to StepTimes::llama.
@@ -54,7 +60,7 @@ public:
 // ---- the draft-model family (drafter_model.cpp) -------------------------------------------------
 using DraftPrefill = std::function<void(std::vector<Engine::Sequence>&, int shared_prefix)>;
 std::unique_ptr<Drafter> make_model_drafter(Engine::Context& draft, const DraftPrefill& prefill,
-                                            const GenerateParams& p, int target_vocab);
+                                            const GenerateParams& p, int target_vocab, int n_seq);
 
 // ---- the n-gram family (drafter_ngram.cpp) ------------------------------------------------------
 // The names a generate() call may ask for ("model" plus llama.cpp's model-free --spec-type names).

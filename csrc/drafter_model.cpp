@@ -43,17 +43,35 @@ float top1_prob_top10(const float* logits, int n_vocab) {
 
 class ModelDrafter final : public Drafter {
 public:
-    ModelDrafter(Engine::Context& d, const DraftPrefill& prefill, const GenerateParams& p, int target_vocab)
-        : d_(d), prefill_(prefill), p_(p), vocab_(std::max(target_vocab, d.n_vocab)) {}
+    ModelDrafter(Engine::Context& d, const DraftPrefill& prefill, const GenerateParams& p, int target_vocab, int n_seq)
+        : d_(d), prefill_(prefill), p_(p), vocab_(std::max(target_vocab, d.n_vocab)), row_(n_seq, 0), stopped_(n_seq, 0) {}
 
     int n_vocab() const override { return vocab_; }
 
     void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) override {
         for (Engine::Sequence& seq : seqs) seq.draft_todo = {seq.pending()};
         prefill_(seqs, shared_prefix);
-        row_.assign(seqs.size(), 0);
-        stopped_.assign(seqs.size(), 0);
     }
+
+    // The prompt into the slot's draft cells, in batches of at most n_batch (no logits: the
+    // first draft position is computed from pending, in the next round's first draft batch).
+    void admit(Engine::Sequence& seq) override {
+        d_.remove_from(seq.id, 0);  // nothing is left from the slot's last request (release)
+        d_.clear_batch();
+        for (size_t i = 0; i < seq.prompt.size(); ++i) {
+            d_.add(seq.prompt[i], static_cast<int32_t>(i), seq.id, false);
+            if (d_.batch_full()) {
+                d_.decode("draft prefill");
+                d_.clear_batch();
+            }
+        }
+        if (d_.batch.n_tokens > 0) d_.decode("draft prefill");
+        seq.n_past_draft = static_cast<int32_t>(seq.prompt.size());
+        seq.draft_todo = {seq.pending()};
+        stopped_[seq.id] = 0;
+    }
+
+    void release(const Engine::Sequence& seq) override { d_.remove_from(seq.id, 0); }
 
     // Position j predicts draft j+1 for every sequence that still drafts.
     void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
@@ -90,7 +108,7 @@ public:
                 if (p_.temperature > 0.0f) {
                     softmax_norm(logits, d_.n_vocab, p_.temperature, norm_);
                     const int64_t index = seqs[s].next_index() + j;
-                    token = sample_softmax(logits, d_.n_vocab, norm_, keyed_uniform(p_.seed, seqs[s].id, index, Stream::draft));
+                    token = sample_softmax(logits, d_.n_vocab, norm_, keyed_uniform(p_.seed, seqs[s].key, index, Stream::draft));
                     std::vector<float>& qj = q[s][j];  // kept whole: a rejection's residual needs it
                     softmax(logits, d_.n_vocab, norm_, qj);
                     qj.resize(vocab_, 0.0f);
@@ -133,8 +151,8 @@ private:
 }  // namespace
 
 std::unique_ptr<Drafter> make_model_drafter(Engine::Context& draft, const DraftPrefill& prefill,
-                                            const GenerateParams& p, int target_vocab) {
-    return std::make_unique<ModelDrafter>(draft, prefill, p, target_vocab);
+                                            const GenerateParams& p, int target_vocab, int n_seq) {
+    return std::make_unique<ModelDrafter>(draft, prefill, p, target_vocab, n_seq);
 }
 
 }  // namespace specnative

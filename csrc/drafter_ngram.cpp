@@ -183,12 +183,19 @@ public:
     // The drafter's history of a sequence is what the target's cache holds: the prompt, then the
     // emitted tokens up to (not including) the pending one (llama-speculative-simple's prompt_tgt).
     void begin(std::vector<Engine::Sequence>& seqs, int /*shared_prefix*/) override {
-        for (Engine::Sequence& seq : seqs) {
-            history_[seq.id] = seq.prompt;
-            synced_[seq.id] = 0;
-            const ScopedMs timer(library_ms_);
-            common_speculative_begin(spec_.get(), seq.id, history_[seq.id]);
-        }
+        for (Engine::Sequence& seq : seqs) admit(seq);
+    }
+
+    void admit(Engine::Sequence& seq) override {
+        history_[seq.id] = seq.prompt;
+        synced_[seq.id] = 0;
+        const ScopedMs timer(library_ms_);
+        common_speculative_begin(spec_.get(), seq.id, history_[seq.id]);
+    }
+
+    void release(const Engine::Sequence& seq) override {
+        history_[seq.id].clear();  // the next request's admit() starts the slot afresh
+        synced_[seq.id] = 0;
     }
 
     void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,

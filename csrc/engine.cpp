@@ -29,29 +29,13 @@ int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
     return static_cast<int>(n);
 }
 
-// Samples token number `index` of sequence `seq` from target logits: greedy at temperature 0,
-// else inverse CDF with the position-keyed uniform (the same draw in baseline and `match`).
-// Appends the top-2 logit margin to `margins` when the caller records them.
-int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, int seq,
-                      int64_t index, std::vector<float>& margins, SoftmaxNorm& norm) {
-    if (p.record_margins) margins.push_back(argmax_with_margin(logits, n_vocab).margin);
-    if (p.temperature <= 0.0f) return argmax(logits, n_vocab);
-    softmax_norm(logits, n_vocab, p.temperature, norm);
-    return sample_softmax(logits, n_vocab, norm, keyed_uniform(p.seed, seq, index, Stream::target));
-}
-
-bool finished(const std::vector<int32_t>& out, const GenerateParams& p, const llama_vocab* vocab) {
-    return static_cast<int>(out.size()) >= p.n_predict ||
-           (p.stop_at_eog && llama_vocab_is_eog(vocab, out.back()));
-}
-
 // Fault::bonus_from_q: the bonus token drawn from the last draft distribution instead of p (at
 // temperature 0, q's choice: the last draft itself).
-int32_t faulty_bonus(const std::vector<float>& q_last, int32_t last_draft, const GenerateParams& p, int seq,
+int32_t faulty_bonus(const std::vector<float>& q_last, int32_t last_draft, const GenerateParams& p, uint64_t key,
                      int64_t index) {
     if (p.temperature <= 0.0f || q_last.empty()) return last_draft;
     return sample_from_weights(q_last.data(), static_cast<int32_t>(q_last.size()),
-                               keyed_uniform(p.seed, seq, index, Stream::target));
+                               keyed_uniform(p.seed, key, index, Stream::target));
 }
 
 // Accounts one engine iteration for the steady-state window: `active` sequences took part,
@@ -78,22 +62,46 @@ int active(const std::vector<Engine::Sequence>& seqs) {
     return n;
 }
 
-// Fault::slow_accept: spins (no sleep: the thread stays busy, as real engine work would) so that
-// tests can check the engine's own time grows by what was added while llama.cpp's does not.
+// Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
+std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
+    return [&p, n_vocab, norm = SoftmaxNorm()](Engine::Sequence& seq, const float* logits) mutable {
+        seq.out.push_back(sample_target(logits, n_vocab, p, seq.key, 0, seq.margins, norm));
+    };
+}
+
+}  // namespace
+
+
+// ---------------------------------------------------------------------------------------------
+// Pieces shared with serving (engine_internal.h)
+// ---------------------------------------------------------------------------------------------
+int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, uint64_t key, int64_t index,
+                      std::vector<float>& margins, SoftmaxNorm& norm) {
+    if (p.record_margins) margins.push_back(argmax_with_margin(logits, n_vocab).margin);
+    if (p.temperature <= 0.0f) return argmax(logits, n_vocab);
+    softmax_norm(logits, n_vocab, p.temperature, norm);
+    return sample_softmax(logits, n_vocab, norm, keyed_uniform(p.seed, key, index, Stream::target));
+}
+
+bool finished(const Engine::Sequence& seq, const GenerateParams& p, const llama_vocab* vocab) {
+    return static_cast<int>(seq.out.size()) >= seq.n_predict ||
+           (p.stop_at_eog && llama_vocab_is_eog(vocab, seq.out.back()));
+}
+
+void reset_counts(SeqCounts& counts, int k) {
+    counts = SeqCounts{};
+    counts.drafted_at.assign(k, 0);
+    counts.accepted_at.assign(k, 0);
+    counts.accept_len_hist.assign(k + 1, 0);
+}
+
+// Spins (no sleep: the thread stays busy, as real engine work would) so that tests can check the
+// engine's own time grows by what was added while llama.cpp's does not.
 void spin_for_ms(double ms) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
     while (std::chrono::steady_clock::now() < until) {
     }
 }
-
-// Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
-std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
-    return [&p, n_vocab, norm = SoftmaxNorm()](Engine::Sequence& seq, const float* logits) mutable {
-        seq.out.push_back(sample_target(logits, n_vocab, p, seq.id, 0, seq.margins, norm));
-    };
-}
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Construction and small queries
@@ -266,6 +274,53 @@ void check_temperature(float temperature) {
 // ---------------------------------------------------------------------------------------------
 // Validation: everything llama.cpp would abort on is refused here with a clear message.
 // ---------------------------------------------------------------------------------------------
+int Engine::validate_params(const GenerateParams& p, int n_seq) const {
+    if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
+    check_temperature(p.temperature);
+    if (!p.spec) return 0;
+    validate_drafter(p.drafter);
+    if (p.drafter.type == "model" && draft_ == nullptr) {
+        throw std::invalid_argument("spec=True with drafter 'model' needs a draft model (Engine(target, draft)); "
+                                    "the n-gram drafters (e.g. drafter='ngram-simple') need none");
+    }
+    const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
+    if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
+    if (p.k < 1) throw std::invalid_argument("k must be at least 1");
+    if (!(p.draft_p_min >= 0.0f && p.draft_p_min < 1.0f)) {  // NaN fails too
+        throw std::invalid_argument("draft_p_min must be in [0, 1) (0 = off), got " + std::to_string(p.draft_p_min));
+    }
+    if (p.draft_p_min > 0.0f && p.drafter.type != "model") {
+        throw std::invalid_argument("draft_p_min applies to the draft model only (drafter '" + p.drafter.type +
+                                    "' has no draft probabilities)");
+    }
+    if (static_cast<int64_t>(n_seq) * (static_cast<int64_t>(p.k) + 1) > params_.n_batch) {  // no int overflow
+        throw std::invalid_argument("k=" + std::to_string(p.k) + " is too large: " + std::to_string(n_seq) +
+                                    " sequences x (k+1) verify tokens exceed n_batch=" +
+                                    std::to_string(params_.n_batch));
+    }
+    if (p.rule == AcceptRule::greedy && p.temperature > 0.0f) {
+        throw std::invalid_argument("accept_rule 'greedy' needs temperature 0; use 'match' or 'rejection'");
+    }
+    return p.k + 1;  // extra KV cells a speculative round holds before rollback
+}
+
+void Engine::validate_prompt(int index, const std::vector<int32_t>& prompt, int n_predict, int lookahead) const {
+    if (prompt.empty()) throw std::invalid_argument("prompt " + std::to_string(index) + " is empty");
+    for (int32_t t : prompt) {
+        if (t < 0 || t >= target_->n_vocab) {
+            throw std::invalid_argument("prompt " + std::to_string(index) + " has token id " + std::to_string(t) +
+                                        " outside the vocabulary [0, " + std::to_string(target_->n_vocab) + ")");
+        }
+    }
+    const int64_t need = static_cast<int64_t>(prompt.size()) + n_predict + lookahead;
+    if (need > n_ctx_seq()) {
+        throw std::invalid_argument("prompt " + std::to_string(index) + " (" + std::to_string(prompt.size()) +
+                                    " tokens) + n_predict " + std::to_string(n_predict) +
+                                    (lookahead ? " + k+1" : "") + " = " + std::to_string(need) +
+                                    " tokens exceeds the per-sequence context of " + std::to_string(n_ctx_seq()));
+    }
+}
+
 int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const {
     require_open();
     const int n_seq = static_cast<int>(prompts.size());
@@ -277,55 +332,12 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     for (int s = 0; s < n_seq; ++s) {  // before anything indexes a prompt (shared prefix below)
         if (prompts[s].empty()) throw std::invalid_argument("prompt " + std::to_string(s) + " is empty");
     }
-    if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
-    check_temperature(p.temperature);
-    int lookahead = 0;  // extra KV cells a speculative round holds before rollback
-    if (p.spec) {
-        validate_drafter(p.drafter);
-        if (p.drafter.type == "model" && draft_ == nullptr) {
-            throw std::invalid_argument("spec=True with drafter 'model' needs a draft model (Engine(target, draft)); "
-                                        "the n-gram drafters (e.g. drafter='ngram-simple') need none");
-        }
-        const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
-        if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
-        if (p.k < 1) throw std::invalid_argument("k must be at least 1");
-        if (!(p.draft_p_min >= 0.0f && p.draft_p_min < 1.0f)) {  // NaN fails too
-            throw std::invalid_argument("draft_p_min must be in [0, 1) (0 = off), got " + std::to_string(p.draft_p_min));
-        }
-        if (p.draft_p_min > 0.0f && p.drafter.type != "model") {
-            throw std::invalid_argument("draft_p_min applies to the draft model only (drafter '" + p.drafter.type +
-                                        "' has no draft probabilities)");
-        }
-        if (static_cast<int64_t>(n_seq) * (static_cast<int64_t>(p.k) + 1) > params_.n_batch) {  // no int overflow
-            throw std::invalid_argument("k=" + std::to_string(p.k) + " is too large: " + std::to_string(n_seq) +
-                                        " sequences x (k+1) verify tokens exceed n_batch=" +
-                                        std::to_string(params_.n_batch));
-        }
-        if (p.rule == AcceptRule::greedy && p.temperature > 0.0f) {
-            throw std::invalid_argument("accept_rule 'greedy' needs temperature 0; use 'match' or 'rejection'");
-        }
-        lookahead = p.k + 1;
-    }
+    const int lookahead = validate_params(p, n_seq);
     const int shared = shared_prefix_length(prompts);
     int64_t cells = shared;
-    const int n_ctx_seq = this->n_ctx_seq();
     for (int s = 0; s < n_seq; ++s) {
-        const auto& prompt = prompts[s];
-        for (int32_t t : prompt) {
-            if (t < 0 || t >= target_->n_vocab) {
-                throw std::invalid_argument("prompt " + std::to_string(s) + " has token id " + std::to_string(t) +
-                                            " outside the vocabulary [0, " + std::to_string(target_->n_vocab) + ")");
-            }
-        }
-        const int64_t need = static_cast<int64_t>(prompt.size()) + p.n_predict + lookahead;
-        if (need > n_ctx_seq) {
-            throw std::invalid_argument("prompt " + std::to_string(s) + " (" + std::to_string(prompt.size()) +
-                                        " tokens) + n_predict " + std::to_string(p.n_predict) +
-                                        (lookahead ? " + k+1" : "") + " = " + std::to_string(need) +
-                                        " tokens exceeds the per-sequence context of " +
-                                        std::to_string(n_ctx_seq));
-        }
-        cells += need - shared;
+        validate_prompt(s, prompts[s], p.n_predict, lookahead);
+        cells += static_cast<int64_t>(prompts[s].size()) + p.n_predict + lookahead - shared;
     }
     if (params_.kv_unified && cells > n_ctx()) {
         throw std::invalid_argument("the sequences need " + std::to_string(cells) +
@@ -409,6 +421,8 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
         seqs[s].id = static_cast<int>(s);
+        seqs[s].key = s;
+        seqs[s].n_predict = p.n_predict;
         seqs[s].prompt = prompts[s];
         seqs[s].n_past_target = static_cast<int32_t>(prompts[s].size());
         seqs[s].n_past_draft = static_cast<int32_t>(prompts[s].size());
@@ -435,7 +449,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     PhaseClock clock;
     Context& t = *target_;
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
-    for (Sequence& seq : seqs) seq.done = finished(seq.out, p, t.vocab);
+    for (Sequence& seq : seqs) seq.done = finished(seq, p, t.vocab);
     clock.charge(r.times.prefill_target);
     const double llama_before = t.llama_ms;  // decoding only: prefill's decodes left out
 
@@ -454,14 +468,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
         if (t.batch.n_tokens == 0) break;
         t.decode("baseline decode");
         for (size_t s = 0; s < seqs.size(); ++s) {
-            Sequence& seq = seqs[s];
-            if (seq.done) continue;
-            const int32_t token = sample_target(t.logits(row[s]), t.n_vocab, p, seq.id, seq.next_index(),
-                                                seq.margins, norm);
-            seq.n_past_target += 1;
-            seq.out.push_back(token);
-            seq.done = finished(seq.out, p, t.vocab);
-            if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs);
+            if (!seqs[s].done) step_baseline(seqs[s], t.logits(row[s]), p, norm);
         }
         clock.charge(r.times.decode);
         count_iteration(r, active_now, generated(seqs) - tokens_before, r.times.decode - ms_before);
@@ -471,11 +478,21 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     return r;
 }
 
+// One baseline step of one sequence: sample its next token from the logits of its pending one.
+void Engine::step_baseline(Sequence& seq, const float* logits, const GenerateParams& p, SoftmaxNorm& norm) {
+    Context& t = *target_;
+    const int32_t token = sample_target(logits, t.n_vocab, p, seq.key, seq.next_index(), seq.margins, norm);
+    seq.n_past_target += 1;
+    seq.out.push_back(token);
+    seq.done = finished(seq, p, t.vocab);
+    if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs);
+}
+
 // The drafter of a speculative run (csrc/drafter.h): the draft model, or an n-gram lookup.
 std::unique_ptr<Drafter> Engine::make_drafter(const GenerateParams& p, int n_seq) {
     if (p.drafter.type != "model") return make_ngram_drafter(p.drafter, p, n_seq, target_->n_vocab);
     auto prefill_draft = [this](std::vector<Sequence>& seqs, int shared) { prefill(*draft_, seqs, shared, {}); };
-    return make_model_drafter(*draft_, prefill_draft, p, target_->n_vocab);
+    return make_model_drafter(*draft_, prefill_draft, p, target_->n_vocab, n_seq);
 }
 
 // One speculative round per iteration: the drafter proposes up to k tokens for every active
@@ -489,15 +506,11 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     PhaseClock clock;
     Context& t = *target_;
     const int n_seq = static_cast<int>(seqs.size());
-    const bool sampling = p.temperature > 0.0f;
-    const AcceptRule rule = sampling ? p.rule : AcceptRule::greedy;  // all rules agree at T = 0
 
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
     for (Sequence& seq : seqs) {
-        seq.done = finished(seq.out, p, t.vocab);
-        seq.counts.drafted_at.assign(p.k, 0);
-        seq.counts.accepted_at.assign(p.k, 0);
-        seq.counts.accept_len_hist.assign(p.k + 1, 0);
+        seq.done = finished(seq, p, t.vocab);
+        reset_counts(seq.counts, p.k);
     }
     clock.charge(r.times.prefill_target);
     std::unique_ptr<Drafter> drafter = make_drafter(p, n_seq);
@@ -508,16 +521,12 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     const double llama_before = llama_now();  // decoding only: both prefills left out
     const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0); };
     const double removal_before = removal_now();
-    const int vocab = drafter->n_vocab();  // p and q are zero-padded to a common size
 
     std::vector<int> k_eff(n_seq), row(n_seq);
     std::vector<std::vector<int32_t>> drafts(n_seq);
     // q[s][j]: draft distribution that proposed draft j+1 of sequence s (the rejection rule needs it)
     std::vector<std::vector<std::vector<float>>> q(n_seq, std::vector<std::vector<float>>(p.k));
-    SoftmaxNorm norm;  // the target's softmax at the position being judged
-    std::vector<float> p_probs, scratch;
-    GenerateParams mixed_up = p;  // Fault::seed_mixup: another seed's draws
-    mixed_up.seed = p.seed + 1;
+    AcceptScratch scratch;
 
     r.n_seq = n_seq;
     while (true) {
@@ -528,7 +537,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         bool any_active = false;
         for (int s = 0; s < n_seq; ++s) {
             const Sequence& seq = seqs[s];
-            k_eff[s] = seq.done ? -1 : std::min<int>(p.k, p.n_predict - static_cast<int>(seq.out.size()) - 1);
+            k_eff[s] = seq.done ? -1 : draft_budget(seq, p);
             any_active |= !seq.done;
             drafts[s].clear();
         }
@@ -553,87 +562,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
 
         // ---- accept, emit, roll back --------------------------------------------------------
         for (int s = 0; s < n_seq; ++s) {
-            Sequence& seq = seqs[s];
-            if (seq.done) continue;
-            const int64_t base_index = seq.next_index();  // index of the token after pending
-            const int32_t pos0 = seq.n_past_target;       // position of pending in both caches
-            int accepted = 0;
-            bool stopped_on_eog = false;
-            int32_t correction = -1;
-            for (int i = 0; i <= k_eff[s]; ++i) {
-                const int late = fault_ == Fault::verify_position && i < k_eff[s] ? 1 : 0;
-                const float* logits = t.logits(row[s] + i + late);
-                const int64_t index = base_index + i;
-                if (i == k_eff[s]) {  // every draft accepted: bonus token from p
-                    correction = fault_ == Fault::bonus_from_q && i > 0
-                                     ? faulty_bonus(q[s][i - 1], drafts[s][i - 1], p, seq.id, index)
-                                     : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, norm);
-                    break;
-                }
-                const int32_t x = drafts[s][i];
-                int32_t target_token;
-                if (rule == AcceptRule::rejection) {
-                    if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
-                    // p(x) alone decides an acceptance; the whole of p only a rejection's residual
-                    softmax_norm(logits, t.n_vocab, p.temperature, norm);
-                    const float p_x = x < t.n_vocab ? softmax_prob(logits, norm, x) : 0.0f;
-                    const std::vector<float>& q_i = q[s][fault_ == Fault::q_prev_position && i > 0 ? i - 1 : i];
-                    const double u_accept = keyed_uniform(p.seed, seq.id, index, Stream::accept);
-                    const bool accept = fault_ == Fault::accept_always     ? true
-                                        : fault_ == Fault::accept_q_over_p ? draft_accepted(u_accept, q_i[x], p_x)
-                                                                           : draft_accepted(u_accept, p_x, q_i[x]);
-                    if (accept) {
-                        target_token = x;
-                    } else {
-                        softmax(logits, t.n_vocab, norm, p_probs);
-                        p_probs.resize(vocab, 0.0f);  // zero beyond the target's vocabulary
-                        const double u_residual = keyed_uniform(p.seed, seq.id, index, Stream::residual);
-                        target_token = fault_ == Fault::residual_from_p
-                                           ? sample_from_weights(p_probs.data(), vocab, u_residual)
-                                           : residual_sample(p_probs.data(), q_i.data(), vocab, u_residual, scratch);
-                    }
-                } else {  // greedy and match: the target's own (argmax or keyed) sample
-                    target_token = fault_ == Fault::seed_mixup
-                                       ? sample_target(logits, t.n_vocab, mixed_up, seq.id, index, seq.margins, norm)
-                                       : sample_target(logits, t.n_vocab, p, seq.id, index, seq.margins, norm);
-                }
-                if (target_token != x) {
-                    correction = target_token;
-                    seq.counts.rejected += 1;
-                    break;
-                }
-                seq.counts.accepted_at[i] += 1;
-                accepted += 1;
-                seq.out.push_back(x);
-                if (finished(seq.out, p, t.vocab)) {  // an accepted EOG ends the sequence
-                    stopped_on_eog = true;
-                    break;
-                }
-            }
-            for (int j = 0; j < k_eff[s]; ++j) seq.counts.drafted_at[j] += 1;
-            seq.counts.drafted += k_eff[s];
-            seq.counts.accepted += accepted;
-            seq.counts.rounds += 1;
-            seq.counts.accept_len_hist[accepted] += 1;
-            seq.counts.emitted += accepted + (stopped_on_eog ? 0 : 1);
-
-            // target cache keeps pending + accepted drafts
-            // Fault::rollback_long keeps the first rejected draft in both caches (where both
-            // hold it, so that positions stay consecutive); rollback_short drops the last kept token.
-            const int stale = fault_ == Fault::rollback_long && accepted + 2 <= k_eff[s] ? 1
-                              : fault_ == Fault::rollback_short                      ? -1
-                                                                                     : 0;
-            seq.n_past_target = pos0 + 1 + accepted + stale;
-            t.remove_from(seq.id, seq.n_past_target);  // the rejected tail, if any
-            drafter->accept(seq, RoundOutcome{pos0, k_eff[s], accepted, stale, stopped_on_eog,
-                                              stopped_on_eog ? -1 : correction,
-                                              k_eff[s] > 0 ? drafts[s].back() : -1});
-            if (stopped_on_eog) {
-                seq.done = true;
-                continue;
-            }
-            seq.out.push_back(correction);
-            seq.done = finished(seq.out, p, t.vocab);
+            if (!seqs[s].done) judge_round(seqs[s], drafts[s], q[s], row[s], p, *drafter, scratch);
         }
         if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs * active_now);
         clock.charge(r.times.resample);
@@ -644,6 +573,105 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     r.times.kv_removal = removal_now() - removal_before;
     r.times.total = clock.elapsed_ms();
     return r;
+}
+
+// Tokens sequence `seq` may draft this round: k, less near its n_predict (the round's correction
+// or bonus token must still fit).
+int Engine::draft_budget(const Sequence& seq, const GenerateParams& p) {
+    return std::min<int>(p.k, seq.n_predict - static_cast<int>(seq.out.size()) - 1);
+}
+
+// Judges one sequence's drafts against the target's verify logits (batch rows row..row+drafted):
+// walks them under the acceptance rule, counts, rolls the rejected tail out of the target's
+// cache, tells the drafter, and emits the accepted drafts plus the correction or bonus token.
+void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
+                         int row, const GenerateParams& p, Drafter& drafter, AcceptScratch& scratch) {
+    Context& t = *target_;
+    const AcceptRule rule = p.temperature > 0.0f ? p.rule : AcceptRule::greedy;  // all rules agree at T = 0
+    const int vocab = drafter.n_vocab();  // p and q are zero-padded to a common size
+    const int drafted = static_cast<int>(drafts.size());
+    SoftmaxNorm& norm = scratch.norm;
+    const int64_t base_index = seq.next_index();  // index of the token after pending
+    const int32_t pos0 = seq.n_past_target;       // position of pending in both caches
+    int accepted = 0;
+    bool stopped_on_eog = false;
+    int32_t correction = -1;
+    for (int i = 0; i <= drafted; ++i) {
+        const int late = fault_ == Fault::verify_position && i < drafted ? 1 : 0;
+        const float* logits = t.logits(row + i + late);
+        const int64_t index = base_index + i;
+        if (i == drafted) {  // every draft accepted: bonus token from p
+            correction = fault_ == Fault::bonus_from_q && i > 0
+                             ? faulty_bonus(q[i - 1], drafts[i - 1], p, seq.key, index)
+                             : sample_target(logits, t.n_vocab, p, seq.key, index, seq.margins, norm);
+            break;
+        }
+        const int32_t x = drafts[i];
+        int32_t target_token;
+        if (rule == AcceptRule::rejection) {
+            if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
+            // p(x) alone decides an acceptance; the whole of p only a rejection's residual
+            softmax_norm(logits, t.n_vocab, p.temperature, norm);
+            const float p_x = x < t.n_vocab ? softmax_prob(logits, norm, x) : 0.0f;
+            const std::vector<float>& q_i = q[fault_ == Fault::q_prev_position && i > 0 ? i - 1 : i];
+            const double u_accept = keyed_uniform(p.seed, seq.key, index, Stream::accept);
+            const bool accept = fault_ == Fault::accept_always     ? true
+                                : fault_ == Fault::accept_q_over_p ? draft_accepted(u_accept, q_i[x], p_x)
+                                                                   : draft_accepted(u_accept, p_x, q_i[x]);
+            if (accept) {
+                target_token = x;
+            } else {
+                softmax(logits, t.n_vocab, norm, scratch.p_probs);
+                scratch.p_probs.resize(vocab, 0.0f);  // zero beyond the target's vocabulary
+                const double u_residual = keyed_uniform(p.seed, seq.key, index, Stream::residual);
+                target_token = fault_ == Fault::residual_from_p
+                                   ? sample_from_weights(scratch.p_probs.data(), vocab, u_residual)
+                                   : residual_sample(scratch.p_probs.data(), q_i.data(), vocab, u_residual,
+                                                     scratch.residual);
+            }
+        } else if (fault_ == Fault::seed_mixup) {  // the target's draws from another seed's stream
+            GenerateParams mixed_up = p;
+            mixed_up.seed = p.seed + 1;
+            target_token = sample_target(logits, t.n_vocab, mixed_up, seq.key, index, seq.margins, norm);
+        } else {  // greedy and match: the target's own (argmax or keyed) sample
+            target_token = sample_target(logits, t.n_vocab, p, seq.key, index, seq.margins, norm);
+        }
+        if (target_token != x) {
+            correction = target_token;
+            seq.counts.rejected += 1;
+            break;
+        }
+        seq.counts.accepted_at[i] += 1;
+        accepted += 1;
+        seq.out.push_back(x);
+        if (finished(seq, p, t.vocab)) {  // an accepted EOG ends the sequence
+            stopped_on_eog = true;
+            break;
+        }
+    }
+    for (int j = 0; j < drafted; ++j) seq.counts.drafted_at[j] += 1;
+    seq.counts.drafted += drafted;
+    seq.counts.accepted += accepted;
+    seq.counts.rounds += 1;
+    seq.counts.accept_len_hist[accepted] += 1;
+    seq.counts.emitted += accepted + (stopped_on_eog ? 0 : 1);
+
+    // target cache keeps pending + accepted drafts
+    // Fault::rollback_long keeps the first rejected draft in both caches (where both
+    // hold it, so that positions stay consecutive); rollback_short drops the last kept token.
+    const int stale = fault_ == Fault::rollback_long && accepted + 2 <= drafted ? 1
+                      : fault_ == Fault::rollback_short                      ? -1
+                                                                             : 0;
+    seq.n_past_target = pos0 + 1 + accepted + stale;
+    t.remove_from(seq.id, seq.n_past_target);  // the rejected tail, if any
+    drafter.accept(seq, RoundOutcome{pos0, drafted, accepted, stale, stopped_on_eog,
+                                     stopped_on_eog ? -1 : correction, drafted > 0 ? drafts.back() : -1});
+    if (stopped_on_eog) {
+        seq.done = true;
+        return;
+    }
+    seq.out.push_back(correction);
+    seq.done = finished(seq, p, t.vocab);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -696,7 +724,9 @@ std::vector<float> Engine::pending_logits(int seq) {
 
 namespace specnative {
 
-SeqCounts GenerateResult::totals() const {
+SeqCounts GenerateResult::totals() const { return sum_counts(counts); }
+
+SeqCounts sum_counts(const std::vector<SeqCounts>& counts) {
     SeqCounts sum;
     for (const SeqCounts& c : counts) {
         sum.drafted += c.drafted;

@@ -13,6 +13,7 @@
 
 #include "llama.h"
 #include "model_io.h"
+#include "sampling.h"
 
 namespace specnative {
 
@@ -88,6 +89,7 @@ struct AcceptRates {
     double mean_accept_len;    // tau = emitted / rounds (bonus token included)
 };
 AcceptRates accept_rates(const SeqCounts& counts);
+SeqCounts sum_counts(const std::vector<SeqCounts>& counts);  // element-wise, per-position arrays too
 
 // Milliseconds; every interval of a run is charged to exactly one of the step buckets.
 struct StepTimes {
@@ -223,7 +225,11 @@ enum class Fault {
 };
 constexpr double kSlowAcceptMs = 2.0;
 
-class Drafter;  // drafter.h
+class Drafter;         // drafter.h
+struct AcceptScratch;  // engine_internal.h
+struct ServeRequest;   // serve.h
+struct ServeParams;
+struct ServeResult;
 
 class Engine {
 public:
@@ -240,6 +246,12 @@ public:
     GenerateResult generate(const std::vector<std::vector<int32_t>>& prompts,
                             const GenerateParams& params,
                             const std::function<bool()>& should_stop);
+
+    // Continuous batching (serve.cpp): requests arrive at their times, up to max_concurrency
+    // slots decode together, prompts are prefilled in chunks inside the same batches. Clears the
+    // KV caches first and leaves them empty.
+    ServeResult serve(const std::vector<ServeRequest>& requests, const ServeParams& params,
+                      const std::function<bool()>& should_stop);
 
     // Target logits after feeding `tokens` from scratch in sequence 0 (clears the KV cache).
     std::vector<float> prompt_logits(const std::vector<int32_t>& tokens);
@@ -290,6 +302,16 @@ private:
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
     std::unique_ptr<Drafter> make_drafter(const GenerateParams& p, int n_seq);
+    // The decoding loops' shared steps (engine.cpp), used by generate() and serve().
+    void step_baseline(Sequence& seq, const float* logits, const GenerateParams& p, SoftmaxNorm& norm);
+    static int draft_budget(const Sequence& seq, const GenerateParams& p);
+    void judge_round(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
+                     int row, const GenerateParams& p, Drafter& drafter, AcceptScratch& scratch);
+    // Checks of generate() that serve() shares: the decoding parameters for n_seq sequences
+    // (returns the look-ahead cells a round holds), and one prompt with its n_predict.
+    int validate_params(const GenerateParams& p, int n_seq) const;
+    void validate_prompt(int index, const std::vector<int32_t>& prompt, int n_predict, int lookahead) const;
+    void validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& params) const;
     GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                    const std::function<bool()>& should_stop);
 

@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "phase_clock.h"
+#include "sampling.h"
 
 namespace specnative {
 
@@ -111,7 +112,9 @@ struct Engine::Context {
 // Per-sequence decoding state.
 // ---------------------------------------------------------------------------------------------
 struct Engine::Sequence {
-    int id = 0;                        // llama seq id, and the RNG's sequence key
+    int id = 0;                        // llama seq id (a serving slot)
+    uint64_t key = 0;                  // the RNG's sequence key (generate: id; serving: the request)
+    int n_predict = 0;                 // tokens this sequence generates at most
     std::vector<int32_t> prompt;
     int32_t n_past_target = 0;         // tokens in the target KV cache
     int32_t n_past_draft = 0;          // tokens in the draft KV cache
@@ -123,6 +126,27 @@ struct Engine::Sequence {
 
     int32_t pending() const { return out.back(); }
     int64_t next_index() const { return static_cast<int64_t>(out.size()); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pieces of the decoding loops shared by the closed batch (engine.cpp) and serving (serve.cpp).
+// ---------------------------------------------------------------------------------------------
+// Samples token number `index` of the sequence keyed `key` from target logits: greedy at
+// temperature 0, else inverse CDF with the position-keyed uniform (the same draw in baseline and
+// `match`). Appends the top-2 logit margin to `margins` when the caller records them.
+int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, uint64_t key, int64_t index,
+                      std::vector<float>& margins, SoftmaxNorm& norm);
+// The sequence reached its n_predict, or emitted an end-of-generation token (when stopping at one).
+bool finished(const Engine::Sequence& seq, const GenerateParams& p, const llama_vocab* vocab);
+// Zeroed per-position counts for draft length k (a sequence's SeqCounts before its first round).
+void reset_counts(SeqCounts& counts, int k);
+// Fault::slow_accept: busy-waits `ms` (engine work that llama.cpp never sees).
+void spin_for_ms(double ms);
+
+// Scratch of the acceptance walk, reused across rounds and sequences.
+struct AcceptScratch {
+    SoftmaxNorm norm;  // the target's softmax at the position being judged
+    std::vector<float> p_probs, residual;
 };
 
 }  // namespace specnative

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
 
-from specnative import theory
+from specnative import crossover, theory
 from specnative.schema import TracesError
 from specnative import category_table, progress
 from specnative.advisor import (K_ADVICE_KEYS, REGIME_KEYS, Thresholds, advise, as_float, by_task, drafter_advice,
@@ -1112,6 +1112,9 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     traces = load_traces(run_dir / "traces.csv")
     if traces.empty:
         raise ReportInputError(f"{run_dir / 'traces.csv'}: a header but no rows: nothing was measured")
+    if crossover.is_serve_run(traces):  # the load sweep (sweep --serve) has its own report
+        from specnative.serve_report import write_serve_report
+        return write_serve_report(run_dir, traces, prov)
     cells = pair_cells(traces)
     verdicts = verdicts_frame(advise(traces, thresholds))
     note = f"Self-measured on {hardware(prov)}." if prov else "Hardware not recorded."

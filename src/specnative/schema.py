@@ -185,6 +185,51 @@ COLUMNS: tuple[Column, ...] = (
     Column("dist_runs", "int", "rejection cells: speculative runs (seeds seed, seed+1, ...) pooled (on rows)"),
     Column("proxy_verdict", "str", "rejection cells: the match rule's verdict at the same seed (exact, numeric or "
            "fail), which also checks the KV state; a fail fails the cell (on rows)"),
+    # --- serving under load (issue 24: serve_sweep.py; rows with request_rate set) -------------------
+    # On these rows `concurrency` is the server's max concurrency (slots), `ctx_len` 0, `tps` the
+    # output throughput over the run, `speedup` its on/off ratio on the same trace, `seed` the
+    # trace's seed, round_ms/step_ms the mean decoding iteration on/off and verify_cost_c their ratio - 1.
+    Column("request_rate", "float", "serve rows: offered requests per second of the arrival process ('inf': all at "
+           "t=0; a trace file: its requests over its last arrival time)"),
+    Column("burstiness", "float", "serve rows: gamma shape of the arrival gaps (1: Poisson), as vLLM's benchmark"),
+    Column("n_requests", "int", "serve rows: requests in the trace"),
+    Column("trace_sha256", "str", "serve rows: the trace (arrival times, prompt tokens, output lengths), so that on and "
+           "off rows of one trace pair up"),
+    Column("mean_occupancy", "float", "serve rows: slots holding a request (prefilling or decoding), mean over "
+           "iterations; occupancy = this / concurrency"),
+    Column("completed", "int", "serve rows: requests completed"),
+    Column("duration_s", "float", "serve rows: from the start to the last completion"),
+    Column("request_throughput", "float", "serve rows: completed requests per second of duration"),
+    Column("output_throughput", "float", "serve rows: generated tokens per second of duration"),
+    Column("goodput", "float", "serve rows: requests per second that met every --slo target (DistServe, as vLLM); "
+           "without --slo: request_throughput"),
+    Column("slo", "str", "serve rows: the --slo targets (e.g. ttft:500,tpot:50), ms"),
+    Column("slo_met", "float", "serve rows: share of requests that met every --slo target"),
+    Column("ttft_mean_ms", "float", "serve rows: mean of the time to first token (arrival to first token, queueing included), ms"),
+    Column("ttft_p50_ms", "float", "serve rows: p50 of the time to first token (arrival to first token, queueing included), ms"),
+    Column("ttft_p90_ms", "float", "serve rows: p90 of the time to first token (arrival to first token, queueing included), ms"),
+    Column("ttft_p99_ms", "float", "serve rows: p99 of the time to first token (arrival to first token, queueing included), ms"),
+    Column("tpot_mean_ms", "float", "serve rows: mean of the time per output token after the first, per request, ms"),
+    Column("tpot_p50_ms", "float", "serve rows: p50 of the time per output token after the first, per request, ms"),
+    Column("tpot_p90_ms", "float", "serve rows: p90 of the time per output token after the first, per request, ms"),
+    Column("tpot_p99_ms", "float", "serve rows: p99 of the time per output token after the first, per request, ms"),
+    Column("itl_mean_ms", "float", "serve rows: mean of the inter-token latency: gaps between emissions, pooled over requests (a speculative round emits several tokens at once: one gap), ms"),
+    Column("itl_p50_ms", "float", "serve rows: p50 of the inter-token latency: gaps between emissions, pooled over requests (a speculative round emits several tokens at once: one gap), ms"),
+    Column("itl_p90_ms", "float", "serve rows: p90 of the inter-token latency: gaps between emissions, pooled over requests (a speculative round emits several tokens at once: one gap), ms"),
+    Column("itl_p99_ms", "float", "serve rows: p99 of the inter-token latency: gaps between emissions, pooled over requests (a speculative round emits several tokens at once: one gap), ms"),
+    Column("e2e_mean_ms", "float", "serve rows: mean of the end-to-end latency (arrival to last token), ms"),
+    Column("e2e_p50_ms", "float", "serve rows: p50 of the end-to-end latency (arrival to last token), ms"),
+    Column("e2e_p90_ms", "float", "serve rows: p90 of the end-to-end latency (arrival to last token), ms"),
+    Column("e2e_p99_ms", "float", "serve rows: p99 of the end-to-end latency (arrival to last token), ms"),
+    Column("queue_mean_ms", "float", "serve rows: mean of the queueing delay (arrival to admission into a slot), ms"),
+    Column("queue_p50_ms", "float", "serve rows: p50 of the queueing delay (arrival to admission into a slot), ms"),
+    Column("queue_p90_ms", "float", "serve rows: p90 of the queueing delay (arrival to admission into a slot), ms"),
+    Column("queue_p99_ms", "float", "serve rows: p99 of the queueing delay (arrival to admission into a slot), ms"),
+    Column("iteration_ms", "float", "serve rows: mean wall time of an iteration that decoded (a round on on rows, a "
+           "step on off rows), prompt chunks riding along included"),
+    Column("mixed_step_frac", "float", "serve rows: share of decoding iterations whose batch also carried prompt "
+           "chunks (prefill interference)"),
+    Column("kv_cells_left", "int", "serve rows: KV cells (target + draft) still held after the last request: 0, or a leak"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

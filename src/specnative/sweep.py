@@ -910,6 +910,17 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off", help="flash attention")
     runs.add_argument("-b", "--batch-size", type=int, default=512, help="n_batch: most tokens per llama_decode")
     runs.add_argument("--max-kv-gib", type=float, default=8.0, help="refuse cells whose KV cache would exceed this")
+    serving = p.add_argument_group("serving under load (--serve: continuous batching; serve_sweep.py)")
+    serving.add_argument("--serve", action="store_true", help="replay seeded request traces at each --request-rate "
+                         "through continuous batching, spec off and on (-r traces per rate)")
+    serving.add_argument("--request-rate", default="1,2,4,8,inf", metavar="R,R,...",
+                         help="requests per second (Poisson; 'inf': all at t=0)")
+    serving.add_argument("--max-concurrency", type=int, default=8, help="slots decoding together (llama-server -np)")
+    serving.add_argument("--num-requests", type=int, default=32, help="requests per trace")
+    serving.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1: Poisson)")
+    serving.add_argument("--slo", default=None, metavar="ttft:MS,tpot:MS", help="goodput targets (also e2el:MS)")
+    serving.add_argument("--trace", type=Path, default=None, metavar="FILE",
+                         help="replay this trace file (arrivals.write_trace format) instead of --request-rate")
     output = p.add_argument_group("output")
     output.add_argument("-o", "--out", type=Path, default=None, help="run directory (default runs/<date-time>)")
     output.add_argument("--resume", action="store_true", help="continue --out, skipping cells already in traces.csv")
@@ -1112,6 +1123,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     cfg = config_from_args(args, argv)
+    if args.serve:
+        from specnative import serve_sweep
+        return serve_sweep.main(cfg, args)
     print(f"specnative sweep -> {cfg.out_dir}\n  targets: {', '.join(Path(t).name for t in cfg.targets)}\n"
           f"  draft: {Path(cfg.draft).name}\n  ctx_len {cfg.ctx_lens} x concurrency {cfg.concurrencies} x "
           f"k {cfg.ks} x temperature {cfg.temperatures} ({cfg.accept_rule}), n_predict {cfg.n_predict}, "

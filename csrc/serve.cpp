@@ -1,0 +1,310 @@
+// Continuous batching: the engine as a server under load (serve.h). One iteration:
+//   1. admit: every free slot takes the next request that has arrived (first come, first served);
+//   2. draft (spec): the drafter proposes up to k tokens for every decoding slot;
+//   3. one target llama_decode: decoding slots' pending (+ drafts) first, then prompt chunks of
+//      prefilling slots in admission order while the batch has room (at most n_batch tokens);
+//   4. accept or sample per decoding slot, first token for a slot whose prompt ended in the batch;
+//      finished requests free their KV cells (target and draft);
+//   5. the draft model takes in the prompts of slots that just got their first token.
+// With no slot busy it waits (real time) for the next arrival, or jumps there (virtual clock).
+#include "serve.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "drafter.h"
+#include "engine_internal.h"
+
+namespace specnative {
+
+namespace {
+
+constexpr double kWaitPollMs = 5.0;  // an idle wait checks should_stop at least this often
+
+// KV cells the context's sequences still hold (each sequence's cells are contiguous positions).
+int64_t cells_held(llama_memory_t memory, int n_seq) {
+    int64_t cells = 0;
+    for (llama_seq_id s = 0; s < n_seq; ++s) {
+        const llama_pos hi = llama_memory_seq_pos_max(memory, s);
+        if (hi >= 0) cells += hi - llama_memory_seq_pos_min(memory, s) + 1;
+    }
+    return cells;
+}
+
+// The serving clock: real time since the start, plus what a virtual clock skipped.
+class ServeClock {
+public:
+    explicit ServeClock(bool virtual_clock) : virtual_(virtual_clock), start_(std::chrono::steady_clock::now()) {}
+    double now_ms() const {
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count() +
+               skipped_ms_;
+    }
+    // Until `when_ms`: sleeps in short pieces (polling `should_stop`), or jumps when virtual.
+    void wait_until(double when_ms, const std::function<bool()>& should_stop) {
+        if (virtual_) {
+            skipped_ms_ += std::max(0.0, when_ms - now_ms());
+            return;
+        }
+        for (double left = when_ms - now_ms(); left > 0; left = when_ms - now_ms()) {
+            if (should_stop && should_stop()) throw Interrupted();
+            std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(std::min(left, kWaitPollMs)));
+        }
+    }
+    double skipped_ms() const { return skipped_ms_; }
+
+private:
+    bool virtual_;
+    std::chrono::steady_clock::time_point start_;
+    double skipped_ms_ = 0;
+};
+
+}  // namespace
+
+SeqCounts ServeResult::totals() const {
+    std::vector<SeqCounts> all;
+    all.reserve(requests.size());
+    for (const RequestRecord& r : requests) all.push_back(r.counts);
+    return sum_counts(all);
+}
+
+// Everything llama.cpp would abort on, refused before any state changes.
+void Engine::validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& sp) const {
+    require_open();
+    const int n_seq_max = params_.n_seq_max;
+    if (requests.empty()) throw std::invalid_argument("no requests given");
+    if (sp.max_concurrency < 1 || sp.max_concurrency > n_seq_max) {
+        throw std::invalid_argument("max_concurrency must be in [1, n_seq_max=" + std::to_string(n_seq_max) +
+                                    "], got " + std::to_string(sp.max_concurrency));
+    }
+    GenerateParams p = sp.gen;
+    p.n_predict = 1;
+    for (const ServeRequest& r : requests) p.n_predict = std::max(p.n_predict, r.n_predict);
+    const int lookahead = validate_params(p, sp.max_concurrency);
+    std::vector<int64_t> need(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+        const ServeRequest& r = requests[i];
+        const std::string which = "request " + std::to_string(i);
+        if (!std::isfinite(r.arrival_ms) || r.arrival_ms < 0) {
+            throw std::invalid_argument(which + ": arrival time must be finite and >= 0");
+        }
+        if (i > 0 && r.arrival_ms < requests[i - 1].arrival_ms) {
+            throw std::invalid_argument(which + " arrives before request " + std::to_string(i - 1) +
+                                        ": requests must be in arrival order");
+        }
+        if (r.n_predict < 1) throw std::invalid_argument(which + ": output length must be >= 1");
+        validate_prompt(static_cast<int>(i), r.prompt, r.n_predict, lookahead);
+        need[i] = static_cast<int64_t>(r.prompt.size()) + r.n_predict + lookahead;
+    }
+    // Worst case: the max_concurrency largest requests in the cache together.
+    std::sort(need.begin(), need.end(), std::greater<int64_t>());
+    int64_t cells = 0;
+    for (size_t i = 0; i < need.size() && i < static_cast<size_t>(sp.max_concurrency); ++i) cells += need[i];
+    if (params_.kv_unified && cells > n_ctx()) {
+        throw std::invalid_argument("the " + std::to_string(sp.max_concurrency) +
+                                    " largest requests need " + std::to_string(cells) +
+                                    " KV cells together but n_ctx is " + std::to_string(n_ctx()));
+    }
+}
+
+ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const ServeParams& sp,
+                          const std::function<bool()>& should_stop) {
+    validate_serve(requests, sp);
+    const GenerateParams& p = sp.gen;
+    const int n_slots = sp.max_concurrency;
+    reset_memory();
+    last_pending_.clear();  // pending_logits() refers to generate()'s sequences, gone now
+    last_n_past_.clear();
+
+    Context& t = *target_;
+    ServeResult r;
+    r.requests.resize(requests.size());
+    r.max_concurrency = n_slots;
+    r.speculative = p.spec;
+    std::vector<Sequence> slots(n_slots);
+    std::vector<int> request_of(n_slots, -1);  // -1: the slot is free
+    for (int s = 0; s < n_slots; ++s) {
+        slots[s].id = s;
+        slots[s].done = true;
+    }
+    std::unique_ptr<Drafter> drafter = p.spec ? make_drafter(p, n_slots) : nullptr;
+
+    PhaseClock clock;
+    ServeClock serve_clock(sp.virtual_clock);
+    // llama.cpp time is added to times.llama only for the phases charged to decoding buckets.
+    const auto llama_now = [&] {
+        return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + (drafter ? drafter->library_ms() : 0.0);
+    };
+    const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0); };
+    double llama_mark = llama_now(), removal_mark = removal_now();
+    const auto charge = [&](double& bucket, bool decoding) {
+        clock.charge(bucket);
+        const double llama = llama_now(), removal = removal_now();
+        if (decoding) {
+            r.times.llama += llama - llama_mark;
+            r.times.kv_removal += removal - removal_mark;
+        }
+        llama_mark = llama;
+        removal_mark = removal;
+    };
+
+    size_t next = 0;                // the next request to admit
+    std::deque<int> prefilling;     // slots whose prompt is not all in the target cache, by admission
+    std::vector<int> row(n_slots), last_row(n_slots), emitted_before(n_slots);
+    std::vector<int> k_max(n_slots);
+    std::vector<std::vector<int32_t>> drafts(n_slots);
+    DraftDists q(n_slots, std::vector<std::vector<float>>(std::max(p.k, 1)));
+    AcceptScratch scratch;
+    std::vector<int> first_token_now;  // slots that got their first token this iteration
+    size_t completed = 0;
+
+    while (completed < requests.size()) {
+        if (should_stop && should_stop()) throw Interrupted();
+        // ---- admit ---------------------------------------------------------------------------
+        for (int s = 0; s < n_slots && next < requests.size(); ++s) {
+            if (request_of[s] >= 0 || requests[next].arrival_ms > serve_clock.now_ms()) continue;
+            const int i = static_cast<int>(next++);
+            Sequence& seq = slots[s];
+            seq = Sequence{};
+            seq.id = s;
+            seq.key = static_cast<uint64_t>(i);
+            seq.n_predict = requests[i].n_predict;
+            seq.prompt = requests[i].prompt;
+            reset_counts(seq.counts, p.spec ? p.k : 0);
+            request_of[s] = i;
+            prefilling.push_back(s);
+            RequestRecord& rec = r.requests[i];
+            rec.slot = s;
+            rec.arrival_ms = requests[i].arrival_ms;
+            rec.admitted_ms = serve_clock.now_ms();
+            r.admission_order.push_back(i);
+        }
+        int busy = 0, decoding = 0;
+        for (int s = 0; s < n_slots; ++s) {
+            busy += request_of[s] >= 0 ? 1 : 0;
+            decoding += request_of[s] >= 0 && !slots[s].out.empty() ? 1 : 0;
+        }
+        if (busy == 0) {  // every slot free, the next request not there yet
+            serve_clock.wait_until(requests[next].arrival_ms, should_stop);
+            charge(r.idle_ms, false);
+            continue;
+        }
+
+        // ---- draft ---------------------------------------------------------------------------
+        if (p.spec && decoding > 0) {
+            for (int s = 0; s < n_slots; ++s) {
+                drafts[s].clear();
+                const bool decodes = request_of[s] >= 0 && !slots[s].out.empty();
+                k_max[s] = decodes ? draft_budget(slots[s], p) : -1;
+            }
+            drafter->draft(slots, k_max, drafts, q);
+            charge(r.times.draft, true);
+        }
+
+        // ---- one target batch: decode/verify tokens, then prompt chunks ----------------------
+        t.clear_batch();
+        for (int s = 0; s < n_slots; ++s) {
+            Sequence& seq = slots[s];
+            last_row[s] = -1;
+            emitted_before[s] = static_cast<int>(seq.out.size());
+            if (request_of[s] < 0 || seq.out.empty()) continue;
+            row[s] = t.add(seq.pending(), seq.n_past_target, seq.id, true);
+            if (p.spec) {
+                for (size_t j = 0; j < drafts[s].size(); ++j) {
+                    t.add(drafts[s][j], seq.n_past_target + 1 + static_cast<int32_t>(j), seq.id, true);
+                }
+            }
+        }
+        const int decode_tokens = t.batch.n_tokens;
+        for (int s : prefilling) {
+            Sequence& seq = slots[s];
+            const int32_t n_prompt = static_cast<int32_t>(seq.prompt.size());
+            if (t.batch_full()) break;
+            r.requests[request_of[s]].prefill_batches += 1;
+            while (seq.n_past_target < n_prompt && !t.batch_full()) {
+                const bool last = seq.n_past_target + 1 == n_prompt;
+                const int at = t.add(seq.prompt[seq.n_past_target], seq.n_past_target, seq.id, last);
+                if (last) last_row[s] = at;
+                seq.n_past_target += 1;
+            }
+        }
+        const int prompt_tokens = t.batch.n_tokens - decode_tokens;
+        t.decode(decode_tokens > 0 ? (p.spec ? "serve verify" : "serve decode") : "serve prefill");
+        double& step_bucket = decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.verify : r.times.decode;
+        charge(step_bucket, decode_tokens > 0);
+
+        // ---- accept or sample; first tokens; completions --------------------------------------
+        for (int s = 0; s < n_slots; ++s) {
+            if (request_of[s] < 0 || emitted_before[s] == 0) continue;
+            if (p.spec) {
+                judge_round(slots[s], drafts[s], q[s], row[s], p, *drafter, scratch);
+            } else {
+                step_baseline(slots[s], t.logits(row[s]), p, scratch.norm);
+            }
+        }
+        first_token_now.clear();
+        for (int s = 0; s < n_slots; ++s) {
+            if (last_row[s] < 0) continue;
+            Sequence& seq = slots[s];
+            seq.out.push_back(sample_target(t.logits(last_row[s]), t.n_vocab, p, seq.key, 0, seq.margins,
+                                            scratch.norm));
+            seq.done = finished(seq, p, t.vocab);
+            prefilling.erase(std::find(prefilling.begin(), prefilling.end(), s));
+            first_token_now.push_back(s);
+        }
+        const double stamp = serve_clock.now_ms();  // what this iteration emitted is out now
+        for (int s = 0; s < n_slots; ++s) {
+            if (request_of[s] < 0) continue;
+            Sequence& seq = slots[s];
+            RequestRecord& rec = r.requests[request_of[s]];
+            const int n_new = static_cast<int>(seq.out.size()) - emitted_before[s];
+            if (n_new > 0) {
+                if (emitted_before[s] == 0) rec.first_token_ms = stamp;
+                rec.emit_ms.push_back(stamp);
+                rec.emit_tokens.push_back(n_new);
+            }
+            if (!seq.done) continue;
+            rec.finish_ms = stamp;
+            rec.tokens = std::move(seq.out);
+            rec.counts = std::move(seq.counts);
+            t.remove_from(seq.id, 0);  // the slot's cells are free for the next request
+            if (drafter) drafter->release(seq);
+            seq.out.clear();
+            request_of[s] = -1;
+            completed += 1;
+            r.duration_ms = stamp;
+        }
+        r.steps += 1;
+        r.decode_steps += decode_tokens > 0 ? 1 : 0;
+        r.mixed_steps += decode_tokens > 0 && prompt_tokens > 0 ? 1 : 0;
+        r.busy_sum += busy;
+        r.decoding_sum += decoding;
+        r.prefill_tokens += prompt_tokens;
+        if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs * decoding);
+        charge(decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.resample : r.times.decode,
+               decode_tokens > 0);
+
+        // ---- the draft model takes in the new prompts ----------------------------------------
+        if (drafter) {
+            bool admitted = false;
+            for (int s : first_token_now) {
+                if (request_of[s] < 0) continue;  // finished on its first token
+                drafter->admit(slots[s]);
+                admitted = true;
+            }
+            if (admitted) charge(r.times.prefill_draft, false);
+        }
+    }
+    r.times.total = clock.elapsed_ms();
+    r.skipped_ms = serve_clock.skipped_ms();
+    const int n_seq_max = static_cast<int>(llama_n_seq_max(t.ctx));
+    r.kv_cells_left = cells_held(t.memory(), n_seq_max) + (draft_ ? cells_held(draft_->memory(), n_seq_max) : 0);
+    return r;
+}
+
+}  // namespace specnative

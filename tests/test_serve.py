@@ -1,0 +1,206 @@
+"""Serving under load (csrc/serve.cpp, serve.py, arrivals.py, serve_metrics.py): admission order,
+completion, KV cells freed, losslessness under continuous batching, traces, metrics, timers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specnative import arrivals, lossless, serve_metrics
+from specnative.arrivals import Request
+from specnative.serve import serve
+from specnative.serve_sweep import serving_verdict
+
+from conftest import PROMPTS
+
+NGRAM_OPTIONS = {"spec-ngram-simple-size-n": 1, "spec-ngram-simple-size-m": 4}
+
+
+def token_prompts(engine, texts=PROMPTS):
+    return [engine.tokenize(t).tolist() for t in texts]
+
+
+def in_flight_at(run, t_ms):
+    return sum(r["admitted_ms"] <= t_ms < r["finish_ms"] for r in run.records)
+
+
+# ---- arrivals -----------------------------------------------------------------------------------
+def test_same_seed_gives_the_same_trace():
+    a = arrivals.arrival_times(50, 4.0, burstiness=0.5, seed=7)
+    b = arrivals.arrival_times(50, 4.0, burstiness=0.5, seed=7)
+    c = arrivals.arrival_times(50, 4.0, burstiness=0.5, seed=8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert a[0] == 0 and np.all(np.diff(a) >= 0)
+    prompts = [[1, 2], [3, 4, 5], [6]]
+    assert arrivals.build_trace(prompts, [3, 4, 5], 2.0, 9, seed=1) == arrivals.build_trace(prompts, [3, 4, 5], 2.0, 9,
+                                                                                          seed=1)
+
+
+def test_arrival_processes():
+    np.testing.assert_array_equal(arrivals.arrival_times(5, math.inf), np.zeros(5))
+    # Poisson at rate 10/s: mean gap 0.1 s; a burstier process (shape 0.2) has a larger spread
+    poisson = np.diff(arrivals.arrival_times(4001, 10.0, 1.0, seed=3))
+    bursty = np.diff(arrivals.arrival_times(4001, 10.0, 0.2, seed=3))
+    assert poisson.mean() == pytest.approx(0.1, rel=0.1) and bursty.mean() == pytest.approx(0.1, rel=0.15)
+    assert poisson.std() / poisson.mean() == pytest.approx(1.0, rel=0.1)  # exponential: CV 1
+    assert bursty.std() / bursty.mean() > 1.8                             # gamma(0.2): CV sqrt(5)
+    for bad in (0, -1, "fast", float("nan")):
+        with pytest.raises(ValueError, match="rate"):
+            arrivals.arrival_times(3, bad)
+    with pytest.raises(ValueError, match="burstiness"):
+        arrivals.arrival_times(3, 1.0, burstiness=0)
+
+
+def test_trace_file_round_trip_and_bad_lines(tmp_path):
+    trace = arrivals.build_trace([[5, 6, 7], [8]], 4, 3.0, 6, seed=2, labels=["a", "b"])
+    path = arrivals.write_trace(tmp_path / "trace.jsonl", trace)
+    assert arrivals.read_trace(path) == trace
+    path.write_text('{"arrival_s": 1.0, "prompt": [1], "output_len": 2}\n{"arrival_s": 0.5, "prompt": [1], '
+                    '"output_len": 2}\n')
+    with pytest.raises(ValueError, match="trace.jsonl:2: arrival_s goes back"):
+        arrivals.read_trace(path)
+    path.write_text('{"arrival_s": 0, "prompt": [], "output_len": 2}\n')
+    with pytest.raises(ValueError, match="trace.jsonl:1: prompt"):
+        arrivals.read_trace(path)
+
+
+# ---- the serving loop ------------------------------------------------------------------------------
+def test_known_trace_gives_the_expected_admission_order_and_completions(noisy_engine):
+    prompts = token_prompts(noisy_engine)
+    # three at t=0 on two slots (the third queues), two together much later, one alone after them
+    times = [0.0, 0.0, 0.0, 1000.0, 1000.0, 2000.0]
+    lens = [6, 12, 5, 7, 9, 3]
+    trace = [Request(t, tuple(prompts[i % 3]), n) for i, (t, n) in enumerate(zip(times, lens))]
+    for spec in (False, True):
+        run = serve(noisy_engine, trace, max_concurrency=2, spec=spec, k=3, virtual_clock=True)
+        assert run.admission_order == [0, 1, 2, 3, 4, 5]  # first come, first served
+        assert [len(t) for t in run.tokens] == lens
+        assert [sum(r["emit_tokens"]) for r in run.records] == lens
+        assert run.kv_cells_left == 0
+        rec = run.records
+        # request 2 waited for a slot: it took the slot of whichever of 0 and 1 finished first
+        first_free = min((0, 1), key=lambda i: rec[i]["finish_ms"])
+        assert rec[2]["slot"] == rec[first_free]["slot"]
+        assert rec[2]["admitted_ms"] >= rec[first_free]["finish_ms"]
+        # later arrivals are admitted on arrival (the virtual clock jumps there), never before
+        for i in (3, 4, 5):
+            assert rec[i]["admitted_ms"] >= times[i] * 1000.0
+            assert run.metrics[i]["queue_ms"] < 1000.0
+        assert run.skipped_ms > 1_900_000  # two idle gaps jumped over
+        assert max(in_flight_at(run, r["admitted_ms"]) for r in rec) <= 2
+        for r, m in zip(rec, run.metrics):
+            assert r["arrival_ms"] <= r["admitted_ms"] <= r["first_token_ms"] <= r["finish_ms"]
+            assert m["ttft_ms"] == pytest.approx(r["first_token_ms"] - r["arrival_ms"])
+
+
+def test_slots_refill_and_no_kv_cells_leak_over_hundreds_of_requests(noisy_engine):
+    prompts = token_prompts(noisy_engine)
+    trace = arrivals.build_trace(prompts, [2, 3, 4], float("inf"), 240, seed=5)
+    for spec in (False, True):
+        run = serve(noisy_engine, trace, max_concurrency=8, spec=spec, k=2, virtual_clock=True)
+        assert len(run.records) == 240 and all(len(t) == r.output_len for t, r in zip(run.tokens, trace))
+        assert run.kv_cells_left == 0
+        assert sorted(r["slot"] for r in run.records[:8]) == list(range(8))
+        assert run.mean_occupancy > 4  # the queue keeps the slots busy
+
+
+def test_prompts_longer_than_n_batch_are_prefilled_in_chunks_beside_decoding(noisy_pair):
+    from specnative import Engine
+    from conftest import ENGINE_KW
+    target, draft = noisy_pair
+    with Engine(target, draft, n_ctx=2048, n_batch=32, n_seq_max=4, **ENGINE_KW) as engine:
+        short = engine.tokenize(PROMPTS[2]).tolist()
+        long = engine.tokenize(" ".join(PROMPTS * 12)).tolist()
+        assert len(long) > 64
+        trace = [Request(0.0, tuple(short), 30), Request(0.0, tuple(long), 4)]
+        for spec in (False, True):
+            run = serve(engine, trace, max_concurrency=2, spec=spec, k=3, virtual_clock=True)
+            assert run.records[1]["prefill_batches"] >= math.ceil(len(long) / 32)
+            assert run.mixed_steps >= 2  # the long prompt's chunks rode along the short one's decoding
+            assert run.kv_cells_left == 0
+            assert serving_verdict(engine, trace, run.tokens, k=3).lossless_ok
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram-simple"])
+def test_serving_is_lossless_against_each_request_decoded_alone(noisy_engine, drafter):
+    prompts = token_prompts(noisy_engine)
+    trace = arrivals.build_trace(prompts, [24, 16, 20], 400.0, 7, seed=11)
+    options = NGRAM_OPTIONS if drafter != "model" else None
+    off = serve(noisy_engine, trace, max_concurrency=3)
+    on = serve(noisy_engine, trace, max_concurrency=3, spec=True, k=3, drafter=drafter, drafter_options=options)
+    assert on.totals["drafted"] > 0 and 0 < on.draft_accept_rate <= 1
+    for run in (off, on):
+        verdict = serving_verdict(noisy_engine, trace, run.tokens, k=3)
+        assert verdict.verdict in (lossless.EXACT, lossless.NUMERIC), verdict.reason
+        assert verdict.lossless_ok
+
+
+def test_serving_verdict_fails_a_planted_rollback_bug(noisy_engine):
+    prompts = token_prompts(noisy_engine)
+    trace = arrivals.build_trace(prompts, [24, 16, 20], float("inf"), 4, seed=1)
+    noisy_engine._core._inject_fault("rollback_short")
+    try:
+        bad = serve(noisy_engine, trace, max_concurrency=2, spec=True, k=3)
+    finally:
+        noisy_engine._core._inject_fault("none")
+    verdict = serving_verdict(noisy_engine, trace, bad.tokens, k=3)
+    assert verdict.verdict == lossless.FAIL
+
+
+def test_counts_and_timers_add_up(noisy_engine):
+    prompts = token_prompts(noisy_engine)
+    trace = arrivals.build_trace(prompts, [10, 14, 12], 200.0, 6, seed=4)  # real waits of a few ms
+    run = serve(noisy_engine, trace, max_concurrency=2, spec=True, k=3)
+    t = run.times
+    steps = sum(t[b] for b in ("prefill_target", "prefill_draft", "draft", "verify", "resample", "decode"))
+    assert steps + run.idle_ms == pytest.approx(t["total"], rel=0.01, abs=0.5)
+    assert run.skipped_ms == 0 and run.duration_ms <= t["total"] + 1e-6
+    assert 0 < t["llama"] <= t["draft"] + t["verify"] + t["resample"]
+    totals = run.totals
+    assert totals["drafted"] == sum(r["counts"]["drafted"] for r in run.records)
+    assert totals["emitted"] == sum(len(tk) - 1 for tk in run.tokens)  # all but each first token
+    assert run.mean_accept_len == pytest.approx(totals["emitted"] / totals["rounds"])
+    for r in run.records:  # arrivals honoured on the real clock
+        assert r["admitted_ms"] >= r["arrival_ms"] - 1e-9
+
+
+def test_bad_serving_input_is_refused(noisy_engine):
+    prompts = token_prompts(noisy_engine)
+    ok = Request(0.0, tuple(prompts[0]), 4)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        serve(noisy_engine, [ok], max_concurrency=0)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        serve(noisy_engine, [ok], max_concurrency=99)
+    with pytest.raises(ValueError, match="arrival order"):
+        serve(noisy_engine, [Request(1.0, ok.prompt, 4), ok], max_concurrency=2)
+    with pytest.raises(ValueError, match="output length"):
+        serve(noisy_engine, [Request(0.0, ok.prompt, 0)], max_concurrency=1)
+    with pytest.raises(ValueError, match="exceed n_batch"):
+        serve(noisy_engine, [ok], max_concurrency=8, spec=True, k=40)
+    with pytest.raises(ValueError, match="KV cells"):
+        serve(noisy_engine, [Request(0.0, ok.prompt, 1500)] * 8, max_concurrency=8)
+    with pytest.raises(ValueError, match="no requests"):
+        serve(noisy_engine, [], max_concurrency=1)
+    # a refused call leaves the engine usable
+    assert len(serve(noisy_engine, [ok], max_concurrency=1).tokens[0]) == 4
+
+
+# ---- metrics -----------------------------------------------------------------------------------------
+def test_request_metrics_and_goodput_by_hand():
+    rec = {"arrival_ms": 10.0, "admitted_ms": 15.0, "first_token_ms": 40.0, "finish_ms": 100.0,
+           "emit_ms": [40.0, 60.0, 100.0], "tokens": [1] * 7, "counts": {"drafted": 6, "accepted": 4}}
+    m = serve_metrics.request_metrics(rec)
+    assert (m["queue_ms"], m["ttft_ms"], m["e2e_ms"]) == (5.0, 30.0, 90.0)
+    assert m["tpot_ms"] == pytest.approx(60.0 / 6)   # per token after the first
+    assert m["itl_ms"] == [20.0, 40.0]               # per emission: several tokens came at once
+    fast = dict(m, ttft_ms=10.0, tpot_ms=5.0)
+    summary = serve_metrics.level_summary([m, fast], 2000.0, serve_metrics.parse_slo("ttft:20,tpot:8"))
+    assert summary["goodput"] == pytest.approx(0.5)  # one of two met both targets, over 2 s
+    assert summary["request_throughput"] == pytest.approx(1.0)
+    assert summary["output_throughput"] == pytest.approx(7.0)
+    assert summary["ttft_p50_ms"] == pytest.approx(20.0) and summary["itl_mean_ms"] == pytest.approx(30.0)
+    for bad in ("ttft", "ttft:x", "speed:4", "tpot:-1", "ttft:1,ttft:2"):
+        with pytest.raises(ValueError, match="--slo"):
+            serve_metrics.parse_slo(bad)
