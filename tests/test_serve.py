@@ -204,3 +204,68 @@ def test_request_metrics_and_goodput_by_hand():
     for bad in ("ttft", "ttft:x", "speed:4", "tpot:-1", "ttft:1,ttft:2"):
         with pytest.raises(ValueError, match="--slo"):
             serve_metrics.parse_slo(bad)
+
+
+# ---- the load sweep and its crossover --------------------------------------------------------------
+def test_serve_sweep_writes_rows_requests_and_the_crossover_report(noisy_pair, tmp_path):
+    import json
+    from specnative import schema, sweep
+    target, draft = noisy_pair
+    out = tmp_path / "serve"
+    argv = ["--serve", "-m", str(target), "-md", str(draft), "--request-rate", "inf,50", "--max-concurrency", "2",
+            "--num-requests", "4", "-r", "2", "-n", "6", "-k", "3", "-t", "1", "--slo", "ttft:1000,tpot:100",
+            "-o", str(out)]
+    assert sweep.main(argv) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    assert len(rows) == 2 * 2 * 2  # rates x seeded traces x spec off/on
+    assert set(rows["request_rate"]) == {50.0, math.inf} and set(rows["seed"]) == {0, 1}
+    assert (rows["concurrency"] == 2).all() and (rows["kv_cells_left"] == 0).all() and rows["lossless_ok"].all()
+    for _, pair in rows.groupby(["request_rate", "seed"]):
+        assert pair["trace_sha256"].nunique() == 1 and sorted(pair["spec_decode"]) == ["off", "on"]
+    on = rows[rows["spec_decode"] == "on"]
+    assert (on["drafted"] > 0).all() and on["draft_accept_rate"].between(0, 1).all()
+    assert on["speedup"].tolist() == pytest.approx((on["tps"] / on["tps_baseline"]).tolist(), rel=1e-4)
+    lines = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 * 4 and all(line["output_len"] == 6 for line in lines)
+    assert set(lines[0]) >= {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "cell_id"}
+    advice = json.loads((out / "advice.json").read_text())
+    assert set(advice["crossover"]) == {"output_throughput", "tpot_p50_ms", "tpot_p99_ms", "goodput", "ttft_p50_ms"}
+    assert set(advice["k_by_batch_size"]) == {"1", "2"}
+    summary = (out / "summary.md").read_text()
+    assert "Where speculation stops paying" in summary and "latency_vs_rate.png" in summary
+    assert (out / "goodput_vs_rate.png").is_file() and (out / "benefit_vs_rate.pdf").is_file()
+
+
+def _synthetic_rows(benefits: dict, traces: int = 3):
+    """Serve rows whose on/off throughput ratio at each rate is benefits[rate] (with a little
+    spread over the traces); latencies inverse to throughput."""
+    import pandas as pd
+    rows = []
+    for rate, b in benefits.items():
+        for t in range(traces):
+            wobble = 1 + 0.01 * (t - 1)
+            for spec, tps in (("off", 100.0), ("on", 100.0 * b * wobble)):
+                rows.append({"request_rate": rate, "trace_sha256": f"{rate}-{t}", "spec_decode": spec,
+                             "output_throughput": tps, "goodput": tps / 10, "tpot_p50_ms": 1000 / tps,
+                             "tpot_p99_ms": 2000 / tps, "ttft_p50_ms": 500 / tps, "mean_occupancy": min(rate, 8),
+                             "concurrency": 8, "k": 4 if spec == "on" else None, "drafter": "model"})
+    return pd.DataFrame(rows)
+
+
+def test_crossover_is_found_between_the_rates_that_decide_it():
+    from specnative import crossover
+    rows = _synthetic_rows({1.0: 1.5, 2.0: 1.2, 4.0: 0.8, 8.0: 0.6, math.inf: 0.5})
+    table = crossover.benefit_table(rows)
+    c = crossover.crossover(table, "output_throughput")
+    assert c["status"] == "crosses" and c["bracket"] == [2.0, 4.0]
+    assert 2.0 < c["rate"] < 4.0  # b goes 1.2 -> 0.8: halfway in log rate
+    assert c["rate"] == pytest.approx(2 * math.sqrt(2), rel=0.02)
+    assert crossover.crossover(table, "tpot_p50_ms")["bracket"] == [2.0, 4.0]  # latency: off/on
+    advice = crossover.advice(rows, table)
+    assert advice["disable_by_batch_size"] == 4  # occupancy at the first rate where it loses
+    assert advice["k_by_batch_size"]["3"] == 4 and advice["k_by_batch_size"]["4"] == 0
+    assert [b["speculation"] for b in advice["load_bands"]] == ["on", "on", "off", "off", "off"]
+    pays = crossover.benefit_table(_synthetic_rows({1.0: 1.5, 4.0: 1.3}))
+    assert crossover.crossover(pays, "output_throughput")["status"] == "pays-at-every-rate"
+    late = crossover.benefit_table(_synthetic_rows({1.0: 1.5, math.inf: 0.7}))
+    assert crossover.crossover(late, "goodput")["status"] == "crosses-beyond-last-finite-rate"

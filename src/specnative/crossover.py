@@ -45,7 +45,7 @@ def paired(rows: pd.DataFrame) -> pd.DataFrame:
     keys = ["request_rate", "trace_sha256"]
     off = rows[rows["spec_decode"] == "off"].set_index(keys)
     on = rows[rows["spec_decode"] == "on"].set_index(keys)
-    return off.join(on, lsuffix="_off", rsuffix="_on", how="inner").reset_index()
+    return off.join(on, lsuffix="_off", rsuffix="_on", how="inner").reset_index().copy()
 
 
 def benefit(on: list, off: list, higher_better: bool, level: float) -> stats.Interval:

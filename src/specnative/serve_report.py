@@ -122,13 +122,16 @@ def crossover_md(table: pd.DataFrame, crosses: dict) -> str:
     lines = []
     for metric, c in crosses.items():
         label = crossover.METRICS[metric][0]
-        bracket = " – ".join(_fmt(x) for x in c["bracket"])
+        paid, lost = c["bracket"]
+        decided = ("; at the confidence level, it pays up to " + (f"{_fmt(paid)} req/s" if math.isfinite(paid)
+                   else "no measured rate") + " and loses from " + (f"{_fmt(lost)} req/s" if math.isfinite(lost)
+                   else "no measured rate (within noise there)"))
         if c["status"] == "crosses":
             lines.append(f"- **{label}**: speculation stops paying at about **{_fmt(c['rate'])} req/s** "
-                         f"(decided between the rates {bracket}; '–': a side within noise)")
+                         f"(point estimates, interpolated in log rate{decided})")
         elif c["status"] == "crosses-beyond-last-finite-rate":
             lines.append(f"- **{label}**: pays at every finite rate, stops at `inf` (all requests at t=0): "
-                         f"the crossover lies beyond the largest finite rate")
+                         f"the crossover lies beyond the largest finite rate{decided}")
         else:
             lines.append(f"- **{label}**: {c['status'].replace('-', ' ')} (no crossover in the measured range)")
     bench = [[_fmt(r["request_rate"]), r["label"], _fmt(r["benefit"]),
