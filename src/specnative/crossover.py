@@ -43,9 +43,8 @@ def is_serve_run(traces: pd.DataFrame) -> bool:
 def paired(rows: pd.DataFrame) -> pd.DataFrame:
     """One line per (rate, trace) with each column of the off and on rows (_off / _on)."""
     keys = ["request_rate", "trace_sha256"]
-    off = rows[rows["spec_decode"] == "off"].set_index(keys)
-    on = rows[rows["spec_decode"] == "on"].set_index(keys)
-    return off.join(on, lsuffix="_off", rsuffix="_on", how="inner").reset_index().copy()
+    off, on = rows[rows["spec_decode"] == "off"], rows[rows["spec_decode"] == "on"]
+    return off.merge(on, on=keys, suffixes=("_off", "_on"), how="inner")
 
 
 def benefit(on: list, off: list, higher_better: bool, level: float) -> stats.Interval:
