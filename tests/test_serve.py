@@ -231,6 +231,10 @@ def test_serve_sweep_writes_rows_requests_and_the_crossover_report(noisy_pair, t
     advice = json.loads((out / "advice.json").read_text())
     assert set(advice["crossover"]) == {"output_throughput", "tpot_p50_ms", "tpot_p99_ms", "goodput", "ttft_p50_ms"}
     assert set(advice["k_by_batch_size"]) == {"1", "2"}
+    replayed = arrivals.read_trace(out / "trace_files" / "rate=50-seed=1.jsonl")
+    assert len(replayed) == 4 and all(r.output_len == 6 for r in replayed)
+    from specnative.serve_sweep import trace_sha256
+    assert set(rows.query("request_rate == 50 and seed == 1")["trace_sha256"]) == {trace_sha256(replayed)}
     summary = (out / "summary.md").read_text()
     assert "Where speculation stops paying" in summary and "latency_vs_rate.png" in summary
     assert (out / "goodput_vs_rate.png").is_file() and (out / "benefit_vs_rate.pdf").is_file()

@@ -201,6 +201,13 @@ def traces_for(cfg: ServeConfig, prompts: list, labels: list) -> list[tuple[floa
             for rate in cfg.rates for r in range(cfg.repeats)]
 
 
+def trace_file_path(out: Path, rate: float, seed: int) -> Path:
+    """Where the run keeps the trace it replayed at `rate` with `seed`."""
+    folder = Path(out) / "trace_files"
+    folder.mkdir(exist_ok=True)
+    return folder / f"rate={arrivals.rate_label(rate)}-seed={seed}.jsonl"
+
+
 def engine_for(cfg: ServeConfig, traces: list) -> Engine:
     need = max(len(r.prompt) + r.output_len for _, _, trace in traces for r in trace) + cfg.k + 1
     n_ctx = max(256, need * cfg.max_concurrency + 64)
@@ -234,6 +241,8 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         prompts, labels = workload_requests(cfg)
         replays = traces_for(cfg, prompts, labels)
+        for rate, seed, trace in replays:  # replayable elsewhere (--trace, bench/peerkit/serve_table.py)
+            arrivals.write_trace(trace_file_path(out, rate, seed), trace)
         provenance = {**environment(), "date": now_iso(), "run_id": run_id, "command": cfg.command,
                       "preset": cfg.preset, "mode": "serve", "n_threads": cfg.threads,
                       "serve": {"request_rate": [arrivals.rate_label(r) for r in cfg.rates],
