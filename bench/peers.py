@@ -6,6 +6,8 @@
     python bench/peers.py server [options]   ours vs llama-server at concurrency 1, 4, 8 over HTTP on
                                              loopback (python bench/peers.py server --help;
                                              bench/peerkit/server_table.py)
+    python bench/peers.py serve RUN_DIR      a --serve run's traces replayed against llama-server, open
+                                             loop and streamed (bench/peerkit/serve_table.py)
 
 One module per peer lives in bench/peerkit/ (llama_bench, spec_simple, server), with what they
 share in peerkit/common.py and our own side in peerkit/ours.py.
@@ -20,6 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "serve":
+        from peerkit import serve_table
+        return serve_table.main(argv[1:])
     if argv and argv[0] == "server":
         from peerkit import server_table
         return server_table.main(argv[1:])

@@ -173,6 +173,48 @@ class LlamaServer:
         out["client_start"] = t0
         return out
 
+    def stream(self, tokens: list, n_predict: int, ignore_eos: bool, t0: float) -> dict:
+        """One greedy streamed /completion on token ids, as an open-loop serving client sees it:
+        the send time and the time of every chunk that carried tokens, in ms since `t0`
+        (time.perf_counter()), the tokens, and the final chunk's timings (draft_n,
+        draft_n_accepted). The dict has the keys of specnative's serving records (serve.py), so
+        the same metrics apply (serve_metrics.request_metrics); admission is not visible from
+        outside, so admitted_ms is the send time."""
+        body = {"prompt": [int(t) for t in tokens], "n_predict": int(n_predict), "temperature": 0.0,
+                "cache_prompt": False, "return_tokens": True, "ignore_eos": bool(ignore_eos), "stream": True}
+        ms = lambda: (time.perf_counter() - t0) * 1000.0
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=self.request_timeout)
+        record = {"emit_ms": [], "emit_tokens": [], "tokens": [], "timings": {}}
+        try:
+            record["arrival_ms"] = record["admitted_ms"] = ms()
+            conn.request("POST", "/completion", body=json.dumps(body).encode(),
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                raise RuntimeError(f"llama-server /completion answered {resp.status}: {resp.read()[:500]!r}")
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                if not line.startswith(b"data: "):
+                    continue
+                chunk = json.loads(line[6:])
+                got = [int(t) for t in chunk.get("tokens") or []]
+                if got:
+                    record["emit_ms"].append(ms())
+                    record["emit_tokens"].append(len(got))
+                    record["tokens"] += got
+                if chunk.get("stop"):
+                    record["timings"] = chunk.get("timings") or {}
+                    break
+        finally:
+            conn.close()
+        record["finish_ms"] = record["emit_ms"][-1] if record["emit_ms"] else ms()
+        record["first_token_ms"] = record["emit_ms"][0] if record["emit_ms"] else record["finish_ms"]
+        record["counts"] = {"drafted": int(record["timings"].get("draft_n", 0)),
+                            "accepted": int(record["timings"].get("draft_n_accepted", 0))}
+        return record
+
     def complete_concurrently(self, prompts: list, n_predict: int, ignore_eos: bool) -> tuple[list, float]:
         """All prompts at once, one HTTP connection each (so the server fills one slot each); the
         answers in prompt order and the wall seconds from the first send to the last answer."""
