@@ -137,10 +137,11 @@ def test_serving_is_lossless_against_each_request_decoded_alone(noisy_engine, dr
         assert verdict.lossless_ok
 
 
-def test_serving_verdict_fails_a_planted_rollback_bug(noisy_engine):
+@pytest.mark.parametrize("fault", ["rollback_short", "rollback_long", "verify_position"])
+def test_serving_verdict_fails_planted_bugs(noisy_engine, fault):
     prompts = token_prompts(noisy_engine)
     trace = arrivals.build_trace(prompts, [24, 16, 20], float("inf"), 4, seed=1)
-    noisy_engine._core._inject_fault("rollback_short")
+    noisy_engine._core._inject_fault(fault)
     try:
         bad = serve(noisy_engine, trace, max_concurrency=2, spec=True, k=3)
     finally:
@@ -270,6 +271,14 @@ def test_crossover_is_found_between_the_rates_that_decide_it():
     assert advice["k_by_batch_size"]["3"] == 4 and advice["k_by_batch_size"]["4"] == 0
     assert [b["speculation"] for b in advice["load_bands"]] == ["on", "on", "off", "off", "off"]
     pays = crossover.benefit_table(_synthetic_rows({1.0: 1.5, 4.0: 1.3}))
-    assert crossover.crossover(pays, "output_throughput")["status"] == "pays-at-every-rate"
+    assert crossover.crossover(pays, "output_throughput")["status"] == "above-1-at-every-rate"
     late = crossover.benefit_table(_synthetic_rows({1.0: 1.5, math.inf: 0.7}))
     assert crossover.crossover(late, "goodput")["status"] == "crosses-beyond-last-finite-rate"
+
+
+def test_a_benefit_within_the_practical_margin_is_no_difference():
+    from specnative import crossover, stats
+    assert crossover.status(stats.Interval(0.999, 0.9985, 0.9995, 0.95, 3)) == crossover.TIE  # arrival-bound
+    assert crossover.status(stats.Interval(0.9, 0.85, 0.95, 0.95, 3)) == crossover.LOSES
+    assert crossover.status(stats.Interval(1.3, 1.1, 1.5, 0.95, 3)) == crossover.PAYS
+    assert crossover.status(stats.Interval(1.3, 0.9, 1.8, 0.95, 3)) == crossover.TIE  # too wide to say

@@ -7,7 +7,8 @@ goodput, off/on for latencies (TPOT, TTFT). Per rate, b is the geometric mean of
 paired ratios with a Student t interval on their logs (stats.speedup_interval): "pays" when the
 interval lies above 1, "loses" below 1, else "tie". The crossover is the first rate at which the
 point estimate falls to 1 or below after a rate where it was above; between two finite rates it
-is interpolated in log rate; the bracket is (the last rate that pays, the first that loses).
+is interpolated in log rate; the bracket is (the last rate that pays, the first that loses). A
+benefit within PRACTICAL of 1 is no difference, however tight its interval.
 """
 from __future__ import annotations
 
@@ -59,8 +60,17 @@ def benefit(on: list, off: list, higher_better: bool, level: float) -> stats.Int
     return stats.speedup_interval([a for a, _ in pairs], [b for _, b in pairs], level)
 
 
+# A benefit within this of 1 is no practical difference, however tight its interval: below
+# saturation the throughput follows the arrivals, on and off alike (0.999 with a 0.1 % interval).
+PRACTICAL = 0.02
+
+
 def status(interval: stats.Interval) -> str:
-    return PAYS if interval.above(1.0) else LOSES if interval.below(1.0) else TIE
+    if interval.above(1.0) and interval.estimate >= 1.0 + PRACTICAL:
+        return PAYS
+    if interval.below(1.0) and interval.estimate <= 1.0 - PRACTICAL:
+        return LOSES
+    return TIE
 
 
 def benefit_table(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
@@ -106,12 +116,18 @@ def crossover(table: pd.DataFrame, metric: str) -> dict:
                 result["status"] = "crosses-beyond-last-finite-rate"
             return result
     if all(v > 1.0 for v in b):
-        result["status"] = "pays-at-every-rate"
+        result["status"] = "above-1-at-every-rate"
     elif all(v <= 1.0 for v in b):
-        result["status"] = "loses-at-every-rate"
+        result["status"] = "never-above-1"
     else:
         result["status"] = "no-clean-crossing"
     return result
+
+
+def decided(table: pd.DataFrame, metric: str) -> dict:
+    """The rates at which the interval decided, for the words beside a crossover."""
+    rows = table[table["metric"] == metric].sort_values("request_rate")
+    return {s: rows.loc[rows["status"] == s, "request_rate"].tolist() for s in (PAYS, LOSES)}
 
 
 def crossovers(table: pd.DataFrame) -> dict:
@@ -122,41 +138,57 @@ def _rate_text(rate: float) -> str:
     return "inf" if math.isinf(rate) else f"{rate:g}"
 
 
+# The band verdict: on where speculation makes each request faster (p50 TPOT) without costing
+# throughput or goodput; off where any of them loses.
+BAND_METRICS = ("tpot_p50_ms", "output_throughput", "goodput")
+
+
+def band_verdict(statuses: dict) -> str:
+    if any(statuses[m] == LOSES for m in BAND_METRICS):
+        return "off"
+    return "on" if statuses["tpot_p50_ms"] == PAYS else "either (within noise)"
+
+
 def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> dict:
-    """Deployable advice from the throughput benefit per load band: llama-server flags per band,
-    a vLLM disable_by_batch_size-style threshold (speculation off once this many requests run),
-    and a k per batch size table (0 = speculation off) in the shape dynamic speculation reads."""
+    """Deployable advice per load band (band_verdict): llama-server flags per band, a vLLM
+    disable_by_batch_size-style threshold (speculation off once this many requests run: the
+    occupancy of the first band where it is off) and a k per batch size table (0 = off) in the
+    shape dynamic speculation reads."""
     rows = serve_rows(traces)
     on = rows[rows["spec_decode"] == "on"]
     k = int(on["k"].dropna().iloc[0]) if not on.empty and on["k"].notna().any() else None
     drafter = str(on["drafter"].dropna().iloc[0]) if not on.empty and on["drafter"].notna().any() else "model"
     max_conc = int(rows["concurrency"].max())
-    thr = table[table["metric"] == "output_throughput"].sort_values("request_rate")
     flags_on = (f"-md DRAFT.gguf --spec-draft-n-max {k}" if drafter == "model"
                 else f"--spec-type {drafter} --spec-draft-n-max {k}")
+    flags = {"on": flags_on, "off": "(none: no draft model, no --spec-type)",
+             "either (within noise)": flags_on + "  # or none: no measurable difference"}
     bands, threshold = [], None
-    for _, r in thr.iterrows():
-        if r["status"] == LOSES and threshold is None:
-            threshold = max(1, int(math.floor(r["occupancy_on"])))
-        verdict = {PAYS: "on", LOSES: "off", TIE: "either (within noise)"}[r["status"]]
-        bands.append({"request_rate": _rate_text(r["request_rate"]), "mean_occupancy": round(r["occupancy_on"], 2),
-                      "throughput_benefit": round(r["benefit"], 3),
-                      "interval": [round(r["low"], 3), round(r["high"], 3)] if math.isfinite(r["low"]) else None,
-                      "speculation": verdict,
-                      "llama_server_flags": flags_on if verdict == "on" else "(none: no draft model, no --spec-type)"
-                      if verdict == "off" else flags_on + "  # or none: no measurable difference"})
+    for rate, group in table.groupby("request_rate", sort=True):
+        by_metric = group.set_index("metric")
+        statuses = {m: by_metric.loc[m, "status"] for m in BAND_METRICS}
+        verdict = band_verdict(statuses)
+        occupancy = float(by_metric.loc["tpot_p50_ms", "occupancy_on"])
+        if verdict == "off" and threshold is None:
+            threshold = max(1, int(math.floor(occupancy)))
+        bands.append({"request_rate": _rate_text(rate), "mean_occupancy": round(occupancy, 2),
+                      **{f"{m}_benefit": round(float(by_metric.loc[m, "benefit"]), 3) for m in BAND_METRICS},
+                      **{f"{m}_status": statuses[m] for m in BAND_METRICS},
+                      "speculation": verdict, "llama_server_flags": flags[verdict]})
     k_by_batch = {str(b): (k if threshold is None or b < threshold else 0) for b in range(1, max_conc + 1)}
     return {
-        "what": "speculation's throughput benefit per load band (on/off on the same seeded traces), self-measured",
+        "what": "speculation per load band from the benefit on p50 TPOT, output throughput and goodput (spec on "
+                "vs off on the same seeded traces, intervals over the traces), self-measured",
         "drafter": drafter, "k": k, "max_concurrency": max_conc, "ci_level": level,
+        "practical_margin": PRACTICAL,
         "crossover": {m: {**c, "rate": None if math.isnan(c["rate"]) else c["rate"],
                           "bracket": [None if (isinstance(x, float) and math.isnan(x)) else x for x in c["bracket"]]}
                       for m, c in crossovers(table).items()},
         "load_bands": bands,
         "disable_by_batch_size": threshold,
         "disable_by_batch_size_note": "turn speculation off once this many requests run together (vLLM's "
-                                      "speculative_config disable_by_batch_size); null: it paid or tied at every "
-                                      "measured load",
+                                      "speculative_config disable_by_batch_size): the mean occupancy of the first "
+                                      "band where it is off; null: on or within noise at every measured load",
         "k_by_batch_size": k_by_batch,
         "k_by_batch_size_note": f"only k={k} was measured: the table says where it pays (k) and where not (0)",
     }

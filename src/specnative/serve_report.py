@@ -122,18 +122,24 @@ def crossover_md(table: pd.DataFrame, crosses: dict) -> str:
     lines = []
     for metric, c in crosses.items():
         label = crossover.METRICS[metric][0]
-        paid, lost = c["bracket"]
-        decided = ("; at the confidence level, it pays up to " + (f"{_fmt(paid)} req/s" if math.isfinite(paid)
-                   else "no measured rate") + " and loses from " + (f"{_fmt(lost)} req/s" if math.isfinite(lost)
-                   else "no measured rate (within noise there)"))
+        sure = crossover.decided(table, metric)
+        rates = lambda values: ", ".join(_fmt(v) for v in values) or "no rate"
+        evidence = (f"at the 95 % level it pays at {rates(sure[crossover.PAYS])} and loses at "
+                    f"{rates(sure[crossover.LOSES])} req/s; the other rates are within noise")
         if c["status"] == "crosses":
             lines.append(f"- **{label}**: speculation stops paying at about **{_fmt(c['rate'])} req/s** "
-                         f"(point estimates, interpolated in log rate{decided})")
+                         f"(point estimates, interpolated in log rate; {evidence})")
         elif c["status"] == "crosses-beyond-last-finite-rate":
-            lines.append(f"- **{label}**: pays at every finite rate, stops at `inf` (all requests at t=0): "
-                         f"the crossover lies beyond the largest finite rate{decided}")
+            lines.append(f"- **{label}**: above 1 at every finite rate, not at `inf` (all requests at t=0): the "
+                         f"crossover lies beyond the largest finite rate ({evidence})")
+        elif c["status"] == "never-above-1":
+            lines.append(f"- **{label}**: speculation never pays in the measured range, the crossover lies below "
+                         f"it ({evidence})")
+        elif c["status"] == "above-1-at-every-rate":
+            lines.append(f"- **{label}**: above 1 at every rate, the crossover lies beyond the measured range "
+                         f"({evidence})")
         else:
-            lines.append(f"- **{label}**: {c['status'].replace('-', ' ')} (no crossover in the measured range)")
+            lines.append(f"- **{label}**: no clean crossing ({evidence})")
     bench = [[_fmt(r["request_rate"]), r["label"], _fmt(r["benefit"]),
               f"[{_fmt(r['low'])}, {_fmt(r['high'])}]", r["traces"], r["status"]]
              for _, r in table.sort_values(["metric", "request_rate"]).iterrows()]
@@ -141,10 +147,14 @@ def crossover_md(table: pd.DataFrame, crosses: dict) -> str:
 
 
 def advice_md(adv: dict) -> str:
-    rows = [[b["request_rate"], b["mean_occupancy"], b["throughput_benefit"], b["interval"], b["speculation"],
-             f"`{b['llama_server_flags']}`"] for b in adv["load_bands"]]
-    return (md_table(["rate", "occupancy (on)", "throughput benefit", "interval", "speculation",
-                      "llama-server flags"], rows) +
+    rows = [[b["request_rate"], b["mean_occupancy"]] +
+            [f"{b[f'{m}_benefit']} ({b[f'{m}_status']})" for m in crossover.BAND_METRICS] +
+            [b["speculation"], f"`{b['llama_server_flags']}`"] for b in adv["load_bands"]]
+    return ("On where speculation makes requests faster (p50 TPOT) without costing throughput or goodput; off "
+            f"where any of them loses (a benefit within {adv['practical_margin']:.0%} of 1 counts as no "
+            "difference).\n\n" +
+            md_table(["rate", "occupancy (on)", "p50 TPOT benefit", "throughput benefit", "goodput benefit",
+                      "speculation", "llama-server flags"], rows) +
             f"\n\n`disable_by_batch_size`: **{adv['disable_by_batch_size']}** ({adv['disable_by_batch_size_note']}). "
             f"k per batch size: `{json.dumps(adv['k_by_batch_size'])}` ({adv['k_by_batch_size_note']}). "
             "All of it is in advice.json.")
@@ -188,7 +198,7 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
              "c = mean decoding iteration on / off - 1 on the same trace; `mixed`: share of decoding iterations "
              "that also prefilled a prompt chunk; verdicts: greedy outputs against each request decoded alone.",
              levels_md(rows),
-             "## Advice per load band (output throughput)", advice_md(adv),
+             "## Advice per load band", advice_md(adv),
              "## Figures"]
     parts += [f"### {FIGURES[f]}\n\n![{f}]({f}.png)\n\n[PDF]({f}.pdf)" for f in figures]
     out["summary.md"] = run_dir / "summary.md"
