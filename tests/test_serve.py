@@ -282,3 +282,30 @@ def test_a_benefit_within_the_practical_margin_is_no_difference():
     assert crossover.status(stats.Interval(0.9, 0.85, 0.95, 0.95, 3)) == crossover.LOSES
     assert crossover.status(stats.Interval(1.3, 1.1, 1.5, 0.95, 3)) == crossover.PAYS
     assert crossover.status(stats.Interval(1.3, 0.9, 1.8, 0.95, 3)) == crossover.TIE  # too wide to say
+
+
+def test_a_dataset_feeds_requests_with_its_recorded_output_lengths(noisy_pair):
+    from specnative import workloads
+    from specnative.serve_sweep import ServeConfig, traces_for, workload_requests
+    first = workloads.Prompt("chat", (("user", "Hello there"),), "set/1", dataset="set", output_len=7)
+    prompts = [first, workloads.Prompt("chat", (("user", "Tell me more"),), "set/2", dataset="set"),
+               workloads.Prompt("chat", (("user", "x"), ("assistant", workloads.MODEL_ANSWER), ("user", "y")),
+                                "set/1/turn2", dataset="set", turn=2, answer_of=first)]
+    cfg = ServeConfig(target=noisy_pair[0], draft=noisy_pair[1], rates=[2.0], n_requests=6, n_predict=9, repeats=1,
+                      prompts=prompts)
+    tokens, labels, lens = workload_requests(cfg)
+    assert labels == ["set/1", "set/2"] and lens == [7, 9]  # recorded length, else n_predict; no turn 2
+    (rate, seed, trace), = traces_for(cfg, tokens, labels, lens)
+    assert {(r.label, r.output_len) for r in trace} <= {("set/1", 7), ("set/2", 9)} and len(trace) == 6
+
+
+def test_request_rate_inf_is_a_value_in_traces_csv(tmp_path):
+    from specnative import schema
+    path = tmp_path / "traces.csv"
+    row = {"quant_bits": 4, "spec_decode": "off", "concurrency": 8, "ctx_len": 0, "tps": 100.0, "lossless_ok": True,
+           "seed": 0}
+    schema.append_rows(path, [dict(row, request_rate=math.inf), dict(row, request_rate=2.0)])
+    assert schema.read_traces(path)["request_rate"].tolist() == [math.inf, 2.0]
+    path.write_text(path.read_text().replace(",inf,", ",-inf,"))
+    with pytest.raises(schema.TracesError, match="request_rate holds '-inf'"):
+        schema.read_traces(path)

@@ -20,6 +20,7 @@ class Column:
     name: str
     dtype: str  # "int", "float", "str", "bool"
     doc: str
+    infinite: bool = False  # float columns: +inf is a value, not damage (request_rate inf: all at t = 0)
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -190,7 +191,7 @@ COLUMNS: tuple[Column, ...] = (
     # output throughput over the run, `speedup` its on/off ratio on the same trace, `seed` the
     # trace's seed, round_ms/step_ms the mean decoding iteration on/off and verify_cost_c their ratio - 1.
     Column("request_rate", "float", "serve rows: offered requests per second of the arrival process ('inf': all at "
-           "t=0; a trace file: its requests over its last arrival time)"),
+           "t=0; a trace file: its requests over its last arrival time)", infinite=True),
     Column("burstiness", "float", "serve rows: gamma shape of the arrival gaps (1: Poisson), as vLLM's benchmark"),
     Column("n_requests", "int", "serve rows: requests in the trace"),
     Column("trace_sha256", "str", "serve rows: the trace (arrival times, prompt tokens, output lengths), so that on and "
@@ -350,7 +351,7 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
         if column.dtype == "int":
             bad |= converted.notna() & (converted != converted.round())
         else:  # a sweep writes NaN (empty) where a number is undefined, never an infinity
-            infinite = converted.isin([math.inf, -math.inf])
+            infinite = converted.isin([-math.inf] if column.infinite else [math.inf, -math.inf])
             if infinite.any():
                 i = int(infinite.to_numpy().nonzero()[0][0])
                 raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "

@@ -137,13 +137,18 @@ def serving_verdict(engine, requests: list[Request], tokens: list, k: int) -> lo
 # ---------------------------------------------------------------------------------------------
 # Requests and rows
 # ---------------------------------------------------------------------------------------------
-def workload_requests(cfg: ServeConfig) -> tuple[list, list]:
-    """(token prompts, labels) of the workload: the built-in suite (or --prompts) filtered by task."""
+def workload_requests(cfg: ServeConfig) -> tuple[list, list, list]:
+    """(token prompts, labels, output lengths) of the workload: the built-in suite, --prompts or a
+    --dataset, filtered by task; a prompt's recorded reply length where the set gives one
+    (ShareGPT), else n_predict. Turns that need the model's own earlier answer (MT-Bench turn 2)
+    are left out: a request here stands alone."""
     workload = workloads.Workload(cfg.target, cfg.prompts, None, cfg.prompts_source)
-    chosen = [p for p in workload.prompts if workloads.MIXED in cfg.tasks or p.category in cfg.tasks]
+    chosen = [p for p in workload.prompts if (workloads.MIXED in cfg.tasks or p.category in cfg.tasks)
+              and p.answer_of is None]
     if not chosen:
         raise ValueError(f"no prompts of tasks {cfg.tasks}")
-    return [workload.tokenize(workload.render(p.messages), True) for p in chosen], [p.ident for p in chosen]
+    return ([workload.tokenize(workload.text_of(p), True) for p in chosen], [p.ident for p in chosen],
+            [p.output_len or cfg.n_predict for p in chosen])
 
 
 def trace_sha256(trace: list[Request]) -> str:
@@ -220,12 +225,12 @@ def append_requests(path: Path, lines: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------------
 # The sweep
 # ---------------------------------------------------------------------------------------------
-def traces_for(cfg: ServeConfig, prompts: list, labels: list) -> list[tuple[float, int, list[Request]]]:
+def traces_for(cfg: ServeConfig, prompts: list, labels: list, output_lens: list) -> list[tuple[float, int, list]]:
     """(rate, seed, trace) of every replay, in the order they run."""
     if cfg.trace_file is not None:
         trace = arrivals.read_trace(cfg.trace_file)
         return [(offered_rate(trace), cfg.seed + r, trace) for r in range(cfg.repeats)]
-    return [(rate, cfg.seed + r, arrivals.build_trace(prompts, cfg.n_predict, rate, cfg.n_requests, cfg.burstiness,
+    return [(rate, cfg.seed + r, arrivals.build_trace(prompts, output_lens, rate, cfg.n_requests, cfg.burstiness,
                                                       cfg.seed + r, labels))
             for rate in cfg.rates for r in range(cfg.repeats)]
 
@@ -268,8 +273,7 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
             raise SystemExit(f"error: {traces_path} exists; choose another --out")
         requests_path.write_text("")
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        prompts, labels = workload_requests(cfg)
-        replays = traces_for(cfg, prompts, labels)
+        replays = traces_for(cfg, *workload_requests(cfg))
         for rate, seed, trace in replays:  # replayable elsewhere (--trace, bench/peerkit/serve_table.py)
             arrivals.write_trace(trace_file_path(out, rate, seed), trace)
         provenance = {**environment(), "date": now_iso(), "run_id": run_id, "command": cfg.command,
