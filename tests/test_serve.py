@@ -309,3 +309,30 @@ def test_request_rate_inf_is_a_value_in_traces_csv(tmp_path):
     path.write_text(path.read_text().replace(",inf,", ",-inf,"))
     with pytest.raises(schema.TracesError, match="request_rate holds '-inf'"):
         schema.read_traces(path)
+
+
+def test_close_from_another_thread_stops_a_serving_run_waiting_for_arrivals(noisy_pair):
+    import threading
+    import time
+    from specnative import Engine
+    from conftest import ENGINE_KW
+    target, draft = noisy_pair
+    engine = Engine(target, draft, n_ctx=1024, n_batch=64, n_seq_max=2, **ENGINE_KW)
+    prompt = tuple(engine.tokenize(PROMPTS[0]).tolist())
+    trace = [Request(0.0, prompt, 4), Request(120.0, prompt, 4)]  # the second two minutes later, real clock
+    outcome = {}
+
+    def run():
+        try:
+            outcome["run"] = serve(engine, trace, max_concurrency=1)
+        except Exception as error:  # noqa: BLE001 - the outcome is what the test checks
+            outcome["run"] = error
+
+    thread = threading.Thread(target=run)
+    t0 = time.monotonic()
+    thread.start()
+    time.sleep(0.5)  # the GIL is free while the engine waits: this thread runs on
+    engine.close()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - t0 < 30
+    assert isinstance(outcome["run"], RuntimeError) and "closed" in str(outcome["run"])

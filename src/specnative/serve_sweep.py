@@ -270,7 +270,7 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
     with rundir.locked(out):
         traces_path, requests_path = out / "traces.csv", out / "requests.jsonl"
         if traces_path.exists() and traces_path.stat().st_size > 0:
-            raise SystemExit(f"error: {traces_path} exists; choose another --out")
+            raise SystemExit(f"error: {traces_path} exists; choose another --out (a --serve run does not resume)")
         requests_path.write_text("")
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         replays = traces_for(cfg, *workload_requests(cfg))
@@ -346,6 +346,8 @@ def config_from(sweep_cfg, args) -> ServeConfig:
             or len(sweep_cfg.drafters) != 1 or len(sweep_cfg.temperatures) != 1:
         errors.append("--serve takes one target (a preset: its first), one -k, one --drafter and one --temp "
                       "(the request rate is its axis)")
+    if sweep_cfg.resume:
+        errors.append("--serve does not resume: a load level is one replay of a trace (run it again with another --out)")
     if args.trace is not None and not Path(args.trace).is_file():
         errors.append(f"--trace: no such file {args.trace}")
     if errors:
