@@ -404,4 +404,5 @@ def test_a_sharegpt_sweep_records_each_requests_output_length(fake_sets, tmp_pat
     assert (frame["n_predict"] == lengths.map(max)).all()
     record = json.loads((out / "provenance.json").read_text())["workload"]["dataset"]
     assert record["selected"] == 4 and record["truncated_file"] and record["output_cap"] == 12
+    assert record["tokenizer"] == target.name
     assert sorted(i for ids in frame["prompt_ids"] for i in ids.split(";")) == sorted(record["item_ids"] * 2)

@@ -350,7 +350,8 @@ def load_dataset(spec: str, model_path, n_predict: int = 32, **fetch) -> tuple[l
     vocab = _core.VocabModel(str(model_path))
     selection = public_sets.load(spec, count_tokens=lambda text: len(vocab.tokenize(text, False, False)),
                                  output_cap=n_predict, **fetch)
-    return dataset_prompts(selection.items, selection.source.name), selection.record
+    record = {**selection.record, "tokenizer": Path(model_path).name}  # whose tokens ShareGPT's lengths count
+    return dataset_prompts(selection.items, selection.source.name), record
 
 
 def dataset_workload(spec: str, model_path, n_predict: int = 32, **fetch) -> "Workload":
