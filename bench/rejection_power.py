@@ -58,8 +58,10 @@ def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float
     engine._core._inject_fault(fault)
     try:
         while positions < args.pool:
+            # as the sweep's test does (lossless.rejection_distribution): every other run drafts hotter
+            hotter = lossless.STRESS_DRAFT_FACTOR * args.temp if args.stress and seed % 2 == 1 else None
             out = engine.generate(prompts, n_predict=args.n_predict, temperature=args.temp, seed=seed, spec=True,
-                                  k=args.k, accept_rule="rejection")
+                                  k=args.k, accept_rule="rejection", draft_temperature=hotter)
             drafted += out.totals["drafted"]
             accepted += out.totals["accepted"]
             tokens = [list(map(int, t)) for t in out.tokens]
@@ -104,6 +106,9 @@ def main(argv=None) -> int:
     ap.add_argument("--temp", type=float, default=0.8)
     ap.add_argument("--pool", type=int, default=8192, help="positions pooled per pair, concurrency and fault")
     ap.add_argument("--draws", type=int, default=100)
+    ap.add_argument("--no-stress", dest="stress", action="store_false",
+                    help="every run at the user's draft temperature (the sweep drafts every other run hotter)")
+    ap.add_argument("--pairs", default=None, help="only the pairs whose label contains this text")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-o", "--out", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -114,6 +119,7 @@ def main(argv=None) -> int:
              f"Command: `python bench/rejection_power.py {command}`  ",
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
              f"T {args.temp:g}, k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); "
+             f"{'every other run drafts at ' + str(lossless.STRESS_DRAFT_FACTOR) + ' x T (as the sweep) ' if args.stress else 'every run at the draft temperature T (no stress runs)'}; "
              f"false-alarm rate per cell {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
              f"pool of {args.pool} positions. Cells: share of subsets whose verdict is fail; **bold**: >= 95 %. "
              f"'runs changed': share of the pooled runs whose tokens differ from the correct engine's at the same "
@@ -121,6 +127,8 @@ def main(argv=None) -> int:
              f"few runs barely changes the distribution, and no test can see what did not change.", ""]
     rng = np.random.default_rng(1)
     for label, (target, draft) in pairs(args.models.split(",")).items():
+        if args.pairs and args.pairs not in label:
+            continue
         for conc in concurrencies:
             lines += [f"## {label}, concurrency {conc}", "",
                       "| fault | alpha | runs changed | " + " | ".join(f"n={n}" for n in sizes) + " | fails >= 95 % from |",

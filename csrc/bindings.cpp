@@ -180,9 +180,17 @@ std::function<bool()> stop_poll(GuardedEngine& engine) {
 GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
-                        const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
-    const GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
-                                             drafter, drafter_options, draft_p_min);
+                        const std::map<std::string, std::string>& drafter_options, float draft_p_min,
+                        float draft_temperature) {
+    GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
+                                       drafter, drafter_options, draft_p_min);
+    if (draft_temperature != 0.0f) {
+        check_temperature(draft_temperature);
+        if (temperature <= 0.0f || drafter != "model") {
+            throw std::invalid_argument("draft_temperature applies to the draft model when sampling (temperature > 0)");
+        }
+    }
+    p.draft_temperature = draft_temperature;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
@@ -395,7 +403,8 @@ PYBIND11_MODULE(_core, m) {
         .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"), py::arg("drafter") = "model",
-             py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f)
+             py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
+             py::arg("draft_temperature") = 0.0f)
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),

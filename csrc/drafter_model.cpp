@@ -106,7 +106,8 @@ public:
                 }
                 int32_t token;
                 if (p_.temperature > 0.0f) {
-                    softmax_norm(logits, d_.n_vocab, p_.temperature, norm_);
+                    softmax_norm(logits, d_.n_vocab, p_.draft_temperature > 0.0f ? p_.draft_temperature : p_.temperature,
+                                 norm_);
                     const int64_t index = seqs[s].next_index() + j;
                     token = sample_softmax(logits, d_.n_vocab, norm_, keyed_uniform(p_.seed, seqs[s].key, index, Stream::draft));
                     std::vector<float>& qj = q[s][j];  // kept whole: a rejection's residual needs it

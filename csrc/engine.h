@@ -67,6 +67,10 @@ struct GenerateParams {
     // Draft model only: stop a sequence's draft for the round at the first position whose top
     // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).
     float draft_p_min = 0.0f;
+    // Draft model at temperature > 0: q = softmax(draft logits / this) when > 0, else at the
+    // generation temperature. The rejection rule is lossless for any q, so a draft run hotter than
+    // the target (more rejections) exercises every path of the rule (lossless.rejection_distribution).
+    float draft_temperature = 0.0f;
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).

@@ -138,3 +138,19 @@ def test_sweep_rejection_cells_get_the_distributional_verdict(model_dir, tmp_pat
     assert on["lossless_method"] == "distribution" and on["proxy_verdict"] in (lossless.EXACT, lossless.NUMERIC)
     assert on["dist_positions"] >= 256 and 0 <= on["dist_statistic"] < 1 and on["dist_p_value"] >= lossless.DIST_ALPHA
     assert "match proxy" in on["verdict_reason"] and "KS distance" in on["verdict_reason"]
+
+
+def test_draft_temperature_changes_the_draft_not_the_distribution(far_engine):
+    """A hotter draft proposes other tokens (lower acceptance); the rule stays lossless for any q,
+    which the distributional test's stress runs rely on. Refused where it means nothing."""
+    kwargs = dict(n_predict=32, temperature=T, seed=3, spec=True, k=4, accept_rule="rejection")
+    plain = far_engine.generate(PROMPTS8, **kwargs)
+    hot = far_engine.generate(PROMPTS8, draft_temperature=4 * T, **kwargs)
+    assert hot.draft_accept_rate < plain.draft_accept_rate
+    no_stress = lossless.rejection_distribution(far_engine, PROMPTS8, T, 0, far_engine.control, 512, stress=False,
+                                                n_predict=32, k=4)
+    assert no_stress.passed and _dist(far_engine, "none").passed
+    for bad in (dict(temperature=0.0, draft_temperature=1.0), dict(temperature=T, draft_temperature=0.0),
+                dict(temperature=T, draft_temperature=1.0, drafter="ngram-simple")):
+        with pytest.raises(ValueError, match="draft_temperature"):
+            far_engine.generate(PROMPTS8[:1], n_predict=4, spec=True, **bad)

@@ -324,7 +324,8 @@ class Engine:
     def generate(self, prompts, *, n_predict: int = 32, temperature: float = 0.0, seed: int = 0,
                  spec: bool = False, k: int = 4, accept_rule: str = "greedy",
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
-                 drafter_options: dict | None = None, draft_p_min: float = 0.0) -> GenerationResult:
+                 drafter_options: dict | None = None, draft_p_min: float = 0.0,
+                 draft_temperature: float | None = None) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -340,12 +341,18 @@ class Engine:
         draft_p_min: llama.cpp's --spec-draft-p-min for the draft model: a sequence stops drafting
         for the round at the first position whose top draft probability (softmax at temperature 1
         over the 10 largest draft logits, as llama.cpp's draft sampler computes it, at any
-        generation temperature) is below p, so it proposes 0..k tokens. 0 (default) = off."""
+        generation temperature) is below p, so it proposes 0..k tokens. 0 (default) = off.
+        draft_temperature: the draft model samples at this temperature instead of `temperature`
+        (sampling only; None = the same). Lossless for any value under `rejection`; a hotter draft
+        makes rejections frequent (lossless.rejection_distribution uses it to exercise the rule)."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
         seed = _seed(seed)
         temperature = _temperature(temperature)
+        if draft_temperature is not None and not _temperature(draft_temperature) > 0:
+            raise ValueError(f"draft_temperature must be > 0 (None: the generation temperature), not {draft_temperature!r}")
+        draft_temperature = 0.0 if draft_temperature is None else _temperature(draft_temperature)  # 0: the same
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         options = _drafter_options(drafter, drafter_options)
         token_prompts = self.to_token_prompts(prompts)
@@ -353,7 +360,8 @@ class Engine:
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
                                   k=k, accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
                                   record_margins=bool(record_margins), drafter=drafter,
-                                  drafter_options=options, draft_p_min=draft_p_min)
+                                  drafter_options=options, draft_p_min=draft_p_min,
+                                  draft_temperature=float(draft_temperature))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,

@@ -57,6 +57,12 @@ FLIP_QUANTILE = 0.999
 # The distributional test's false-alarm rate per cell: a correct engine fails a cell with at most
 # this probability (the noise folding only lowers it).
 DIST_ALPHA = 1e-3
+# Every other run of the distributional test drafts this many times hotter than the target (draft
+# model only): the rule is lossless for any q, and a flatter q makes rejections frequent, so the
+# rule's every path (acceptance test, residual, bonus) is exercised even when the user's draft
+# nearly equals the target (bench/results/rejection-power-*.md: without it such faults change few
+# tokens and no test can see them).
+STRESS_DRAFT_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -350,21 +356,24 @@ def distribution_test(intervals: dict, runs: int, tolerance: float, alpha: float
 
 
 def rejection_distribution(engine, prompts, temperature: float, seed: int, control: NoiseControl,
-                           min_positions: int, **spec) -> DistributionTest:
+                           min_positions: int, stress: bool = True, **spec) -> DistributionTest:
     """Runs the `rejection` rule at seeds seed, seed + 1, ... until `min_positions` tokens were
     emitted, replays each output along the target (teacher-forced, the baseline's shape; the draft
-    model too when there is one) and tests the pooled PITs. `spec`: generate()'s other arguments
-    (n_predict, k, drafter, ...)."""
+    model too when there is one) and tests the pooled PITs. With `stress` (draft model only) every
+    other run drafts at STRESS_DRAFT_FACTOR x the temperature; a correct rule emits p either way,
+    so the pooled PITs stay uniform. `spec`: generate()'s other arguments (n_predict, k, ...)."""
     if temperature <= 0:
         raise ValueError("the distributional test needs temperature > 0 (greedy is checked exactly)")
     prompts = engine.to_token_prompts(prompts)
     rng = np.random.default_rng([int(seed), 0x9E3779B9])  # V: fixed by the cell's seed
-    orders = ORDERS if spec.get("drafter", "model") == "model" else ("target",)
+    model = spec.get("drafter", "model") == "model"
+    orders = ORDERS if model else ("target",)
     intervals = {order: [] for order in orders}
     positions, run = 0, 0
     while positions < min_positions:
+        hotter = STRESS_DRAFT_FACTOR * temperature if stress and model and run % 2 == 1 else None
         out = engine.generate(prompts, temperature=temperature, seed=seed + run, spec=True,
-                              accept_rule="rejection", **spec)
+                              accept_rule="rejection", draft_temperature=hotter, **spec)
         tokens = [list(map(int, t)) for t in out.tokens]
         kept = [i for i, t in enumerate(tokens) if t]
         if not kept:
