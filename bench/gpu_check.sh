@@ -98,6 +98,12 @@ step "short sweep: tiny preset, ctx 0/8192, concurrency 1/4/8, -ngl -1 -fa $FA (
 timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0,8192 -np 1,4,8 -ngl -1 -fa "$FA" \
   -r 3 --max-repeats 5 -o "$RESULTS/sweep-tiny" | tail -25
 pack
+
+step "DFlash cell: tiny forced-high target + tiny DFlash2 draft (llama.cpp's draft-dflash), -ngl -1 (limit ${T_SWEEP}s)"
+read -r TINY_T TINY_D < <("$PYTHON" -c "from specnative.tiny_drafters import drafter_pair; print(*drafter_pair('$WORKDIR/hidden', 'dflash2'))")
+timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep -m "$TINY_T" -md "$TINY_D" --drafter dflash --ctx-len 0 -np 1,4 \
+  -ngl -1 -fa "$FA" -r 3 --max-repeats 5 -o "$RESULTS/sweep-dflash" | tail -12
+pack
 GEMMA_GGUF=""
 if [ -f "$CHUNKS/gemma.sha256" ]; then
   cat "$CHUNKS"/gemma-Q4_K_M.gguf.part* > "$WORKDIR/gemma-Q4_K_M.gguf"
@@ -115,11 +121,12 @@ if [ -n "$GEMMA_GGUF" ]; then
   pack
 fi
 
-step "timers cover the wall time: (prefill + draft + verify + resample + decode) / total, every row"
+step "timers cover the wall time: (prefill + draft + draft_ingest + verify + resample + decode) / total, every row"
 "$PYTHON" - "$RESULTS" <<'PY'
 import glob, sys
 from specnative.schema import read_traces
-parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms", "decode_ms"]
+parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "draft_ingest_ms", "verify_ms", "resample_ms",
+         "decode_ms"]
 for path in sorted(glob.glob(f"{sys.argv[1]}/sweep-*/traces.csv")):
     t = read_traces(path)
     cover = t[parts].astype(float).fillna(0).sum(axis=1) / t["total_ms"].astype(float)
@@ -133,6 +140,11 @@ step "peers side by side: llama-bench, llama-speculative-simple, -ngl 99 (limit 
 timeout "$T_PEERS" "$PYTHON" bench/peers.py --models tiny --gpu-layers 99 --flash-attn "$FA" \
   --tools-dir "$PREBUILT/bin" --max-wait 20 --out "$RESULTS" ${PEERS_ARGS:-} || echo "peers exit $?"
 cat "$RESULTS"/peers-*.md 2>/dev/null | head -60
+if [ -x "$PREBUILT/bin/llama-speculative-simple" ]; then
+  step "hidden-state drafters beside llama-speculative-simple --spec-type draft-*, tiny files (limit 30s)"
+  timeout 30 "$PYTHON" bench/peerkit/hidden_peer.py --build "$PREBUILT" -t "$(nproc)" \
+    --out "$RESULTS/hidden-drafters-peer.json" || echo "hidden peer exit $?"
+fi
 
 step "pack results"
 pack

@@ -50,6 +50,7 @@ py::dict times_dict(const StepTimes& t) {
     d["draft"] = t.draft;
     d["verify"] = t.verify;
     d["resample"] = t.resample;
+    d["draft_ingest"] = t.draft_ingest;  // a hidden-state drafter reading the verify batch
     d["decode"] = t.decode;
     d["total"] = t.total;
     d["llama"] = t.llama;  // inside llama.cpp, of the decoding buckets (not a bucket itself)
@@ -83,7 +84,8 @@ Fault parse_fault(const std::string& name) {
         {"verify_position", Fault::verify_position}, {"seed_mixup", Fault::seed_mixup},
         {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept},
         {"residual_from_p", Fault::residual_from_p}, {"accept_q_over_p", Fault::accept_q_over_p},
-        {"q_prev_position", Fault::q_prev_position}, {"accept_always", Fault::accept_always}};
+        {"q_prev_position", Fault::q_prev_position}, {"accept_always", Fault::accept_always},
+        {"skip_draft_trim", Fault::skip_draft_trim}};
     for (const auto& [fault_name, fault] : faults) {
         if (name == fault_name) return fault;
     }
@@ -181,7 +183,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
                         const std::map<std::string, std::string>& drafter_options, float draft_p_min,
-                        float draft_temperature) {
+                        float draft_temperature, bool drafter_settings) {
     GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
                                        drafter, drafter_options, draft_p_min);
     if (draft_temperature != 0.0f) {
@@ -191,6 +193,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
         }
     }
     p.draft_temperature = draft_temperature;
+    p.drafter_settings = drafter_settings;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
@@ -374,8 +377,9 @@ PYBIND11_MODULE(_core, m) {
                          const std::string& split_mode, const std::vector<float>& tensor_split, int main_gpu,
                          const std::vector<std::string>& devices, const std::vector<std::string>& draft_devices,
                          std::optional<int> n_gpu_layers_draft, const std::vector<std::string>& rpc_servers,
-                         int rpc_timeout_ms) {
+                         int rpc_timeout_ms, bool mtp) {
                  EngineParams p;
+                 p.mtp = mtp;
                  p.split_mode = split_mode;  // placement: checked in model_io.cpp before llama.cpp sees it
                  p.tensor_split = tensor_split;
                  p.main_gpu = main_gpu;
@@ -399,12 +403,12 @@ PYBIND11_MODULE(_core, m) {
              py::arg("split_mode") = "layer", py::arg("tensor_split") = std::vector<float>{}, py::arg("main_gpu") = 0,
              py::arg("devices") = std::vector<std::string>{}, py::arg("draft_devices") = std::vector<std::string>{},
              py::arg("n_gpu_layers_draft") = py::none(), py::arg("rpc_servers") = std::vector<std::string>{},
-             py::arg("rpc_timeout_ms") = 5000)
+             py::arg("rpc_timeout_ms") = 5000, py::arg("mtp") = false)
         .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
-             py::arg("draft_temperature") = 0.0f)
+             py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false)
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
@@ -417,8 +421,10 @@ PYBIND11_MODULE(_core, m) {
             return to_numpy(locked(e, [&] { return e.pending_logits(seq); }));
         })
         .def("numeric_noise", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
-                                 const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b) {
-            const NoiseProbe n = locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b); });
+                                 const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
+                                 const std::string& settings_of) {
+            const NoiseProbe n =
+                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of); });
             py::dict d;
             d["seq"] = to_numpy(n.seq);
             d["index"] = to_numpy(n.index);
@@ -428,7 +434,8 @@ PYBIND11_MODULE(_core, m) {
             d["argmax_b"] = to_numpy(n.argmax_b);
             d["state_spread"] = to_numpy(n.state_spread);
             return d;
-        }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"))
+        }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"),
+           py::arg("settings_of") = "")
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                           float rank_tolerance) {
@@ -476,6 +483,9 @@ PYBIND11_MODULE(_core, m) {
             return py::bytes(locked(e, [&] { return e.detokenize(tokens); }));  // may end mid-character
         })
         .def_property_readonly("has_draft", [](GuardedEngine& e) { return locked(e, [&] { return e.has_draft(); }); })
+        .def_property_readonly("hidden_drafter", [](GuardedEngine& e) {
+            return locked(e, [&] { return e.hidden_drafter(); });
+        })
         .def_property_readonly("n_ctx", [](GuardedEngine& e) { return locked(e, [&] { return e.n_ctx(); }); })
         .def_property_readonly("n_ctx_seq", [](GuardedEngine& e) { return locked(e, [&] { return e.n_ctx_seq(); }); })
         .def_property_readonly("target_info", [](GuardedEngine& e) {
@@ -567,6 +577,12 @@ PYBIND11_MODULE(_core, m) {
           "llama.cpp's n-gram drafter options by CLI name (no dashes) with their defaults at this commit");
     m.def("drafter_of_option", &drafter_of_option, py::arg("option"),
           "the n-gram drafter an option belongs to (e.g. spec-ngram-mod-n-min -> ngram-mod), '' if unknown");
+    m.def("check_hidden_pair", [](const std::string& target, const std::string& draft) {
+        check_hidden_pair(target, draft);
+    }, py::arg("target"), py::arg("draft"), "ValueError naming what a target and a hidden-state drafter file "
+       "(\"\" for mtp: the target's nextn head) lack, from their GGUF metadata, before any loading");
+    m.def("hidden_drafter_file_kind", &hidden_drafter_file_kind, py::arg("path"),
+          "dflash, dflash2, dspark or eagle3 from a drafter file's GGUF metadata; \"\" for any other model");
     m.def("validate_drafter", [](const std::string& type, const std::map<std::string, std::string>& options) {
         validate_drafter(DrafterParams{type, options});
     }, py::arg("drafter"), py::arg("drafter_options"), "ValueError for an unknown drafter, option or value, "

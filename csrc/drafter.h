@@ -2,7 +2,9 @@
 // treats a draft model and llama.cpp's model-free n-gram drafters alike: ask for at most k_max[s]
 // tokens per sequence, verify what came back (0..k_max[s] tokens), report what was accepted.
 // One file per family: drafter_model.cpp (a second GGUF model), drafter_ngram.cpp (llama.cpp's
-// common/speculative.h types ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache).
+// common/speculative.h types ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache),
+// drafter_hidden.cpp (llama.cpp's drafters that read the target's hidden states: draft-dflash,
+// draft-dspark, draft-eagle3, draft-mtp).
 #pragma once
 
 #include <functional>
@@ -51,6 +53,11 @@ public:
     virtual void admit(Engine::Sequence& seq) = 0;
     // The request in slot `seq` finished: the drafter drops its state (the draft KV cells).
     virtual void release(const Engine::Sequence& seq) = 0;
+    // After every target decode of a speculative run (each prefill chunk, each verify), with the
+    // batch the target decoded: the hidden-state drafters read its extracted features here
+    // (common_speculative_process). Charged to prefill_draft during the prefill, else to
+    // draft_ingest. The other families need nothing from the target's decodes.
+    virtual void after_target_decode(const llama_batch& /*batch*/) {}
     // Milliseconds spent inside llama.cpp calls the drafter makes other than Context::decode
     // (which keeps its own count, Context::llama_ms), since it was made: an n-gram drafter's
     // common_speculative_* calls. The round loop adds its delta to StepTimes::llama.
@@ -79,5 +86,36 @@ std::string drafter_of_option(const std::string& option);
 void validate_drafter(const DrafterParams& params);
 std::unique_ptr<Drafter> make_ngram_drafter(const DrafterParams& params, const GenerateParams& p, int n_seq,
                                             int target_vocab);
+
+// ---- the hidden-state family (drafter_hidden.cpp) -----------------------------------------------
+// dflash, dspark, eagle3, mtp (llama.cpp's --spec-type names without "draft-").
+bool is_hidden_drafter(const std::string& name);
+// What a drafter file is, from its GGUF metadata: dflash, dflash2 (conv + selector), dspark
+// (Markov head) or eagle3; "" for any other model (a plain draft model).
+std::string hidden_drafter_file_kind(const std::string& path);
+// Whether drafter `drafter` runs a file of kind `file_kind` (dflash runs DFlash2 files too).
+bool hidden_kind_serves(const std::string& drafter, const std::string& file_kind);
+// From the GGUF metadata alone, before anything is loaded: throws std::invalid_argument with one
+// line naming what the pair lacks (a target without layer-input extraction or nextn layers, a
+// width mismatch, target layers out of range, a DFlash file without a mask token).
+// draft_path "" checks the target for mtp.
+void check_hidden_pair(const std::string& target_path, const std::string& draft_path);
+
+// The drafter's model and llama_context, made with the engine and kept across generate() calls:
+// a DFlash/DSpark/EAGLE-3 file, or (mtp) the target model itself in a context of type MTP. Its
+// context shares the target's (ctx_other) as llama.cpp's common_speculative_init_result builds it.
+struct HiddenDraft {
+    std::string kind;  // dflash, dflash2, dspark, eagle3, mtp
+    llama_model* model = nullptr;
+    bool owns_model = false;  // false for mtp (the target's model)
+    llama_context* ctx = nullptr;
+    ~HiddenDraft();
+};
+// Makes h.ctx for h.model, sharing the target's context (ctx_other).
+void open_hidden_context(HiddenDraft& h, llama_context* target_ctx, const EngineParams& params);
+// One generate()'s drafter; trim_after_draft=false skips the draft-cache trim after each draft
+// (Fault::skip_draft_trim: a test that it changes acceptance, never the output).
+std::unique_ptr<Drafter> make_hidden_drafter(HiddenDraft& h, Engine::Context& target, const GenerateParams& p,
+                                             int n_seq, bool trim_after_draft);
 
 }  // namespace specnative

@@ -28,13 +28,14 @@
 namespace specnative {
 
 const std::vector<std::string>& drafter_names() {
-    static const std::vector<std::string> names = {"model",         "ngram-simple", "ngram-map-k",
-                                                   "ngram-map-k4v", "ngram-mod",    "ngram-cache"};
+    static const std::vector<std::string> names = {"model",     "ngram-simple", "ngram-map-k", "ngram-map-k4v",
+                                                   "ngram-mod", "ngram-cache",  "dflash",      "dspark",
+                                                   "eagle3",    "mtp"};
     return names;
 }
 
 bool is_ngram_drafter(const std::string& name) {
-    return name != "model" && std::find(drafter_names().begin(), drafter_names().end(), name) != drafter_names().end();
+    return name.rfind("ngram-", 0) == 0 && std::find(drafter_names().begin(), drafter_names().end(), name) != drafter_names().end();
 }
 
 #ifdef SPECNATIVE_HAVE_COMMON
@@ -289,9 +290,9 @@ void validate_drafter(const DrafterParams& params) {
         for (const auto& n : drafter_names()) all += (all.empty() ? "" : ", ") + n;
         throw std::invalid_argument("unknown drafter '" + params.type + "' (one of: " + all + ")");
     }
-    if (params.type == "model") {
+    if (!is_ngram_drafter(params.type)) {  // the draft model and the hidden-state drafters
         if (!params.options.empty()) {
-            throw std::invalid_argument("drafter 'model' takes no n-gram options (got " +
+            throw std::invalid_argument("drafter '" + params.type + "' takes no n-gram options (got " +
                                         params.options.begin()->first + ")");
         }
         return;
@@ -312,6 +313,7 @@ std::string drafter_of_option(const std::string&) { return ""; }
 
 void validate_drafter(const DrafterParams& params) {
     if (params.type == "model") return;
+    if (is_hidden_drafter(params.type)) return;  // refused with the reason when the drafter is made
     throw std::invalid_argument("drafter '" + params.type + "' needs llama.cpp's common library, which this "
                                 "build does not link (SPECNATIVE_PREBUILT_LLAMA without libllama-common)");
 }

@@ -153,11 +153,20 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
                                     std::to_string(params.n_seq_max) + "): every step decodes one token "
                                     "of each sequence in one batch");
     }
+    // A hidden-state drafter file (DFlash, DSpark, EAGLE-3) or the target's MTP head: refused from
+    // the files' metadata before anything is loaded when llama.cpp could not run the pair.
+    const std::string hidden_kind = params.mtp ? "mtp" : draft_path.empty() ? "" : hidden_drafter_file_kind(draft_path);
+    if (params.mtp && !draft_path.empty()) {
+        throw std::invalid_argument("mtp drafts with the target's own nextn head: give no draft file");
+    }
+    if (!hidden_kind.empty()) check_hidden_pair(target_path, params.mtp ? "" : draft_path);
     try {
         add_rpc_servers(params.rpc_servers, params.rpc_timeout_ms);
-        target_model_ = load_model(target_path, target_placement(params));
-        refuse_unsupported(target_model_, target_path, !draft_path.empty());
-        if (!draft_path.empty()) {
+        target_model_ = load_model(target_path, target_placement(params), params.mtp);
+        refuse_unsupported(target_model_, target_path, !draft_path.empty() || params.mtp);
+        if (!hidden_kind.empty()) {
+            load_hidden_draft(hidden_kind);
+        } else if (!draft_path.empty()) {
             draft_model_ = load_model(draft_path, draft_placement(params));
             refuse_unsupported(draft_model_, draft_path, true);
             const std::string why = vocab_incompatibility(target_model_, draft_model_);
@@ -168,6 +177,7 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
         }
         target_ = new Context(target_model_, params_);
         if (draft_model_ != nullptr) draft_ = new Context(draft_model_, params_);
+        if (hidden_ != nullptr) open_hidden_context(*hidden_, target_->ctx, params_);  // shares the target's
         for (const Context* c : {target_, draft_}) {  // embedding models pool; they have no logits
             if (c != nullptr && llama_pooling_type(c->ctx) != LLAMA_POOLING_TYPE_NONE) {
                 throw std::invalid_argument("cannot generate with " + (c == target_ ? target_path : draft_path) +
@@ -182,7 +192,28 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
 
 Engine::~Engine() { close(); }
 
+// Loads a DFlash/DSpark/EAGLE-3 file (its context is made once the target's exists), or marks
+// the target itself as the MTP drafter's model.
+void Engine::load_hidden_draft(const std::string& kind) {
+    hidden_ = new HiddenDraft();
+    hidden_->kind = kind;
+    if (kind == "mtp") {
+        hidden_->model = target_model_;
+        return;
+    }
+    hidden_->model = load_model(draft_path_, draft_placement(params_));
+    hidden_->owns_model = true;
+    const std::string why = vocab_incompatibility(target_model_, hidden_->model);
+    if (!why.empty()) {
+        throw std::invalid_argument("drafter " + draft_path_ + " cannot speculate for target " + target_path_ + ": " + why);
+    }
+}
+
+std::string Engine::hidden_drafter() const { return hidden_ != nullptr ? hidden_->kind : ""; }
+
 void Engine::close() {
+    delete hidden_;  // its context shares the target's: freed first
+    hidden_ = nullptr;
     delete draft_;
     draft_ = nullptr;
     delete target_;
@@ -232,8 +263,9 @@ ContextInfo Engine::context_info(bool draft) const {
 
 ModelInfo Engine::draft_info() const {
     require_open();
-    if (draft_model_ == nullptr) throw std::invalid_argument("no draft model loaded");
-    return describe_model(draft_model_, draft_path_);
+    if (draft_model_ != nullptr) return describe_model(draft_model_, draft_path_);
+    if (hidden_ != nullptr && hidden_->owns_model) return describe_model(hidden_->model, draft_path_);  // its file
+    throw std::invalid_argument("no draft model loaded");
 }
 
 std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special) const {
@@ -277,12 +309,19 @@ void check_temperature(float temperature) {
 int Engine::validate_params(const GenerateParams& p, int n_seq) const {
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
     check_temperature(p.temperature);
-    if (!p.spec) return 0;
+    if (!p.spec) {
+        if (p.drafter_settings) check_hidden_drafter(p.drafter.type);
+        return 0;
+    }
     validate_drafter(p.drafter);
     if (p.drafter.type == "model" && draft_ == nullptr) {
-        throw std::invalid_argument("spec=True with drafter 'model' needs a draft model (Engine(target, draft)); "
-                                    "the n-gram drafters (e.g. drafter='ngram-simple') need none");
+        throw std::invalid_argument(
+            hidden_ != nullptr ? "this engine's drafter is a " + hidden_->kind + " file: use drafter='" +
+                                     (hidden_->kind == "dflash2" ? std::string("dflash") : hidden_->kind) + "'"
+                               : "spec=True with drafter 'model' needs a draft model (Engine(target, draft)); "
+                                 "the n-gram drafters (e.g. drafter='ngram-simple') need none");
     }
+    if (is_hidden_drafter(p.drafter.type)) check_hidden_drafter(p.drafter.type);
     const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
     if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
     if (p.k < 1) throw std::invalid_argument("k must be at least 1");
@@ -333,7 +372,9 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
         if (prompts[s].empty()) throw std::invalid_argument("prompt " + std::to_string(s) + " is empty");
     }
     const int lookahead = validate_params(p, n_seq);
-    const int shared = shared_prefix_length(prompts);
+    // A hidden-state drafter keeps per-sequence state from each sequence's own prefill: no shared
+    // prefix (its cells would reach the draft cache of sequence 0 only).
+    const int shared = p.spec && is_hidden_drafter(p.drafter.type) ? 0 : shared_prefix_length(prompts);
     int64_t cells = shared;
     for (int s = 0; s < n_seq; ++s) {
         validate_prompt(s, prompts[s], p.n_predict, lookahead);
@@ -344,6 +385,23 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
                                     " KV cells together but n_ctx is " + std::to_string(n_ctx()));
     }
     return shared;
+}
+
+void Engine::check_hidden_drafter(const std::string& drafter) const {
+    if (!is_hidden_drafter(drafter)) {
+        throw std::invalid_argument("drafter_settings applies to the hidden-state drafters (dflash, dspark, eagle3, "
+                                    "mtp), not '" + drafter + "'");
+    }
+    if (hidden_ == nullptr) {
+        throw std::invalid_argument(
+            drafter == "mtp" ? "drafter 'mtp' needs an engine made with mtp=True (the target's nextn layers loaded)"
+                             : "drafter '" + drafter + "' needs its draft file as the engine's draft (-md)");
+    }
+    if (!hidden_kind_serves(drafter, hidden_->kind)) {
+        throw std::invalid_argument("drafter '" + drafter + "' cannot run this engine's " + hidden_->kind +
+                                    " drafter; use drafter='" +
+                                    (hidden_->kind == "dflash2" ? std::string("dflash") : hidden_->kind) + "'");
+    }
 }
 
 void Engine::reset_memory() {
@@ -360,7 +418,8 @@ void Engine::reset_memory() {
 // `on_last` (the target), it gets the logits of each sequence's last prompt token (from which the
 // first token is sampled, or checked by a replay).
 // ---------------------------------------------------------------------------------------------
-void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last) {
+void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last,
+                     const AfterDecode& after_decode) {
     std::vector<int> logits_row(seqs.size(), -1);
     const char* what = on_last ? "target prefill" : "draft prefill";
     c.clear_batch();
@@ -368,6 +427,7 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
     auto flush = [&]() {
         if (c.batch.n_tokens == 0) return;
         c.decode(what);
+        if (after_decode) after_decode(c.batch);
         for (size_t s = 0; s < seqs.size(); ++s) {
             if (logits_row[s] < 0) continue;
             on_last(seqs[s], c.logits(logits_row[s]));
@@ -448,6 +508,9 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     GenerateResult r;
     PhaseClock clock;
     Context& t = *target_;
+    // drafter_settings: the drafter is made (its target settings on) but never asked for drafts
+    std::unique_ptr<Drafter> settings_only =
+        p.drafter_settings ? make_hidden_drafter(*hidden_, t, p, static_cast<int>(seqs.size()), true) : nullptr;
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
     for (Sequence& seq : seqs) seq.done = finished(seq, p, t.vocab);
     clock.charge(r.times.prefill_target);
@@ -490,6 +553,9 @@ void Engine::step_baseline(Sequence& seq, const float* logits, const GeneratePar
 
 // The drafter of a speculative run (csrc/drafter.h): the draft model, or an n-gram lookup.
 std::unique_ptr<Drafter> Engine::make_drafter(const GenerateParams& p, int n_seq) {
+    if (is_hidden_drafter(p.drafter.type)) {
+        return make_hidden_drafter(*hidden_, *target_, p, n_seq, fault_ != Fault::skip_draft_trim);
+    }
     if (p.drafter.type != "model") return make_ngram_drafter(p.drafter, p, n_seq, target_->n_vocab);
     auto prefill_draft = [this](std::vector<Sequence>& seqs, int shared) { prefill(*draft_, seqs, shared, {}); };
     return make_model_drafter(*draft_, prefill_draft, p, target_->n_vocab, n_seq);
@@ -507,13 +573,22 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     Context& t = *target_;
     const int n_seq = static_cast<int>(seqs.size());
 
-    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
+    // The drafter exists before the target's prefill: a hidden-state drafter sets the target's
+    // extraction and reads every prefill chunk (its ingest there is the draft's prefill).
+    std::unique_ptr<Drafter> drafter = make_drafter(p, n_seq);
+    clock.charge(r.times.prefill_draft);
+    double ingest_in_prefill = 0;
+    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab), [&](const llama_batch& batch) {
+        const ScopedMs timer(ingest_in_prefill);
+        drafter->after_target_decode(batch);
+    });
     for (Sequence& seq : seqs) {
         seq.done = finished(seq, p, t.vocab);
         reset_counts(seq.counts, p.k);
     }
     clock.charge(r.times.prefill_target);
-    std::unique_ptr<Drafter> drafter = make_drafter(p, n_seq);
+    r.times.prefill_target -= ingest_in_prefill;
+    r.times.prefill_draft += ingest_in_prefill;
     drafter->begin(seqs, shared_prefix);
     clock.charge(r.times.prefill_draft);
     // Time inside llama.cpp so far: target and draft decodes, and the drafter's own library calls.
@@ -533,7 +608,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         if (should_stop && should_stop()) throw Interrupted();
         const int active_now = active(seqs);
         const int64_t tokens_before = generated(seqs);
-        const double ms_before = r.times.draft + r.times.verify + r.times.resample;
+        const double ms_before = r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample;
         bool any_active = false;
         for (int s = 0; s < n_seq; ++s) {
             const Sequence& seq = seqs[s];
@@ -559,6 +634,8 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         }
         t.decode("verify");
         clock.charge(r.times.verify);
+        drafter->after_target_decode(t.batch);  // a hidden-state drafter reads the verify's features
+        clock.charge(r.times.draft_ingest);
 
         // ---- accept, emit, roll back --------------------------------------------------------
         for (int s = 0; s < n_seq; ++s) {
@@ -567,7 +644,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs * active_now);
         clock.charge(r.times.resample);
         count_iteration(r, active_now, generated(seqs) - tokens_before,
-                        r.times.draft + r.times.verify + r.times.resample - ms_before);
+                        r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample - ms_before);
     }
     r.times.llama = llama_now() - llama_before;
     r.times.kv_removal = removal_now() - removal_before;
@@ -755,7 +832,8 @@ double GenerateResult::token_accept_rate() const { return accept_rates(totals())
 double GenerateResult::mean_accept_len() const { return accept_rates(totals()).mean_accept_len; }
 
 double GenerateResult::round_ms() const {
-    return steps > 0 && speculative ? (times.draft + times.verify + times.resample) / steps : std::nan("");
+    return steps > 0 && speculative ? (times.draft + times.draft_ingest + times.verify + times.resample) / steps
+                                    : std::nan("");
 }
 
 double GenerateResult::step_ms() const {
@@ -780,7 +858,7 @@ double GenerateResult::occupancy() const {
 }
 
 double GenerateResult::tps() const {
-    const double decoding_ms = times.draft + times.verify + times.resample + times.decode;
+    const double decoding_ms = times.draft + times.draft_ingest + times.verify + times.resample + times.decode;
     return decoding_ms > 0 ? decode_tokens / (decoding_ms / 1000.0) : std::nan("");
 }
 

@@ -37,6 +37,8 @@ struct EngineParams {
     int n_gpu_layers_draft = kFollowTarget;
     std::vector<std::string> rpc_servers;  // --rpc host:port: added before devices are resolved
     int rpc_timeout_ms = 5000;             // connect timeout when a server is first added
+    // Load the target's nextn (MTP) layers and make its MTP draft context (drafter "mtp").
+    bool mtp = false;
 };
 
 // Thrown when the caller's should_stop() asks to stop (Ctrl-C); Python sees KeyboardInterrupt.
@@ -47,7 +49,8 @@ struct Interrupted : std::runtime_error {
 enum class AcceptRule { greedy, match, rejection };
 
 // Which drafter proposes the tokens of a speculative round (csrc/drafter.h): "model" (the draft
-// GGUF given to the Engine) or one of llama.cpp's model-free n-gram types by its --spec-type name.
+// GGUF given to the Engine), one of llama.cpp's model-free n-gram types by its --spec-type name,
+// or a hidden-state drafter (dflash, dspark, eagle3: the Engine's drafter file; mtp).
 struct DrafterParams {
     std::string type = "model";
     std::map<std::string, std::string> options;  // llama.cpp CLI names, e.g. spec-ngram-mod-n-min
@@ -71,6 +74,10 @@ struct GenerateParams {
     // generation temperature. The rejection rule is lossless for any q, so a draft run hotter than
     // the target (more rejections) exercises every path of the rule (lossless.rejection_distribution).
     float draft_temperature = 0.0f;
+    // Baseline only (spec=false) with a hidden-state drafter named in `drafter`: decode under the
+    // target settings that drafter asks for (layer-input or nextn extraction), to measure what
+    // they cost the target's step. The honest baseline runs without them.
+    bool drafter_settings = false;
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).
@@ -99,6 +106,9 @@ SeqCounts sum_counts(const std::vector<SeqCounts>& counts);  // element-wise, pe
 struct StepTimes {
     double prefill_target = 0, prefill_draft = 0;
     double draft = 0, verify = 0, resample = 0;  // speculative rounds
+    // The drafter reading the target's verify batch (a hidden-state drafter's
+    // common_speculative_process: feature copy, KV injection, EAGLE-3's encoder); 0 for the others.
+    double draft_ingest = 0;
     double decode = 0;                           // baseline steps (llama_decode + sampling)
     double total = 0;
     // Not a bucket: the part of the decoding buckets (draft + verify + resample, or decode) spent
@@ -110,7 +120,7 @@ struct StepTimes {
     // over every cell of the cache), apart because it grows with n_ctx, not with the model.
     double kv_removal = 0;
     double steps_sum() const {
-        return prefill_target + prefill_draft + draft + verify + resample + decode;
+        return prefill_target + prefill_draft + draft + draft_ingest + verify + resample + decode;
     }
 };
 
@@ -226,6 +236,8 @@ enum class Fault {
     accept_q_over_p,  // accept with probability min(1, q(x)/p(x)) instead of min(1, p(x)/q(x))
     q_prev_position,  // judge draft i with the draft distribution of position i - 1
     accept_always,    // accept every draft
+    skip_draft_trim,  // a hidden-state drafter's cache keeps its draft cells after a draft (a
+                      // drafter-quality bug: changes acceptance, never the output)
 };
 constexpr double kSlowAcceptMs = 2.0;
 
@@ -234,6 +246,7 @@ struct AcceptScratch;  // engine_internal.h
 struct ServeRequest;   // serve.h
 struct ServeParams;
 struct ServeResult;
+struct HiddenDraft;    // drafter.h
 
 class Engine {
 public:
@@ -267,6 +280,8 @@ public:
     std::string detokenize(const std::vector<int32_t>& tokens) const;
 
     bool has_draft() const { return draft_model_ != nullptr; }
+    // The hidden-state drafter this engine holds: dflash, dflash2, dspark, eagle3, mtp, or "".
+    std::string hidden_drafter() const;
     int n_ctx() const;
     int n_ctx_seq() const;
     ModelInfo target_info() const;
@@ -275,8 +290,11 @@ public:
 
     // Teacher-forced passes (replay.cpp). `forced[s]` are the tokens generated for prompt s
     // (index 0 comes from the prompt's last logits). Both leave the KV cache to be rebuilt.
+    // settings_of: a hidden-state drafter whose target settings (feature extraction) pass B runs
+    // under, so that the control covers the graph a speculative run with it verifies on.
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
-                             const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b);
+                             const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
+                             const std::string& settings_of = "");
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                        float rank_tolerance = 0.0f);
@@ -292,17 +310,23 @@ public:
 
 private:
     using ForcedVisit = std::function<void(int seq, int64_t index, const float* logits)>;
+    // share_prefix=false prefills every sequence whole, as a hidden-state drafter's run does.
     void forced_pass(const std::vector<std::vector<int32_t>>& prompts,
                      const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit,
-                     bool through_draft = false);
+                     bool through_draft = false, bool share_prefix = true);
 
     void require_open() const;  // throws once close() ran
     // Returns the prompts' shared prefix length (its KV cells are computed once).
     int validate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p) const;
     void reset_memory();
+    // Throws unless this engine holds a hidden-state drafter that `drafter` can run.
+    void check_hidden_drafter(const std::string& drafter) const;
     // Called with the logits of each sequence's last prompt token (target prefill only).
     using LastLogits = std::function<void(Sequence&, const float*)>;
-    void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const LastLogits& on_last);
+    using AfterDecode = std::function<void(const llama_batch&)>;
+    void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const LastLogits& on_last,
+                 const AfterDecode& after_decode = {});
+    void load_hidden_draft(const std::string& kind);
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
     std::unique_ptr<Drafter> make_drafter(const GenerateParams& p, int n_seq);
@@ -325,6 +349,7 @@ private:
     llama_model* draft_model_ = nullptr;
     Context* target_ = nullptr;
     Context* draft_ = nullptr;
+    HiddenDraft* hidden_ = nullptr;       // a hidden-state drafter's model and context
     std::vector<int32_t> last_pending_;  // per sequence: last generated token, not yet in target KV
     std::vector<int32_t> last_n_past_;
     Fault fault_ = Fault::none;

@@ -102,9 +102,16 @@ struct Engine::Context {
     // remove costs nothing. Timed as llama.cpp time, and apart as KV removal.
     void remove_from(int seq, int32_t pos) {
         if (llama_memory_seq_pos_max(memory(), seq) < pos) return;
-        const ScopedMs inside_llama(llama_ms);
-        const ScopedMs removal(kv_removal_ms);
-        llama_memory_seq_rm(memory(), seq, pos, -1);
+        bool removed;
+        {
+            const ScopedMs inside_llama(llama_ms);
+            const ScopedMs removal(kv_removal_ms);
+            removed = llama_memory_seq_rm(memory(), seq, pos, -1);
+        }
+        if (!removed) {  // a recurrent or hybrid memory cannot drop a suffix: never go on inconsistent
+            throw std::runtime_error("llama.cpp refused to drop sequence " + std::to_string(seq) +
+                                     "'s cells from position " + std::to_string(pos) + " (its memory cannot roll back)");
+        }
     }
 };
 

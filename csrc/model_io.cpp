@@ -344,7 +344,7 @@ llama_model* load_model(const std::string& path, int n_gpu_layers) {
     return load_model(path, placement);
 }
 
-llama_model* load_model(const std::string& path, const Placement& placement) {
+llama_model* load_model(const std::string& path, const Placement& placement, bool load_mtp) {
     ensure_backend();
     std::ifstream probe(path, std::ios::binary);
     if (!probe.good()) {
@@ -355,6 +355,7 @@ llama_model* load_model(const std::string& path, const Placement& placement) {
     }
     llama_model_params params = llama_model_default_params();
     params.n_gpu_layers = placement.n_gpu_layers;
+    params.load_mtp = load_mtp;
     params.split_mode = split_mode_of(placement.split_mode);
     if (placement.main_gpu < -1) throw std::invalid_argument("main_gpu must be >= -1 (-1: no device)");
     params.main_gpu = placement.main_gpu;

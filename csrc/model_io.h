@@ -39,7 +39,8 @@ std::vector<std::string> rpc_device_names(const std::vector<std::string>& endpoi
 
 // Throws std::invalid_argument for a missing or non-GGUF file or a bad placement (split mode,
 // tensor split, unknown device), std::runtime_error when llama.cpp refuses it.
-llama_model* load_model(const std::string& path, const Placement& placement);
+// load_mtp: also the nextn (MTP) layers, which llama.cpp skips unless a drafter needs them.
+llama_model* load_model(const std::string& path, const Placement& placement, bool load_mtp = false);
 llama_model* load_model(const std::string& path, int n_gpu_layers);
 
 struct ModelInfo {

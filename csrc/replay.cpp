@@ -11,6 +11,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "drafter.h"
 #include "engine.h"
 #include "engine_internal.h"
 #include "sampling.h"
@@ -19,7 +20,7 @@ namespace specnative {
 
 void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
                          const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit,
-                         bool through_draft) {
+                         bool through_draft, bool share_prefix) {
     require_open();
     if (through_draft && draft_ == nullptr) throw std::invalid_argument("this engine has no draft model");
     if (forced.size() != prompts.size()) {
@@ -44,7 +45,7 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
     }
     GenerateParams p;
     p.n_predict = static_cast<int>(longest);
-    const int shared = validate(prompts, p);
+    const int shared = share_prefix ? validate(prompts, p) : (validate(prompts, p), 0);
 
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
@@ -75,7 +76,9 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
 }
 
 NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
-                                 const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b) {
+                                 const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
+                                 const std::string& settings_of) {
+    if (!settings_of.empty()) check_hidden_drafter(settings_of);
     // Pass A's logits are kept whole (positions x vocabulary floats) so that pass B can compare
     // every entry; offsets[s] is where sequence s starts in that buffer.
     std::vector<size_t> offsets(forced.size() + 1, 0);
@@ -109,7 +112,14 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
     };
     const std::vector<float> final_a = final_step();
 
+    // Pass B under the drafter's target settings (the drafter is made, never asked for drafts).
+    GenerateParams settings_params;
+    settings_params.drafter.type = settings_of;
+    const std::unique_ptr<Drafter> settings =
+        settings_of.empty() ? nullptr
+                            : make_hidden_drafter(*hidden_, *target_, settings_params, static_cast<int>(prompts.size()), true);
     NoiseProbe probe;
+    // ... and with the speculative run's cache layout (no shared prefix cells, drafter_hidden.cpp)
     forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
         const float* a = logits_a.data() + (offsets[s] + index) * n_vocab;
         float max_abs = 0.0f, lo = INFINITY, hi = -INFINITY;
@@ -125,7 +135,7 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         probe.spread.push_back(hi - lo);
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
-    });
+    }, /*through_draft=*/false, /*share_prefix=*/settings_of.empty());
     const std::vector<float> final_b = final_step();
     for (size_t s = 0; s < forced.size(); ++s) {
         float lo = INFINITY, hi = -INFINITY;

@@ -86,6 +86,10 @@ void Engine::validate_serve(const std::vector<ServeRequest>& requests, const Ser
     p.n_predict = 1;
     for (const ServeRequest& r : requests) p.n_predict = std::max(p.n_predict, r.n_predict);
     const int lookahead = validate_params(p, sp.max_concurrency);
+    if (p.spec && is_hidden_drafter(p.drafter.type)) {  // its admit would find no prompt features
+        throw std::invalid_argument("serve does not run the hidden-state drafters yet (drafter '" + p.drafter.type +
+                                    "'): their prompt's features reach the drafter in generate() only");
+    }
     std::vector<int64_t> need(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
         const ServeRequest& r = requests[i];

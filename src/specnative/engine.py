@@ -130,7 +130,8 @@ class GenerationResult:
                             # tokens, decoded as UTF-8 with errors="replace": bytes that are not
                             # valid UTF-8 (byte tokens, a reply cut mid-character) become U+FFFD
                             # and never cost the tokens, counts or timers
-    times: dict             # prefill_target, prefill_draft, draft, verify, resample, decode, total;
+    times: dict             # prefill_target, prefill_draft, draft, draft_ingest, verify, resample,
+                            # decode, total;
                             # llama: the part of the decoding steps inside llama.cpp (engine_own)
     steps: int              # baseline decode steps or speculative rounds
     decode_tokens: int      # tokens produced after prefill, all sequences together
@@ -188,12 +189,25 @@ class GenerationResult:
                                self.times.get("kv_removal", float("nan")))
 
 
-DECODING_STEPS = ("draft", "verify", "resample", "decode")  # the timers after prefill
+DECODING_STEPS = ("draft", "draft_ingest", "verify", "resample", "decode")  # the timers after prefill
+# llama.cpp's drafters that read the target's hidden states (its --spec-type names without "draft-")
+HIDDEN_DRAFTERS = ("dflash", "dspark", "eagle3", "mtp")
+
+
+def drafter_name(name: str) -> str:
+    """Our spelling of a drafter: llama.cpp's --spec-type names are accepted too (draft-dflash ->
+    dflash, draft-simple -> model)."""
+    if not isinstance(name, str):
+        raise ValueError(f"drafter must be a string, not {name!r}")
+    if name == "draft-simple":
+        return "model"
+    return name[len("draft-"):] if name.startswith("draft-") else name
 
 
 def decoding_ms(times: dict) -> float:
-    """A run's decoding time: its step timers after prefill (draft+verify+resample, or decode)."""
-    return float(sum(times[s] for s in DECODING_STEPS))
+    """A run's decoding time: its step timers after prefill (draft+draft_ingest+verify+resample,
+    or decode)."""
+    return float(sum(times.get(s, 0.0) for s in DECODING_STEPS))
 
 
 def engine_own_time(decoding: float, llama: float, kv_removal: float = float("nan")) -> dict:
@@ -232,13 +246,18 @@ class Engine:
                  n_threads: int | None = None, n_gpu_layers: int = 0, n_seq_max: int = 8,
                  flash_attn=False, kv_unified: bool = True, split_mode: str = "layer", tensor_split=None,
                  main_gpu: int = 0, devices=None, draft_devices=None, n_gpu_layers_draft: int | None = None,
-                 rpc_servers=None, rpc_timeout_s: float = 5.0):
+                 rpc_servers=None, rpc_timeout_s: float = 5.0, mtp: bool = False):
         """Placement, with llama.cpp's names: `split_mode` (-sm: none, layer, row, tensor),
         `tensor_split` (-ts: proportions per device), `main_gpu` (-mg), `devices` (-dev: device
         names such as CUDA0 or RPC0, or "none"), and for the draft `draft_devices` (-devd) and
         `n_gpu_layers_draft` (-ngld), which follow the target's when None. `rpc_servers` (--rpc:
         "host:port" of running rpc-servers) adds their devices (RPC0, RPC1, ... in order; see
-        `rpc_device_names`); a server not reached within `rpc_timeout_s` is a ValueError."""
+        `rpc_device_names`); a server not reached within `rpc_timeout_s` is a ValueError.
+
+        `draft` may also be a hidden-state drafter file (a DFlash, DFlash2, DSpark or EAGLE-3
+        GGUF for this target; see `hidden_drafter`), run with drafter="dflash"/"dspark"/"eagle3";
+        `mtp=True` loads the target's own nextn (MTP) head for drafter="mtp" (no draft file).
+        A pair llama.cpp cannot run is refused before anything is loaded."""
         self.target_path = _check_model_file(target, "target")
         self.draft_path = _check_model_file(draft, "draft") if draft is not None else None
         self._core = _core.Engine(
@@ -247,7 +266,7 @@ class Engine:
             n_gpu_layers=_c_int(n_gpu_layers, "n_gpu_layers"), n_seq_max=_c_int(n_seq_max, "n_seq_max"),
             flash_attn=_flash_attn_code(flash_attn), kv_unified=bool(kv_unified),
             **placement_args(split_mode, tensor_split, main_gpu, devices, draft_devices, n_gpu_layers_draft,
-                             rpc_servers, rpc_timeout_s))
+                             rpc_servers, rpc_timeout_s), mtp=bool(mtp))
         self._n_vocab = int(self._core.target_info["n_vocab"])
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -267,7 +286,15 @@ class Engine:
 
     @property
     def draft_info(self) -> dict | None:
-        return self._core.draft_info if self._core.has_draft else None
+        has_file = self._core.has_draft or self._core.hidden_drafter not in ("", "mtp")
+        return self._core.draft_info if has_file else None
+
+    @property
+    def hidden_drafter(self) -> str:
+        """The hidden-state drafter this engine holds, as inferred from its draft file's GGUF
+        (dflash, dflash2: DFlash with conv + selector, dspark: DFlash + Markov head, eagle3) or
+        "mtp" (mtp=True); "" for none."""
+        return self._core.hidden_drafter
 
     def context_info(self, draft: bool = False) -> dict:
         """The target's (or the draft's) llama_context as llama.cpp set it up: n_ctx, n_batch,
@@ -325,7 +352,7 @@ class Engine:
                  spec: bool = False, k: int = 4, accept_rule: str = "greedy",
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
-                 draft_temperature: float | None = None) -> GenerationResult:
+                 draft_temperature: float | None = None, drafter_settings: bool = False) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -344,7 +371,12 @@ class Engine:
         generation temperature) is below p, so it proposes 0..k tokens. 0 (default) = off.
         draft_temperature: the draft model samples at this temperature instead of `temperature`
         (sampling only; None = the same). Lossless for any value under `rejection`; a hotter draft
-        makes rejections frequent (lossless.rejection_distribution uses it to exercise the rule)."""
+        makes rejections frequent (lossless.rejection_distribution uses it to exercise the rule).
+        The hidden-state drafters (dflash, dspark, eagle3, mtp; llama.cpp's draft-* spellings
+        too) read the target's features after every target decode (times["draft_ingest"]); their
+        proposals are deterministic (q one-hot), and DFlash drafts at most block_size - 1.
+        drafter_settings (baseline only): decode under that hidden-state drafter's target
+        settings (feature extraction on), to measure what they cost the plain step."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
@@ -354,6 +386,7 @@ class Engine:
             raise ValueError(f"draft_temperature must be > 0 (None: the generation temperature), not {draft_temperature!r}")
         draft_temperature = 0.0 if draft_temperature is None else _temperature(draft_temperature)  # 0: the same
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
+        drafter = drafter_name(drafter)
         options = _drafter_options(drafter, drafter_options)
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
@@ -361,7 +394,8 @@ class Engine:
                                   k=k, accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
                                   record_margins=bool(record_margins), drafter=drafter,
                                   drafter_options=options, draft_p_min=draft_p_min,
-                                  draft_temperature=float(draft_temperature))
+                                  draft_temperature=float(draft_temperature),
+                                  drafter_settings=bool(drafter_settings))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,

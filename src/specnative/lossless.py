@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
+from .engine import HIDDEN_DRAFTERS
+
 EXACT, NUMERIC, EXACT_DIST, FAIL = "exact", "numeric", "exact-dist", "fail"
 VERDICTS = (EXACT, NUMERIC, EXACT_DIST, FAIL)
 
@@ -101,12 +103,16 @@ class NoiseControl:
         return {**asdict(self), "tolerance": self.tolerance, "state_tolerance": self.state_tolerance}
 
 
-def measure_noise(engine, prompts, tokens: list, k: int) -> NoiseControl:
+def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "") -> NoiseControl:
     """The control, on demand: teacher-force `tokens` (one continuation per prompt, e.g. a
-    baseline run's output) along 1 and k+1 positions per sequence per decode."""
+    baseline run's output) along 1 and k+1 positions per sequence per decode. With a
+    hidden-state drafter (dflash, dspark, eagle3, mtp) the k+1 pass runs under its target
+    settings (feature extraction on, which can change the graph: no op fusion over an output),
+    as the speculative run's verify did: the control covers that path too."""
     prompts = engine.to_token_prompts(prompts)
     forced = [list(map(int, t)) for t in tokens]
-    raw = engine._core.numeric_noise(prompts, forced, 1, k + 1)
+    settings_of = drafter if drafter in HIDDEN_DRAFTERS else ""
+    raw = engine._core.numeric_noise(prompts, forced, 1, k + 1, settings_of=settings_of)
     max_abs, spread = raw["max_abs_delta"], raw["spread"]
     return NoiseControl(
         positions=int(max_abs.size), chunk=k + 1, concurrency=len(prompts),
@@ -409,9 +415,10 @@ def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[di
 
 
 def verdict_after_run(engine, prompts, base_tokens: list, spec_tokens: list, temperature: float, seed: int,
-                      k: int) -> tuple[Verdict, NoiseControl]:
+                      k: int, drafter: str = "") -> tuple[Verdict, NoiseControl]:
     """The whole check, called right after the speculative run (its KV cache is still there):
-    the KV state first, then the noise control on the baseline's tokens, then the verdict."""
+    the KV state first, then the noise control on the baseline's tokens (under a hidden-state
+    drafter's target settings when `drafter` is one), then the verdict."""
     pending = pending_state(engine, len(spec_tokens))
-    control = measure_noise(engine, prompts, base_tokens, k)
+    control = measure_noise(engine, prompts, base_tokens, k, drafter)
     return judge(engine, prompts, base_tokens, spec_tokens, temperature, seed, control, pending), control

@@ -61,6 +61,11 @@ QK_GAIN = 1.5
 # token.
 OUT_GAIN = 3.0
 ANTI_REPEAT = 0.5
+# Extra weight of a forced token's output row on the constant channel: its logit leads the
+# others by ~FORCE_LOGIT * BIAS_VALUE / rms(residual) ~ 38, far beyond their spread of ~3.
+FORCE_LOGIT = 10.0
+# The token a forced model emits (a printable piece, so not an end of generation).
+FORCED_TOKEN = FIRST_NORMAL_ID + 100
 
 # Frequent English words (roughly by frequency), each added as a "▁word" piece with all
 # its prefixes, so SentencePiece merging can reach the whole word.
@@ -170,8 +175,13 @@ def _block(seed: int, i: int, n_embd: int, n_head: int, n_head_kv: int, n_ff: in
     }
 
 
-def _shape_structure(tensors: dict) -> None:
-    """Impose the designed structure (after any noise, so every variant keeps it)."""
+def _shape_structure(tensors: dict, forced_token: int | None = None, force_logit: float = FORCE_LOGIT) -> None:
+    """Impose the designed structure (after any noise, so every variant keeps it).
+
+    forced_token: that output row reads the constant channel FORCE_LOGIT harder than the
+    others, so it is the argmax at every position (p ~ 1 even at temperature 1): a model
+    whose next token is known, which any drafter borrowing this output head (and keeping
+    the constant channel) predicts exactly (the drafters' forced-high variants)."""
     tensors["token_embd.weight"][:, 0] = BIAS_VALUE
     for name, t in tensors.items():
         if name.endswith(("attn_output.weight", "ffn_down.weight")):
@@ -179,6 +189,8 @@ def _shape_structure(tensors: dict) -> None:
     out = tensors["output.weight"]
     out[:, 0] = BIAS_LOGIT
     out[:FIRST_NORMAL_ID, :] = 0.0  # unk, control and byte tokens: logit exactly 0
+    if forced_token is not None:
+        out[forced_token, 0] = BIAS_LOGIT + force_logit
 
 
 def write_tiny_llama(
@@ -198,6 +210,8 @@ def write_tiny_llama(
     vocab: str = "default",
     n_vocab: int | None = None,
     dtype: str = "f32",
+    forced_token: int | None = None,
+    force_logit: float = FORCE_LOGIT,
 ) -> Path:
     """Write a random-weight llama GGUF to `path` and return it as a Path.
 
@@ -206,6 +220,8 @@ def write_tiny_llama(
     random blocks after the n_layer base blocks, with their attn_output and ffn_down
     scaled by extra_damping. vocab/n_vocab: see tiny_vocab (weights of a kept token do
     not depend on either). dtype "f32" or "f16" for the 2-D weights; norms stay f32.
+    forced_token: that token is the argmax everywhere (see _shape_structure); a smaller
+    force_logit (e.g. 1) makes it only often the argmax.
     """
     if n_embd % 32 or n_ff % 32:
         raise ValueError("n_embd and n_ff must be multiples of 32 (Q4_0/Q8_0 blocks)")
@@ -214,6 +230,8 @@ def write_tiny_llama(
     if dtype not in ("f32", "f16"):
         raise ValueError("dtype must be 'f32' or 'f16'")
     tokens, scores, types = tiny_vocab(vocab, n_vocab)
+    if forced_token is not None and not FIRST_NORMAL_ID <= forced_token < len(tokens):
+        raise ValueError(f"forced_token must be a printable id in [{FIRST_NORMAL_ID}, {len(tokens)})")
 
     # Embeddings are drawn for the full default vocabulary and cut, so a smaller
     # vocabulary keeps the weights of the tokens it shares.
@@ -232,7 +250,7 @@ def write_tiny_llama(
     if noise > 0:
         for name, t in tensors.items():
             t += noise * t.std() * _normal(noise_seed, name, t.shape, 1.0)
-    _shape_structure(tensors)
+    _shape_structure(tensors, forced_token, force_logit)
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -243,6 +261,20 @@ def write_tiny_llama(
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def add_tiny_tokenizer(w: gguf.GGUFWriter, tokens, scores, types) -> None:
+    """The tiny tokenizer's keys (tiny_vocab's lists); drafter files copy them."""
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_unk_token_id(UNK_ID)
+    w.add_bos_token_id(BOS_ID)
+    w.add_eos_token_id(EOS_ID)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_add_space_prefix(True)
 
 
 def _write_gguf(path, tensors, tokens, scores, types, n_block, n_embd, n_head, n_head_kv,
@@ -260,16 +292,7 @@ def _write_gguf(path, tensors, tokens, scores, types, n_block, n_embd, n_head, n
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(len(tokens))
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_unk_token_id(UNK_ID)
-    w.add_bos_token_id(BOS_ID)
-    w.add_eos_token_id(EOS_ID)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
-    w.add_add_space_prefix(True)
+    add_tiny_tokenizer(w, tokens, scores, types)
     for name, t in tensors.items():
         wide = dtype == "f16" and t.ndim == 2
         w.add_tensor(name, t.astype(np.float16 if wide else np.float32))

@@ -31,9 +31,10 @@ from specnative.advisor import (K_ADVICE_KEYS, REGIME_KEYS, Thresholds, advise, 
 
 CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter",
               "draft_p_min")  # split lines if varied
-ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "verify_ms", "resample_ms")
+ON_STEPS = ("prefill_target_ms", "prefill_draft_ms", "draft_ms", "draft_ingest_ms", "verify_ms", "resample_ms")
 OFF_STEPS = ("prefill_target_ms", "decode_ms")
 STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "draft_ms": "#f28e2b",
+               "draft_ingest_ms": "#b07aa1",
                "verify_ms": "#4e79a7", "resample_ms": "#e15759", "decode_ms": "#59a14f",
                "other_ms": "#ffffff"}
 BAND_CAPTION = ("error bars: the speedup's confidence interval (paired repeats, Student t on log "
@@ -188,7 +189,7 @@ def _bar_rows(traces: pd.DataFrame) -> pd.DataFrame:
 def step_parts(row) -> dict:
     """Step times of one run (ms) by step, plus what the timers leave of total_ms."""
     steps = ON_STEPS if row["spec_decode"] == "on" else OFF_STEPS
-    parts = {s: np.nan_to_num(as_float(row[s])) for s in steps}
+    parts = {s: np.nan_to_num(as_float(row.get(s, np.nan))) for s in steps}  # older traces lack draft_ingest_ms
     parts["other_ms"] = as_float(row["total_ms"]) - sum(parts.values())
     return parts
 

@@ -132,8 +132,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("occupancy", "float", "mean active sequences per iteration / concurrency over whole runs: below 1 where "
            "sequences finished early and left the batch (that tail is outside tps)"),
     # --- which drafter proposed (csrc/drafter.h) ---------------------------------------------------
-    Column("drafter", "str", "the cell's drafter: model (the draft GGUF) or a llama.cpp n-gram type (ngram-simple, "
-           "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache); off rows: the cell whose baseline they are"),
+    Column("drafter", "str", "the cell's drafter: model (the draft GGUF), a llama.cpp n-gram type (ngram-simple, "
+           "ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache) or hidden-state drafter (dflash, dspark, eagle3, "
+           "mtp); off rows: the cell whose baseline they are"),
     Column("drafter_options", "str", "the n-gram drafter's llama.cpp options name=value, ';'-separated, defaults "
            "included (on rows of n-gram cells)"),
     Column("mean_draft_len", "float", "drafted tokens per sequence-round: k for a draft model (less only at the "
@@ -231,6 +232,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("mixed_step_frac", "float", "serve rows: share of decoding iterations whose batch also carried prompt "
            "chunks (prefill interference)"),
     Column("kv_cells_left", "int", "serve rows: KV cells (target + draft) still held after the last request: 0, or a leak"),
+    # --- llama.cpp's hidden-state drafters (dflash, dspark, eagle3, mtp; issue 22) --------------------
+    Column("draft_ingest_ms", "float", "the drafter reading each verify batch's target features (a hidden-state "
+           "drafter's common_speculative_process: feature copy, draft KV injection, EAGLE-3's encoder), "
+           "synchronised, per run, mean over repeats (on rows; 0 for the other drafters)"),
+    Column("settings_step_ms", "float", "T_step of the baseline decoding under the hidden-state drafter's target "
+           "settings (layer-input or nextn extraction on); step_ms stays the plain target's (on rows)"),
+    Column("settings_step_cost", "float", "settings_step_ms / step_ms - 1: what the extraction settings cost the "
+           "target's plain step (on rows of hidden-state drafters)"),
+    Column("drafter_kind", "str", "what a hidden-state drafter's file is, from its GGUF (as llama.cpp infers it): "
+           "dflash, dflash2 (DFlash with conv + selector), dspark, eagle3; mtp: the target's nextn head (on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -242,7 +253,8 @@ DRAFT_ONLY: tuple[str, ...] = (
     "draft_type", "draft_sha256", "drafter_options", "mean_draft_len", "empty_draft_frac",
     "draft_reach",
     "verify_ms_by_len", "draft_ms_per_pos", "predicted_speedup_by_k", "recommended_k", "recommended_speedup",
-    "check_k", "check_k_speedup", "draft_p_min")
+    "check_k", "check_k_speedup", "draft_p_min", "draft_ingest_ms", "settings_step_ms", "settings_step_cost",
+    "drafter_kind")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-from specnative import _core, category_table, lossless, pick_k, shards, stats, theory, workloads
+from specnative import _core, category_table, hidden_drafters, lossless, pick_k, shards, stats, theory, workloads
 from specnative import progress as progress_display
 from specnative.engine import (ACCEPT_RULES, DRAFTERS, SPLIT_MODES, Engine, decoding_ms, default_threads,
-                               check_draft_p_min, drafter_defaults, engine_own_time, placement_args)
+                               check_draft_p_min, drafter_defaults, drafter_name, engine_own_time, placement_args)
 from specnative import public_sets
 from specnative.presets import PRESET_DEFAULTS, FetchError, load_preset
 from specnative import gridcheck, rundir
@@ -110,6 +110,9 @@ class SweepConfig:
     draft_p_mins: list = field(default_factory=lambda: [0.0])
     # rejection cells: emitted tokens the distributional test pools at least (bench/results/rejection-power)
     dist_positions: int = 1024
+    # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
+    # unnamed ones use -md (hidden_drafters.py)
+    drafter_files: dict = field(default_factory=dict)
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
@@ -130,7 +133,7 @@ def drafter_options_problem(drafters: list, options: dict) -> str | None:
 
 def drafter_options_text(drafter: str, options: dict) -> str | None:
     """traces.csv's drafter_options: llama.cpp's defaults overlaid with the given options."""
-    if drafter == "model":
+    if not drafter.startswith("ngram-"):
         return None
     return ";".join(f"{name}={value}" for name, value in sorted({**drafter_defaults(), **options}.items()))
 
@@ -231,7 +234,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     if runs_out is not None:
         runs_out.update({"off": base, k: spec})
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
-                                                  cfg.seed, k)
+                                                  cfg.seed, k, drafter)
     index, margin = first_divergence(base, spec)
     columns = {}
     if method == "distribution":
@@ -296,6 +299,7 @@ def _median_row(results) -> dict:
         "prefill_target_ms": mean_time("prefill_target"), "prefill_draft_ms": mean_time("prefill_draft"),
         "draft_ms": mean_time("draft"), "verify_ms": mean_time("verify"),
         "resample_ms": mean_time("resample"), "decode_ms": mean_time("decode"),
+        "draft_ingest_ms": mean_time("draft_ingest"),
         "total_ms": mean_time("total"),
         **engine_own_time(statistics.fmean(decoding_ms(r.times) for r in results), mean_time("llama"),
                           mean_time("kv_removal")),
@@ -463,6 +467,11 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
     for row in rows:
         row["prompt_copy_share"] = copy_share
+    if hidden_drafters.is_hidden(cell.drafter):  # what its extraction settings cost the plain step
+        on_progress("baseline under the drafter's target settings")
+        settings = hidden_drafters.settings_step_columns(engine, prompts, common, cfg.repeats, off["step_ms"])
+        for row in rows[1:]:
+            row.update(settings)
     return rows
 
 
@@ -551,10 +560,12 @@ def shard_record(cfg: SweepConfig) -> dict:
     return shards.record(cfg.shard, len(cells_of(cfg)), keys)
 
 
-def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens: int = 64) -> int:
-    """own_tokens: the longest sequence's own prompt after the shared context (workloads)."""
+def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens: int = 64,
+                    shared: bool = True) -> int:
+    """own_tokens: the longest sequence's own prompt after the shared context (workloads).
+    shared=False: every sequence holds its own copy of the context (a hidden-state drafter's run)."""
     per_sequence = own_tokens + cfg.n_predict + max(cfg.ks) + 1  # own prompt + generation + look-ahead
-    return ctx_len + concurrency * per_sequence
+    return ctx_len + concurrency * per_sequence if shared else concurrency * (ctx_len + per_sequence)
 
 
 def gguf_shape(path: Path) -> dict:
@@ -577,14 +588,14 @@ def gguf_shape(path: Path) -> dict:
 
 
 def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict],
-            own_tokens: int = 64) -> str | None:
+            own_tokens: int = 64, shared: bool = True) -> str | None:
     """Why a cell cannot run with these models (target and draft shapes), or None."""
     need = ctx_len + own_tokens + cfg.n_predict + max(cfg.ks) + 1
     n_ctx_train = min(s["n_ctx_train"] for s in shapes)
     if need > n_ctx_train:
         return (f"ctx_len {ctx_len} + prompt + n_predict + k + 1 = {need} exceeds the models' training "
                 f"context {n_ctx_train}")
-    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency, own_tokens) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
+    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency, own_tokens, shared) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
     if kv_gib > cfg.max_kv_gib:
         return f"its KV caches would take {kv_gib:.1f} GiB, over --max-kv-gib {cfg.max_kv_gib:g}"
     return None
@@ -595,7 +606,7 @@ def run_settings(cfg: SweepConfig) -> dict:
     the model and context files by content."""
     context = cfg.context_file
     return {"seed": cfg.seed, "n_batch": cfg.n_batch, "check_seed_offset": cfg.check_seed_offset,
-            "targets_sha256": [sha256_file(t) for t in cfg.targets], "draft_sha256": sha256_file(cfg.draft),
+            "targets_sha256": [sha256_file(t) for t in cfg.targets], "draft_sha256": sha256_file(cfg.draft) if cfg.draft else None,
             "prompts_source": cfg.prompts_source,
             # by content: a file edited at the same path is other prompts
             "prompts_sha256": workloads.prompts_sha256(cfg.prompts or workloads.builtin_prompts()),
@@ -623,20 +634,22 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
     for the whole grid before anything is measured. Returns (target, runnable cells, own
     tokens) per target; refused cells are recorded with their reason."""
     vocabs = {target: gridcheck.vocab_model(target, "target") for target in map(Path, cfg.targets)}
-    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft")
-    draft_shape = gridcheck.header_shape(gguf_shape, cfg.draft, "draft")
+    # no -md: only drafters that need no draft model (n-gram, mtp, hidden drafters by --drafter-file)
+    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft") if cfg.draft else None
+    draft_shape = gridcheck.header_shape(gguf_shape, cfg.draft, "draft") if cfg.draft else None
     if "model" in cfg.drafters:
         provenance["notes"] += [n for n in gridcheck.check_vocabularies(draft_vocab, vocabs)
                                 if n not in provenance["notes"]]
     planned = []
     for target in vocabs:
-        shapes = [gridcheck.header_shape(gguf_shape, target, "target"), draft_shape]
+        shapes = [shape for shape in (gridcheck.header_shape(gguf_shape, target, "target"), draft_shape) if shape]
         workload = workload_for(cfg, target)
         provenance["workload"] = workload.record()  # on disk with the models (an interrupted run keeps it)
         own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))
         runnable = []
         for cell in (c for c in cells if c.target == target):
-            reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens)
+            reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens,
+                              shared=not hidden_drafters.is_hidden(cell.drafter))
                       or workload.ctx_len_problem(cell.ctx_len))
             if reason:
                 print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",
@@ -654,13 +667,15 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
 def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: int = 64) -> Engine:
     """One engine for `cells` (one target and context length, by_ctx_len), sized for the largest
     of them, so the shared prefix stays cached from cell to cell."""
-    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens) for c in cells)
+    shared = not hidden_drafters.is_hidden(cells[0].drafter)  # whose sequences share no prefix cells
+    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens, shared) for c in cells)
+    draft, mtp = hidden_drafters.engine_draft(cells[0].drafter, cfg.draft, cfg.drafter_files)
     try:
-        return Engine(target, cfg.draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
+        return Engine(target, draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
                       n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
-                      flash_attn=cfg.flash_attn, kv_unified=True, **cfg.placement)
+                      flash_attn=cfg.flash_attn, kv_unified=True, mtp=mtp, **cfg.placement)
     except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
-        raise SystemExit(f"error: cannot load {target} with draft {cfg.draft}: {error}") from None
+        raise SystemExit(f"error: cannot load {target} with draft {draft}: {error}") from None
 
 
 def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
@@ -676,13 +691,14 @@ def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
     }
 
 
-def by_ctx_len(cells: list[Cell]) -> list[list[Cell]]:
+def by_ctx_len(cells: list[Cell], engine_key=lambda drafter: None) -> list[list[Cell]]:
     """Cells grouped by context length, in order: each group gets its own engine, sized for its
     largest cell. A cache sized for the grid's longest context would make every rollback of the
-    short cells slow: llama.cpp's KV removal scans every cell of the cache (O(n_ctx))."""
-    groups: dict[int, list[Cell]] = {}
+    short cells slow: llama.cpp's KV removal scans every cell of the cache (O(n_ctx)).
+    engine_key(drafter) splits a group further (a hidden-state drafter needs its own engine)."""
+    groups: dict[tuple, list[Cell]] = {}
     for cell in cells:
-        groups.setdefault(cell.ctx_len, []).append(cell)
+        groups.setdefault((cell.ctx_len, engine_key(cell.drafter)), []).append(cell)
     return list(groups.values())
 
 
@@ -696,7 +712,9 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
     for row in rows:
         row.update(ident)
         row["drafter"] = cell.drafter
-        if cell.drafter != "model":  # no draft model took part
+        if hidden_drafters.is_hidden(cell.drafter):  # its file, and what it was inferred to be
+            row.update(hidden_drafters.draft_columns(cell.drafter, engine))
+        elif cell.drafter != "model":  # no draft model took part
             row.update(draft_model=None, draft_type=None, draft_sha256=None,
                        drafter_options=drafter_options_text(cell.drafter, drafter_options_of(cfg, cell.drafter)))
         row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
@@ -741,6 +759,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                                       for d in cfg.drafters if d != "model"},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
+    if cfg.drafter_files:  # only when set: older run directories still resume
+        provenance["settings"]["drafter_files_sha256"] = {d: sha256_file(p) for d, p in cfg.drafter_files.items()}
     if list(cfg.draft_p_mins) != [0.0]:  # only when set: older run directories still resume
         provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
     if cfg.placement:  # only when set: older run directories still resume
@@ -757,12 +777,16 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
         return traces
     planned = checked_grid(cfg, cells, provenance, progress)  # every model and cell checked, whole grid
     rundir.apply_resume(plan)  # only now: a refused resume changed no file
+    engine_key = lambda drafter: hidden_drafters.engine_key(drafter, cfg.draft, cfg.drafter_files)
     for target, runnable, own_tokens in planned:
-        for group in by_ctx_len(runnable):
+        for group in by_ctx_len(runnable, engine_key):
             with engine_for(cfg, target, group, own_tokens) as engine:
+                if engine.hidden_drafter:
+                    print(hidden_drafters.inferred_line(group[0].drafter, engine), file=sys.stderr)
                 target_rec = model_record(engine.target_info, "target")
-                draft_rec = model_record(engine.draft_info, "draft")
-                provenance["models"] += [rec for rec in (target_rec, draft_rec) if not any(
+                draft_rec = (model_record(engine.draft_info, "draft") if engine.draft_info
+                             else {"role": "draft", "name": None, "type": None, "sha256": None})
+                provenance["models"] += [rec for rec in (target_rec, draft_rec) if rec["sha256"] and not any(
                     m["role"] == rec["role"] and m["sha256"] == rec["sha256"] for m in provenance["models"])]
                 write_json(out / "provenance.json", provenance)
                 for cell in group:
@@ -830,8 +854,12 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--draft-max", "-k", dest="k", type=_int_list, default=[4], metavar="K,K,...",
                       help="draft tokens per round (llama.cpp's --spec-draft-n-max)")
     grid.add_argument("--drafter", type=_list_of(str, "drafter names"), default=["model"], metavar="D,D,...",
-                      help=f"drafters, one cell each: {', '.join(DRAFTERS)} (model: the draft GGUF; the "
-                           f"others: llama.cpp's model-free n-gram drafters, --spec-type names)")
+                      help=f"drafters, one cell each: {', '.join(DRAFTERS)} (model: the draft GGUF; ngram-*: "
+                           f"llama.cpp's model-free n-gram drafters; dflash, dspark, eagle3: llama.cpp's "
+                           f"hidden-state drafters, their file by -md or --drafter-file; mtp: the target's own "
+                           f"nextn head; llama.cpp's --spec-type spellings draft-* are accepted)")
+    grid.add_argument("--drafter-file", action="append", default=[], metavar="NAME=GGUF",
+                      help="the file of a hidden-state drafter (dflash, dspark, eagle3), when not -md; repeatable")
     ngram = p.add_argument_group("n-gram drafters (llama.cpp's options and defaults; k still caps each draft)")
     for name, default in sorted(drafter_defaults().items()):
         ngram.add_argument(f"--{name}", dest=f"drafter_opt_{name}", default=None, metavar="PATH" if "cache" in name
@@ -1013,7 +1041,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     args.concurrency = args.concurrency or preset_defaults.get("concurrencies", [1, 4, 8])
     if args.preset and (args.target or args.draft):
         errors.append("--preset cannot be combined with -m/--target or -md/--draft")
-    if (args.target is None) != (args.draft is None):
+    needs_draft = hidden_drafters.needs_draft_file(args.drafter, args.drafter_file)
+    if (args.target is None and args.draft is not None) or (args.draft is None and args.target and needs_draft):
         errors.append("give both -m/--target and -md/--draft (speculation needs a draft)")
     for name, values, low in (("--ctx-len", args.ctx_len, 0), ("--concurrency", args.concurrency, 1),
                               ("--draft-max", args.k, 1)):
@@ -1066,8 +1095,17 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     prompts, tasks = workload_args(args, preset_defaults, errors)
     drafter_options = {name: getattr(args, f"drafter_opt_{name}") for name in drafter_defaults()
                        if getattr(args, f"drafter_opt_{name}", None) is not None}
+    try:
+        args.drafter = [drafter_name(d) for d in args.drafter]
+    except ValueError as error:
+        errors.append(f"--drafter: {error}")
     if len(set(args.drafter)) != len(args.drafter):
         errors.append("--drafter has duplicates")
+    try:
+        drafter_files = hidden_drafters.parse_drafter_files(args.drafter_file)
+    except ValueError as error:
+        errors.append(str(error))
+        drafter_files = {}
     for drafter in args.drafter:
         try:
             if drafter not in DRAFTERS:
@@ -1079,6 +1117,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
             errors.append(f"--drafter {drafter}: {error}")
     if problem := drafter_options_problem(args.drafter, drafter_options):
         errors.append(problem)
+    errors += hidden_drafters.pair_problems(args.drafter, args.target or [], args.draft, drafter_files)
     for p_min in args.draft_p_min:
         try:
             check_draft_p_min(p_min)
@@ -1100,7 +1139,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         prompts, tasks, dataset = dataset_args(args, targets[0], n_predict)
     return SweepConfig(
         targets=targets,
-        draft=Path(preset.draft if preset else args.draft),
+        draft=Path(preset.draft) if preset else (Path(args.draft) if args.draft else None),
         ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
         accept_rule=rule,
         n_predict=n_predict,
@@ -1116,6 +1155,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
         check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
         dist_positions=args.dist_positions,
+        drafter_files=drafter_files,
         command="python -m specnative.sweep " + " ".join(shlex.quote(a) for a in argv))
 
 
@@ -1127,7 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
         from specnative import serve_sweep
         return serve_sweep.main(cfg, args)
     print(f"specnative sweep -> {cfg.out_dir}\n  targets: {', '.join(Path(t).name for t in cfg.targets)}\n"
-          f"  draft: {Path(cfg.draft).name}\n  ctx_len {cfg.ctx_lens} x concurrency {cfg.concurrencies} x "
+          f"  draft: {Path(cfg.draft).name if cfg.draft else '-'}\n  ctx_len {cfg.ctx_lens} x concurrency {cfg.concurrencies} x "
           f"k {cfg.ks} x temperature {cfg.temperatures} ({cfg.accept_rule}), n_predict {cfg.n_predict}, "
           f"warm-up <= {cfg.warmup} (tol {cfg.warmup_tol:g}), repeats {cfg.repeats}-{cfg.max_repeats} "
           f"(until the {cfg.ci_level:.0%} interval decides), threads {cfg.threads}", file=sys.stderr)

@@ -1,0 +1,103 @@
+"""llama.cpp's hidden-state drafters in its own llama-speculative-simple beside ours, one sequence,
+greedy, on the project's tiny files (src/specnative/tiny_drafters.py) or your own:
+
+    python bench/peerkit/hidden_peer.py [--drafter dflash,dspark,eagle3,mtp] [-k 4] [-n 64] \
+        [--acceptance low,mid,high] [--build DIR]
+
+    python bench/peerkit/hidden_peer.py --drafter dflash -m TARGET.gguf -md DFLASH.gguf
+
+Theirs: llama-speculative-simple -m T [-md D] --spec-type draft-<drafter> --spec-draft-n-max k
+--spec-draft-n-min 0 --spec-draft-p-min 0 --temp 0 (a build with SPECNATIVE_PEER_TOOLS=ON, or
+bench/peers.py's build in bench/work/llama-build). Ours: Engine(T, D).generate(spec=True,
+drafter=...). Printed per drafter and acceptance level: alpha ours / theirs (points apart),
+drafted, accepted, and whether the emitted text agrees. As with the n-gram peer, their loop keeps
+the last prompt token out of its prefill and drafts once before the first generated token; ours
+prefills the whole prompt and drafts from the first generated token on: the first round differs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from peerkit.common import BUILD, RESULTS, log, tool_path  # noqa: E402
+from peerkit.spec_simple import theirs_spec  # noqa: E402
+
+PROMPT = "The city of"
+FILE_KIND = {"dflash": "dflash2", "dspark": "dspark", "eagle3": "eagle3", "mtp": "mtp"}  # tiny file per drafter
+
+
+def theirs(tool, target, draft, drafter, prompt, n, k, threads) -> dict:
+    cmd = [str(tool), "-m", str(target), "--spec-type", f"draft-{drafter}", "--spec-draft-n-max", str(k),
+           "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-p", prompt, "-n", str(n), "--temp", "0",
+           "-t", str(threads), "-c", "4096", "--swa-full"]
+    if draft is not None:
+        cmd += ["-md", str(draft)]
+    return {**theirs_spec(cmd, prompt), "command": " ".join(cmd)}
+
+
+def ours(target, draft, drafter, prompt, n, k, threads) -> dict:
+    from specnative import Engine
+
+    with Engine(target, draft, n_ctx=4096, n_threads=threads, n_seq_max=1, mtp=drafter == "mtp") as engine:
+        r = engine.generate(prompt, n_predict=n, spec=True, k=k, drafter=drafter, stop_at_eos=False)
+        t = r.totals
+        return {"alpha": r.draft_accept_rate, "drafted": int(t["drafted"]), "accepted": int(t["accepted"]),
+                "rounds": int(t["rounds"]), "tps": r.tps, "text": r.texts[0], "file_kind": engine.hidden_drafter}
+
+
+def pairs(a, workdir: Path):
+    """(drafter, acceptance, target, draft) to compare: the given files, or the tiny ones."""
+    if a.target:
+        for drafter in a.drafter.split(","):
+            yield drafter, "given", a.target, a.draft
+        return
+    from specnative.tiny_drafters import drafter_pair
+
+    for drafter in a.drafter.split(","):
+        for acceptance in a.acceptance.split(","):
+            target, draft = drafter_pair(workdir, FILE_KIND[drafter], acceptance=acceptance)
+            yield drafter, acceptance, target, draft
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--drafter", default="dflash,dspark,eagle3,mtp")
+    ap.add_argument("--acceptance", default="low,mid,high", help="tiny files' acceptance levels")
+    ap.add_argument("-m", "--target", type=Path, help="your target (with -md for dflash/dspark/eagle3)")
+    ap.add_argument("-md", "--draft", type=Path)
+    ap.add_argument("-k", type=int, default=4)
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--build", type=Path, default=BUILD, help="llama.cpp build dir with llama-speculative-simple")
+    ap.add_argument("--out", type=Path, default=RESULTS / "hidden-drafters-peer.json")
+    a = ap.parse_args(argv)
+    tool = tool_path(a.build, "llama-speculative-simple")
+    if not tool.exists():
+        raise SystemExit(f"error: {tool} not found: build llama.cpp's tools (SPECNATIVE_PEER_TOOLS=ON, or "
+                         f"python bench/peers.py, which builds them into bench/work/llama-build) or pass --build")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for drafter, acceptance, target, draft in pairs(a, Path(tmp)):
+            log(f"{drafter} {acceptance}")
+            o = ours(target, draft, drafter, PROMPT, a.n, a.k, a.threads)
+            t = theirs(tool, target, draft, drafter, PROMPT, a.n, a.k, a.threads)
+            row = {"drafter": drafter, "acceptance": acceptance, "file_kind": o.pop("file_kind"), "ours": o,
+                   "theirs": {key: v for key, v in t.items()},
+                   "alpha_points": 100 * (o["alpha"] - t["alpha"]),
+                   "text_agrees": o["text"].strip() == t["text"].strip()[: len(o["text"].strip())]}
+            rows.append(row)
+            print(f"{drafter:7s} {acceptance:6s} alpha ours {o['alpha']:.3f} theirs {t['alpha']:.3f} "
+                  f"({row['alpha_points']:+.1f} pts); drafted {o['drafted']}/{t['drafted']}, accepted "
+                  f"{o['accepted']}/{t['accepted']}; text agrees: {row['text_agrees']}")
+    a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/hidden_peer.py"] + (argv or sys.argv[1:])),
+                                 "k": a.k, "n": a.n, "prompt": PROMPT, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

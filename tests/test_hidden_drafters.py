@@ -1,0 +1,372 @@
+"""llama.cpp's hidden-state drafters (draft-dflash incl. DFlash2, draft-dspark, draft-eagle3,
+draft-mtp) as values of the drafter axis, on tiny files the project writes itself
+(tiny_drafters.py): acceptance by design, exact counts, timers that add up with the ingest
+step, lossless verdicts under greedy, match and rejection, planted bugs caught, and pairs
+llama.cpp cannot run refused before anything is loaded."""
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from specnative import Engine, _core, lossless, report, schema
+from specnative.sweep import main
+from specnative.engine import HIDDEN_DRAFTERS, drafter_name
+from specnative.models import FORCED_TOKEN, tiny_vocab
+from specnative.tiny_drafters import DRAFTER_KINDS, drafter_pair, write_tiny_drafter
+
+from conftest import ENGINE_KW
+
+PROMPTS = ["The city of", "Once upon a time there was a", "Hello", "In the year"]
+BLOCK = 8  # write_tiny_drafter's default dflash.block_size: k up to BLOCK - 1
+# file kind -> the drafter that runs it
+DRAFTER_OF = {"dflash": "dflash", "dflash2": "dflash", "dspark": "dspark", "eagle3": "eagle3", "mtp": "mtp"}
+KINDS = list(DRAFTER_OF)
+
+
+@pytest.fixture(scope="session")
+def hidden_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hidden")
+
+
+@pytest.fixture(scope="module")
+def engine_of(hidden_dir):
+    """engine_of(kind, acceptance): one engine per (file kind, acceptance), made on first use."""
+    opened = {}
+
+    def get(kind: str, acceptance: str) -> Engine:
+        if (kind, acceptance) not in opened:
+            target, draft = drafter_pair(hidden_dir, "mtp" if kind == "mtp" else kind, acceptance=acceptance)
+            opened[kind, acceptance] = Engine(target, draft, n_ctx=1024, n_batch=256, n_seq_max=4,
+                                              mtp=kind == "mtp", **ENGINE_KW)
+        return opened[kind, acceptance]
+
+    yield get
+    for engine in opened.values():
+        engine.close()
+
+
+def spec_run(engine, kind, prompts, **kw):
+    return engine.generate(prompts, spec=True, drafter=DRAFTER_OF[kind], **kw)
+
+
+# --- the files ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", DRAFTER_KINDS)
+def test_factory_writes_what_llama_cpp_infers(hidden_dir, kind):
+    _, draft = drafter_pair(hidden_dir, kind)
+    assert _core.hidden_drafter_file_kind(str(draft)) == kind
+    reader = gguf.GGUFReader(str(draft))
+    names = {t.name for t in reader.tensors}
+    arch = reader.get_field("general.architecture").contents()
+    assert arch == ("eagle3" if kind == "eagle3" else "dflash")
+    assert "fc.weight" in names and "token_embd.weight" not in names  # borrows the target's
+    assert reader.get_field("tokenizer.ggml.tokens").contents() == tiny_vocab()[0]
+    if kind != "eagle3":
+        assert reader.get_field("tokenizer.ggml.mask_token_id").contents() == 0
+    assert ("selector_hidden.weight" in names) == (kind == "dflash2")
+    assert ("markov_w1.weight" in names) == (kind == "dspark")
+
+
+def test_engine_says_what_it_inferred(engine_of):
+    for kind in KINDS:
+        assert engine_of(kind, "low").hidden_drafter == kind
+    assert engine_of("dflash2", "low").draft_info["n_params"] > 0
+
+
+def test_llama_cpp_spellings_are_accepted():
+    assert drafter_name("draft-dflash") == "dflash" and drafter_name("draft-mtp") == "mtp"
+    assert drafter_name("draft-simple") == "model" and drafter_name("ngram-mod") == "ngram-mod"
+
+
+# --- acceptance by design -----------------------------------------------------------------------
+@pytest.mark.parametrize("kind", KINDS)
+def test_forced_high_accepts_everything_random_far_lower(engine_of, kind):
+    k = 4
+    high = spec_run(engine_of(kind, "high"), kind, PROMPTS[:2], n_predict=24, k=k)
+    low = spec_run(engine_of(kind, "low"), kind, PROMPTS[:2], n_predict=24, k=k)
+    assert all((t == FORCED_TOKEN).all() for t in high.tokens)
+    assert high.draft_accept_rate >= 0.95
+    assert low.totals["drafted"] > 0 and low.draft_accept_rate < 0.5
+    sampled = spec_run(engine_of(kind, "high"), kind, PROMPTS[:2], n_predict=24, k=k, temperature=0.8,
+                       accept_rule="rejection", seed=3)
+    assert sampled.draft_accept_rate >= 0.95  # p(forced) ~ 1 even at T = 0.8; q is one-hot
+
+
+def check_counts(result, k):
+    for c, tokens in zip(result.counts, result.tokens):
+        assert c["rounds"] - (c["emitted"] - c["accepted"]) in (0, 1)  # only a final accepted EOG emits no more
+        assert c["drafted"] == c["drafted_at"].sum() and c["accepted"] == c["accepted_at"].sum() <= c["drafted"]
+        assert c["accept_len_hist"].sum() == c["rounds"]
+        assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
+        assert c["emitted"] == len(tokens) - 1  # the first token is the prefill's
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_timers_add_up_with_the_ingest_step(engine_of, kind):
+    spec = spec_run(engine_of(kind, "mid"), kind, PROMPTS, n_predict=24, k=4)
+    t = spec.times
+    parts = ["prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", "resample"]
+    assert all(t[p] >= 0 for p in parts) and t["decode"] == 0
+    assert t["draft"] > 0 and t["verify"] > 0 and t["draft_ingest"] > 0 and t["prefill_draft"] > 0
+    assert sum(t[p] for p in parts) >= 0.99 * t["total"]
+    assert spec.round_ms == pytest.approx((t["draft"] + t["draft_ingest"] + t["verify"] + t["resample"]) / spec.steps)
+    check_counts(spec, 4)
+
+
+def test_other_drafters_ingest_nothing(copy_engine):
+    spec = copy_engine.generate(PROMPTS[:2], n_predict=12, spec=True, k=4)
+    assert spec.times["draft_ingest"] < 0.05 * spec.times["verify"]
+
+
+# --- lossless -----------------------------------------------------------------------------------
+RULES = [(0.0, "greedy"), (0.8, "match"), (0.8, "rejection")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("temperature, rule", RULES)
+def test_no_fail_at_any_rule_concurrency_and_k(engine_of, kind, temperature, rule):
+    engine = engine_of(kind, "mid")
+    for n_seq in (1, 4):
+        prompts = PROMPTS[:n_seq]
+        base = engine.generate(prompts, n_predict=16, temperature=temperature, seed=5)
+        for k in (1, 4, BLOCK - 1):
+            spec = spec_run(engine, kind, prompts, n_predict=16, k=k, temperature=temperature,
+                            accept_rule=rule, seed=5)
+            check_counts(spec, k)
+            if rule == "rejection":  # lossless in distribution (below); per seed as the sweep: `match`
+                spec = spec_run(engine, kind, prompts, n_predict=16, k=k, temperature=temperature,
+                                accept_rule="match", seed=5)
+            verdict, _ = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature, 5, k,
+                                                    DRAFTER_OF[kind])
+            assert verdict.verdict != lossless.FAIL, (kind, n_seq, k, verdict.reason)
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3"])
+def test_rejection_with_one_hot_proposals_keeps_the_targets_distribution(engine_of, kind):
+    """The token after the first round over many seeds: the baseline's and the rejection rule's
+    (accept the drafter's x with probability p(x), else resample p without x) are one distribution."""
+    engine = engine_of(kind, "mid")
+    seeds = range(300)
+    base = [int(engine.generate(["Hello"], n_predict=3, temperature=1.0, seed=s).tokens[0][1]) for s in seeds]
+    spec_runs = [spec_run(engine, kind, ["Hello"], n_predict=3, k=1, temperature=1.0, accept_rule="rejection", seed=s)
+                 for s in seeds]
+    spec = [int(r.tokens[0][1]) for r in spec_runs]
+    accepted = sum(r.totals["accepted"] for r in spec_runs)
+    assert 0 < accepted < len(spec_runs)  # both paths ran
+    tokens = sorted(set(base) | set(spec))
+    table = np.array([[base.count(t) for t in tokens], [spec.count(t) for t in tokens]])
+    common = table.sum(axis=0) >= 10  # pool rare tokens
+    table = np.column_stack([table[:, common], table[:, ~common].sum(axis=1)])
+    table = table[:, table.sum(axis=0) > 0]
+    assert stats.chi2_contingency(table).pvalue > 1e-3
+
+
+PLANTED = ["rollback_short", "rollback_long", "verify_position", "seed_mixup", "bonus_from_q"]
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3", "mtp"])
+@pytest.mark.parametrize("fault", PLANTED)
+def test_planted_bugs_fail(engine_of, kind, fault):
+    engine = engine_of(kind, "mid")
+    temperature = 0.8 if fault in ("seed_mixup", "bonus_from_q") else 0.0
+    rule = "match" if temperature > 0 else "greedy"
+    base = engine.generate(PROMPTS, n_predict=32, temperature=temperature, seed=11)
+    engine._core._inject_fault(fault)
+    try:
+        spec = spec_run(engine, kind, PROMPTS, n_predict=32, k=4, temperature=temperature, accept_rule=rule, seed=11)
+        verdict, _ = lossless.verdict_after_run(engine, PROMPTS, base.tokens, spec.tokens, temperature, 11, 4,
+                                                DRAFTER_OF[kind])
+    finally:
+        engine._core._inject_fault("none")
+    assert verdict.verdict == lossless.FAIL, verdict.reason
+
+
+@pytest.mark.parametrize("kind", ["dflash", "dspark", "mtp"])
+def test_skipping_the_draft_trim_is_refused_by_llama_cpp_not_a_silent_change(engine_of, kind):
+    """The rollback contract after a draft (drop the draft cache's cells from pos0 on) is not a
+    matter of draft quality at this llama.cpp commit: the next feature injection writes pos0 again,
+    and llama.cpp refuses positions that do not follow the cache's last one. Skipping the trim
+    (Fault::skip_draft_trim) must end in a clear error, never in a changed or aborted run; with the
+    trim, the same run is token-identical to the baseline."""
+    engine = engine_of(kind, "mid")
+    base = engine.generate(PROMPTS, n_predict=32)
+    clean = spec_run(engine, kind, PROMPTS, n_predict=32, k=4)
+    for a, b in zip(base.tokens, clean.tokens):
+        np.testing.assert_array_equal(a, b)
+    engine._core._inject_fault("skip_draft_trim")
+    try:
+        with pytest.raises(RuntimeError, match="consecutive"):
+            spec_run(engine, kind, PROMPTS, n_predict=32, k=4)
+    finally:
+        engine._core._inject_fault("none")
+    again = spec_run(engine, kind, PROMPTS, n_predict=32, k=4)  # the engine is still usable
+    assert again.totals["accepted"] == clean.totals["accepted"]
+
+
+def test_noise_control_covers_the_extraction_path(engine_of):
+    engine = engine_of("dflash", "mid")
+    base = engine.generate(PROMPTS[:2], n_predict=16)
+    control = lossless.measure_noise(engine, PROMPTS[:2], base.tokens, 4, "dflash")
+    assert control.positions > 0 and np.isfinite(control.max_spread)
+
+
+def test_speculation_leaves_the_target_without_extraction(engine_of, hidden_dir):
+    """The honest baseline: after a hidden-state drafter's run (and a baseline under its settings)
+    the target decodes as a plain target again, bit for bit."""
+    engine = engine_of("eagle3", "mid")
+    prompt = engine.tokenize("Hello there").tolist()
+    before = engine.prompt_logits(prompt)
+    spec_run(engine, "eagle3", PROMPTS[:2], n_predict=8, k=4)
+    settings = engine.generate(PROMPTS[:2], n_predict=8, drafter="eagle3", drafter_settings=True)
+    assert not settings.speculative and settings.step_ms > 0
+    np.testing.assert_array_equal(engine.prompt_logits(prompt), before)
+
+
+# --- refused before anything is loaded ----------------------------------------------------------
+def write_header_only(path, arch: str, n_embd: int = 128, n_layer: int = 2):
+    """A GGUF with a model's metadata and no tensors: enough for the checks that run before loading."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_context_length(1024)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def refusal(target, draft=None, mtp=False) -> str:
+    with pytest.raises(ValueError) as info:
+        Engine(target, draft, n_ctx=256, n_batch=64, n_seq_max=1, mtp=mtp, **ENGINE_KW)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_unsupported_pairs_are_refused_with_one_line(hidden_dir, tmp_path):
+    target, dflash = drafter_pair(hidden_dir, "dflash", acceptance="low")
+    gemma3 = write_header_only(tmp_path / "gemma3.gguf", "gemma3")
+    assert "architecture gemma3" in refusal(gemma3, dflash) and "layer inputs" in refusal(gemma3, dflash)
+    message = refusal(target, mtp=True)
+    assert "nextn" in message and "architecture llama" in message
+    narrow = write_tiny_drafter(tmp_path / "narrow.gguf", "dflash", n_embd=64)
+    assert "n_embd 64" in refusal(target, narrow)
+    maskless = write_tiny_drafter(tmp_path / "maskless.gguf", "dflash", mask_token=None)
+    assert "mask token" in refusal(target, maskless)
+    deep = write_tiny_drafter(tmp_path / "deep.gguf", "dflash", target_layers=(0, 5))
+    assert "target layer 5" in refusal(target, deep)
+    narrow_eagle = write_tiny_drafter(tmp_path / "eagle-narrow.gguf", "eagle3", n_embd_target=96)
+    assert "n_embd 96" in refusal(target, narrow_eagle)
+
+
+def test_a_drafter_must_match_the_engine(engine_of, copy_engine):
+    dflash = engine_of("dflash", "low")
+    with pytest.raises(ValueError, match="use drafter='dflash'"):
+        dflash.generate(PROMPTS[:1], n_predict=4, spec=True, drafter="eagle3")
+    with pytest.raises(ValueError, match="use drafter='dflash'"):
+        dflash.generate(PROMPTS[:1], n_predict=4, spec=True, drafter="model")
+    with pytest.raises(ValueError, match="needs its draft file"):
+        copy_engine.generate(PROMPTS[:1], n_predict=4, spec=True, drafter="dflash")
+    with pytest.raises(ValueError, match="mtp=True"):
+        copy_engine.generate(PROMPTS[:1], n_predict=4, spec=True, drafter="mtp")
+    assert set(HIDDEN_DRAFTERS) == {"dflash", "dspark", "eagle3", "mtp"}
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+SWEEP_FLAGS = ["--ctx-len", "0", "-np", "1,3", "-k", "3", "-n", "12", "--warmup", "1", "-r", "2",
+               "--max-repeats", "2", "-t", "1", "--no-report"]
+
+
+@pytest.fixture(scope="module")
+def hidden_sweep(hidden_dir, tmp_path_factory):
+    """--drafter model,dflash,dspark,eagle3 on the forced target (a DFlash2 file under dflash,
+    llama.cpp's draft-eagle3 spelling), and --drafter mtp on the MTP target."""
+    target, dflash2 = drafter_pair(hidden_dir, "dflash2")
+    _, dspark = drafter_pair(hidden_dir, "dspark")
+    _, eagle3 = drafter_pair(hidden_dir, "eagle3")
+    mtp_target, _ = drafter_pair(hidden_dir, "mtp")
+    out = tmp_path_factory.mktemp("hidden-sweep")
+    assert main(["-m", str(target), "-md", str(target), "--drafter", "model,dflash,dspark,draft-eagle3",
+                 "--drafter-file", f"dflash={dflash2}", "--drafter-file", f"dspark={dspark}",
+                 "--drafter-file", f"eagle3={eagle3}", "--out", str(out / "a"), *SWEEP_FLAGS]) == 0
+    assert main(["-m", str(mtp_target), "--drafter", "mtp", "--out", str(out / "b"), *SWEEP_FLAGS]) == 0
+    return pd.concat([schema.read_traces(out / run / "traces.csv") for run in ("a", "b")], ignore_index=True)
+
+
+def test_sweep_rows_for_every_hidden_drafter(hidden_sweep):
+    on = hidden_sweep[hidden_sweep.spec_decode == "on"]
+    assert sorted(set(on.drafter)) == ["dflash", "dspark", "eagle3", "model", "mtp"]
+    assert len(on) == 5 * 2  # concurrency 1 and 3
+    for column in ("draft_accept_rate", "mean_accept_len", "verify_cost_c", "speedup", "tps"):
+        assert on[column].notna().all(), column
+    assert (on.verdict != "fail").all() and on.lossless_ok.all()
+    hidden = on[on.drafter != "model"]
+    assert (hidden.draft_accept_rate >= 0.95).all()
+    assert (hidden.draft_ingest_ms > 0).all() and hidden.settings_step_ms.notna().all()
+    assert hidden.settings_step_cost.notna().all()
+    kinds = dict(zip(hidden.drafter, hidden.drafter_kind))
+    assert kinds == {"dflash": "dflash2", "dspark": "dspark", "eagle3": "eagle3", "mtp": "mtp"}
+    mtp = hidden[hidden.drafter == "mtp"]
+    assert mtp.draft_model.isna().all() and mtp.draft_sha256.isna().all()
+    files = hidden[hidden.drafter != "mtp"]
+    assert files.draft_model.str.startswith("tiny-").all() and (files.draft_type == "all F32").all()
+    parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "draft_ingest_ms", "verify_ms", "resample_ms"]
+    assert (on[parts].sum(axis=1) >= 0.99 * on.total_ms).all()
+    for _, row in hidden.iterrows():  # the report's timing breakdown has the ingest step
+        assert report.step_parts(row)["draft_ingest_ms"] == pytest.approx(row.draft_ingest_ms)
+
+
+def test_sweep_refuses_an_unsupported_pair_before_any_work(hidden_dir, tmp_path, capsys):
+    _, dflash = drafter_pair(hidden_dir, "dflash", acceptance="low")
+    gemma3 = write_header_only(tmp_path / "gemma3.gguf", "gemma3")
+    with pytest.raises(SystemExit) as info:
+        main(["-m", str(gemma3), "-md", str(dflash), "--drafter", "dflash", "--out", str(tmp_path / "x"),
+              *SWEEP_FLAGS])
+    assert "architecture gemma3" in str(info.value) and not (tmp_path / "x").exists()
+    target, _ = drafter_pair(hidden_dir, "dflash", acceptance="low")
+    with pytest.raises(SystemExit, match="nextn"):
+        main(["-m", str(target), "--drafter", "mtp", "--out", str(tmp_path / "y"), *SWEEP_FLAGS])
+
+
+@pytest.mark.parametrize("fault, acceptance, passes", [
+    ("none", "mid", True), ("none", "low", True),
+    ("accept_always", "low", False),  # keeps the random drafter's unlikely tokens
+])
+def test_rejection_rule_distributional_verdict_on_a_hidden_drafter(engine_of, fault, acceptance, passes):
+    """lossless.rejection_distribution (the rejection rule's own verdict) on DFlash's one-hot
+    proposals: the correct rule is consistent with p, a rule that keeps every draft is not."""
+    engine = engine_of("dflash", acceptance)
+    base = engine.generate(PROMPTS, n_predict=24, temperature=1.0, seed=2)
+    control = lossless.measure_noise(engine, PROMPTS, base.tokens, 4, "dflash")
+    engine._core._inject_fault(fault)
+    try:
+        test = lossless.rejection_distribution(engine, PROMPTS, 1.0, 2, control, 400, n_predict=24, k=4,
+                                               drafter="dflash")
+    finally:
+        engine._core._inject_fault("none")
+    assert test.passed == passes, test.reason
+
+
+@pytest.mark.parametrize("kind", ["dflash", "eagle3"])
+def test_a_prompt_longer_than_a_batch_feeds_the_drafter_every_chunk(hidden_dir, kind):
+    """The target's prefill is cut into n_batch chunks; the drafter must read each one: a missed
+    chunk leaves a hole in a file drafter's cache, which the drafter refuses at begin (checked:
+    skipping full chunks fails this test). Cut in 32-token chunks, the run drafts as it does with
+    the prompt in one batch and stays the baseline's output. (An MTP head keeps no such check: its
+    memory may be the target's.)"""
+    target, draft = drafter_pair(hidden_dir, kind, acceptance="mid")
+    long_prompt = " ".join(["the city of words"] * 40)
+    runs = {}
+    for n_batch in (32, 256):
+        with Engine(target, draft, n_ctx=1024, n_batch=n_batch, n_seq_max=2, mtp=kind == "mtp", **ENGINE_KW) as engine:
+            assert len(engine.tokenize(long_prompt)) > 3 * 32
+            base = engine.generate([long_prompt, "Hello"], n_predict=24)
+            runs[n_batch] = spec_run(engine, kind, [long_prompt, "Hello"], n_predict=24, k=4)
+            verdict, _ = lossless.verdict_after_run(engine, [long_prompt, "Hello"], base.tokens, runs[n_batch].tokens,
+                                                    0.0, 0, 4, DRAFTER_OF[kind])
+            assert verdict.verdict != lossless.FAIL, verdict.reason
+    assert runs[32].totals["drafted"] > 0
+    assert abs(runs[32].totals["accepted"] - runs[256].totals["accepted"]) <= 2  # near ties aside, the same drafts
