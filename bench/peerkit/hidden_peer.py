@@ -10,9 +10,10 @@ Theirs: llama-speculative-simple -m T [-md D] --spec-type draft-<drafter> --spec
 --spec-draft-n-min 0 --spec-draft-p-min 0 --temp 0 (a build with SPECNATIVE_PEER_TOOLS=ON, or
 bench/peers.py's build in bench/work/llama-build). Ours: Engine(T, D).generate(spec=True,
 drafter=...). Printed per drafter and acceptance level: alpha ours / theirs (points apart),
-drafted, accepted, and whether the emitted text agrees. As with the n-gram peer, their loop keeps
-the last prompt token out of its prefill and drafts once before the first generated token; ours
-prefills the whole prompt and drafts from the first generated token on: the first round differs.
+drafted, accepted, and whether the emitted text agrees. Their loop keeps the last prompt token out
+of its prefill and drafts once before the first generated token; ours prefills the whole prompt and
+drafts from the first generated token on. So theirs gets the prompt extended by our first token
+(spec_simple.aligned_prompt) and one token less to generate: both then draft from the same point.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from peerkit.common import BUILD, RESULTS, log, tool_path  # noqa: E402
-from peerkit.spec_simple import theirs_spec  # noqa: E402
+from peerkit.spec_simple import aligned_prompt, theirs_spec  # noqa: E402
 
 PROMPT = "The city of"
 FILE_KIND = {"dflash": "dflash2", "dspark": "dspark", "eagle3": "eagle3", "mtp": "mtp"}  # tiny file per drafter
@@ -41,13 +42,16 @@ def theirs(tool, target, draft, drafter, prompt, n, k, threads) -> dict:
 
 
 def ours(target, draft, drafter, prompt, n, k, threads) -> dict:
+    """Our run, its counts and text after the first token, and the prompt their run gets."""
     from specnative import Engine
 
     with Engine(target, draft, n_ctx=4096, n_threads=threads, n_seq_max=1, mtp=drafter == "mtp") as engine:
         r = engine.generate(prompt, n_predict=n, spec=True, k=k, drafter=drafter, stop_at_eos=False)
         t = r.totals
+        first = int(r.tokens[0][0])
         return {"alpha": r.draft_accept_rate, "drafted": int(t["drafted"]), "accepted": int(t["accepted"]),
-                "rounds": int(t["rounds"]), "tps": r.tps, "text": r.texts[0], "file_kind": engine.hidden_drafter}
+                "rounds": int(t["rounds"]), "tps": r.tps, "text": engine.detokenize(r.tokens[0][1:]),
+                "file_kind": engine.hidden_drafter, "their_prompt": aligned_prompt(engine, prompt, first)}
 
 
 def pairs(a, workdir: Path):
@@ -85,7 +89,11 @@ def main(argv=None) -> int:
         for drafter, acceptance, target, draft in pairs(a, Path(tmp)):
             log(f"{drafter} {acceptance}")
             o = ours(target, draft, drafter, PROMPT, a.n, a.k, a.threads)
-            t = theirs(tool, target, draft, drafter, PROMPT, a.n, a.k, a.threads)
+            their_prompt = o.pop("their_prompt")
+            if their_prompt is None:
+                log(f"  our first token does not re-tokenize after {PROMPT!r}; theirs starts one round earlier")
+            t = theirs(tool, target, draft, drafter, their_prompt or PROMPT, a.n - 1 if their_prompt else a.n,
+                       a.k, a.threads)
             row = {"drafter": drafter, "acceptance": acceptance, "file_kind": o.pop("file_kind"), "ours": o,
                    "theirs": {key: v for key, v in t.items()},
                    "alpha_points": 100 * (o["alpha"] - t["alpha"]),
