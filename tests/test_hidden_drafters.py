@@ -319,6 +319,16 @@ def test_sweep_rows_for_every_hidden_drafter(hidden_sweep):
         assert report.step_parts(row)["draft_ingest_ms"] == pytest.approx(row.draft_ingest_ms)
 
 
+def test_sweep_with_the_drafter_file_as_md(hidden_dir, tmp_path):
+    """bench/gpu_check.sh's DFlash cell: -md names the DFlash file itself (llama.cpp's spelling)."""
+    target, dflash2 = drafter_pair(hidden_dir, "dflash2")
+    assert main(["-m", str(target), "-md", str(dflash2), "--drafter", "draft-dflash", "--out", str(tmp_path / "run"),
+                 *SWEEP_FLAGS[:2], "-np", "1", *SWEEP_FLAGS[4:]]) == 0
+    on = schema.read_traces(tmp_path / "run" / "traces.csv").query("spec_decode == 'on'")
+    assert list(on.drafter) == ["dflash"] and list(on.drafter_kind) == ["dflash2"]
+    assert on.draft_accept_rate.iloc[0] >= 0.95 and on.verdict.iloc[0] != "fail"
+
+
 def test_sweep_refuses_an_unsupported_pair_before_any_work(hidden_dir, tmp_path, capsys):
     _, dflash = drafter_pair(hidden_dir, "dflash", acceptance="low")
     gemma3 = write_header_only(tmp_path / "gemma3.gguf", "gemma3")

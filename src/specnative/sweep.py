@@ -635,7 +635,8 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
     tokens) per target; refused cells are recorded with their reason."""
     vocabs = {target: gridcheck.vocab_model(target, "target") for target in map(Path, cfg.targets)}
     # no -md: only drafters that need no draft model (n-gram, mtp, hidden drafters by --drafter-file)
-    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft") if cfg.draft else None
+    # (-md a hidden-state drafter's file: the Engine checks its vocabulary; the draft model's here)
+    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft") if cfg.draft and "model" in cfg.drafters else None
     draft_shape = gridcheck.header_shape(gguf_shape, cfg.draft, "draft") if cfg.draft else None
     if "model" in cfg.drafters:
         provenance["notes"] += [n for n in gridcheck.check_vocabularies(draft_vocab, vocabs)
