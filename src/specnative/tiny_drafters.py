@@ -256,7 +256,6 @@ def write_tiny_mtp_target(
     """
     tokens, scores, types = tiny_vocab()
     n_vocab = len(tokens)
-    d_head = n_embd // n_head
     s = n_embd**-0.5
     embd = _normal(seed, "token_embd", (n_vocab, n_embd), 1.0)
     out = _normal(seed, "output", (n_vocab, n_embd), 3.0 * s) - 0.5 * s * embd
@@ -294,16 +293,14 @@ def write_tiny_mtp_target(
             p + "nextn.hnorm.weight": np.ones(n_embd),
             p + "nextn.shared_head_norm.weight": np.ones(n_embd),
         })
-    # the MTP's eh_proj row 0 re-creates the constant channel from the embedding's half
+    # the constant channel: the trunk keeps it (models._shape_structure), no expert writes it, and
+    # the MTP head rebuilds it from its input [enorm(embedding); hnorm(hidden)]: eh_proj's row 0
+    # reads channel 0 of the normed embedding only
     _shape_structure(tensors, forced_token, force_logit)
-    for name, t in tensors.items():
-        if name.endswith(("ffn_down_exps.weight",)):
-            t[:, 0, :] = 0.0
-        if name.endswith(("ffn_down_shexp.weight",)):
-            t[0, :] = 0.0
+    tensors[f"blk.{n_layer}.ffn_down_exps.weight"][:, 0, :] = 0.0
+    tensors[f"blk.{n_layer}.ffn_down_shexp.weight"][0, :] = 0.0
     _zero_constant_channel_writes(tensors)
-    eh = tensors[f"blk.{n_layer}.nextn.eh_proj.weight"]
-    eh[0, 0] = 1.0  # input: [enorm(embedding); hnorm(hidden)]: channel 0 of the normed embedding
+    tensors[f"blk.{n_layer}.nextn.eh_proj.weight"][0, 0] = 1.0
 
     def write(tmp: Path) -> None:
         w = gguf.GGUFWriter(tmp, "glm4moe")
