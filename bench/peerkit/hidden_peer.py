@@ -41,6 +41,26 @@ def theirs(tool, target, draft, drafter, prompt, n, k, threads) -> dict:
     return {**theirs_spec(cmd, prompt), "command": " ".join(cmd)}
 
 
+def server_side(build, target, draft, drafter, prompt_tokens, n, k, threads, log_dir: Path) -> dict:
+    """llama-server with the same --spec-type, one greedy /completion of the same prompt tokens (our
+    tokenization, BOS included, our first token appended as for speculative-simple); drafted and
+    accepted from the answer's timings (draft_n, draft_n_accepted)."""
+    from peerkit.server import HOST, LlamaServer
+
+    cmd = [str(tool_path(build, "llama-server")), "-m", str(target), "--host", HOST, "-np", "1", "-c", "4096",
+           "-t", str(threads), "-tb", str(threads), "--temp", "0", "--no-cache-prompt", "--cache-ram", "0",
+           "--no-webui", "-fit", "off", "--swa-full", "--spec-type", f"draft-{drafter}", "--spec-draft-n-max", str(k),
+           "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]
+    if draft is not None:
+        cmd += ["-md", str(draft)]
+    with LlamaServer(cmd, log_dir / f"server-{drafter}.log", start_timeout=120, request_timeout=300) as server:
+        answer = server.complete(prompt_tokens, n, ignore_eos=True)
+    t = answer["timings"]
+    drafted, accepted = int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))
+    return {"alpha": accepted / drafted if drafted else float("nan"), "drafted": drafted, "accepted": accepted,
+            "text": answer.get("content", ""), "command": " ".join(cmd)}
+
+
 def ours(target, draft, drafter, prompt, n, k, threads) -> dict:
     """Our run, its counts and text after the first token, and the prompt their run gets."""
     from specnative import Engine
@@ -51,7 +71,8 @@ def ours(target, draft, drafter, prompt, n, k, threads) -> dict:
         first = int(r.tokens[0][0])
         return {"alpha": r.draft_accept_rate, "drafted": int(t["drafted"]), "accepted": int(t["accepted"]),
                 "rounds": int(t["rounds"]), "tps": r.tps, "text": engine.detokenize(r.tokens[0][1:]),
-                "file_kind": engine.hidden_drafter, "their_prompt": aligned_prompt(engine, prompt, first)}
+                "file_kind": engine.hidden_drafter, "their_prompt": aligned_prompt(engine, prompt, first),
+                "their_tokens": [int(x) for x in engine.tokenize(prompt)] + [first]}
 
 
 def pairs(a, workdir: Path):
@@ -78,6 +99,7 @@ def main(argv=None) -> int:
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--build", type=Path, default=BUILD, help="llama.cpp build dir with llama-speculative-simple")
+    ap.add_argument("--server", action="store_true", help="also llama-server with the same --spec-type")
     ap.add_argument("--out", type=Path, default=RESULTS / "hidden-drafters-peer.json")
     a = ap.parse_args(argv)
     tool = tool_path(a.build, "llama-speculative-simple")
@@ -89,7 +111,7 @@ def main(argv=None) -> int:
         for drafter, acceptance, target, draft in pairs(a, Path(tmp)):
             log(f"{drafter} {acceptance}")
             o = ours(target, draft, drafter, PROMPT, a.n, a.k, a.threads)
-            their_prompt = o.pop("their_prompt")
+            their_prompt, their_tokens = o.pop("their_prompt"), o.pop("their_tokens")
             if their_prompt is None:
                 log(f"  our first token does not re-tokenize after {PROMPT!r}; theirs starts one round earlier")
             t = theirs(tool, target, draft, drafter, their_prompt or PROMPT, a.n - 1 if their_prompt else a.n,
@@ -98,10 +120,18 @@ def main(argv=None) -> int:
                    "theirs": {key: v for key, v in t.items()},
                    "alpha_points": 100 * (o["alpha"] - t["alpha"]),
                    "text_agrees": o["text"].strip() == t["text"].strip()[: len(o["text"].strip())]}
+            if a.server:
+                srv = server_side(a.build, target, draft, drafter, their_tokens, a.n - 1, a.k, a.threads, Path(tmp))
+                row["server"] = srv
+                row["server_alpha_points"] = 100 * (o["alpha"] - srv["alpha"])
+                row["server_text_agrees"] = o["text"].strip() == srv["text"].strip()[: len(o["text"].strip())]
             rows.append(row)
             print(f"{drafter:7s} {acceptance:6s} alpha ours {o['alpha']:.3f} theirs {t['alpha']:.3f} "
                   f"({row['alpha_points']:+.1f} pts); drafted {o['drafted']}/{t['drafted']}, accepted "
-                  f"{o['accepted']}/{t['accepted']}; text agrees: {row['text_agrees']}")
+                  f"{o['accepted']}/{t['accepted']}; text agrees: {row['text_agrees']}"
+                  + (f"; server alpha {row['server']['alpha']:.3f} ({row['server_alpha_points']:+.1f} pts), drafted "
+                     f"{row['server']['drafted']}, accepted {row['server']['accepted']}, text agrees: "
+                     f"{row['server_text_agrees']}" if a.server else ""))
     a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/hidden_peer.py"] + (argv or sys.argv[1:])),
                                  "k": a.k, "n": a.n, "prompt": PROMPT, "rows": rows}, indent=1))
     return 0
