@@ -13,7 +13,8 @@ drafter=...). Printed per drafter and acceptance level: alpha ours / theirs (poi
 drafted, accepted, and whether the emitted text agrees. Their loop keeps the last prompt token out
 of its prefill and drafts once before the first generated token; ours prefills the whole prompt and
 drafts from the first generated token on. So theirs gets the prompt extended by our first token
-(spec_simple.aligned_prompt) and one token less to generate: both then draft from the same point.
+(spec_simple.aligned_prompt) and one token less to generate: both then draft from the same point;
+and as theirs stops only once past -n, ours then generates as many tokens as it emitted.
 """
 from __future__ import annotations
 
@@ -110,12 +111,16 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for drafter, acceptance, target, draft in pairs(a, Path(tmp)):
             log(f"{drafter} {acceptance}")
-            o = ours(target, draft, drafter, PROMPT, a.n, a.k, a.threads)
-            their_prompt, their_tokens = o.pop("their_prompt"), o.pop("their_tokens")
+            first = ours(target, draft, drafter, PROMPT, 1, a.k, a.threads)  # the first token only
+            their_prompt, their_tokens = first["their_prompt"], first["their_tokens"]
             if their_prompt is None:
                 log(f"  our first token does not re-tokenize after {PROMPT!r}; theirs starts one round earlier")
             t = theirs(tool, target, draft, drafter, their_prompt or PROMPT, a.n - 1 if their_prompt else a.n,
                        a.k, a.threads)
+            # theirs may emit past -n (it stops once over it): ours generates as many tokens, so that
+            # both end on the same round
+            o = ours(target, draft, drafter, PROMPT, t["tokens"] + (1 if their_prompt else 0), a.k, a.threads)
+            o.pop("their_prompt"), o.pop("their_tokens")
             row = {"drafter": drafter, "acceptance": acceptance, "file_kind": o.pop("file_kind"), "ours": o,
                    "theirs": {key: v for key, v in t.items()},
                    "alpha_points": 100 * (o["alpha"] - t["alpha"]),
