@@ -59,7 +59,7 @@ def server_side(build, target, draft, drafter, prompt_tokens, n, k, threads, log
     t = answer["timings"]
     drafted, accepted = int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))
     return {"alpha": accepted / drafted if drafted else float("nan"), "drafted": drafted, "accepted": accepted,
-            "text": answer.get("content", ""), "command": " ".join(cmd)}
+            "tokens": int(t["predicted_n"]), "text": answer.get("content", ""), "command": " ".join(cmd)}
 
 
 def ours(target, draft, drafter, prompt, n, k, threads) -> dict:
@@ -127,15 +127,19 @@ def main(argv=None) -> int:
                    "text_agrees": o["text"].strip() == t["text"].strip()[: len(o["text"].strip())]}
             if a.server:
                 srv = server_side(a.build, target, draft, drafter, their_tokens, a.n - 1, a.k, a.threads, Path(tmp))
-                row["server"] = srv
-                row["server_alpha_points"] = 100 * (o["alpha"] - srv["alpha"])
-                row["server_text_agrees"] = o["text"].strip() == srv["text"].strip()[: len(o["text"].strip())]
+                # ours again, as many tokens as the server generated (it stops at n_predict exactly)
+                o2 = ours(target, draft, drafter, PROMPT, srv["tokens"] + 1, a.k, a.threads)
+                o2.pop("their_prompt"), o2.pop("their_tokens"), o2.pop("file_kind")
+                row["server"], row["ours_at_server_length"] = srv, o2
+                row["server_alpha_points"] = 100 * (o2["alpha"] - srv["alpha"])
+                row["server_text_agrees"] = o2["text"].strip() == srv["text"].strip()
             rows.append(row)
             print(f"{drafter:7s} {acceptance:6s} alpha ours {o['alpha']:.3f} theirs {t['alpha']:.3f} "
                   f"({row['alpha_points']:+.1f} pts); drafted {o['drafted']}/{t['drafted']}, accepted "
                   f"{o['accepted']}/{t['accepted']}; text agrees: {row['text_agrees']}"
                   + (f"; server alpha {row['server']['alpha']:.3f} ({row['server_alpha_points']:+.1f} pts), drafted "
-                     f"{row['server']['drafted']}, accepted {row['server']['accepted']}, text agrees: "
+                     f"{row['ours_at_server_length']['drafted']}/{row['server']['drafted']}, accepted "
+                     f"{row['ours_at_server_length']['accepted']}/{row['server']['accepted']}, text agrees: "
                      f"{row['server_text_agrees']}" if a.server else ""))
     a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/hidden_peer.py"] + (argv or sys.argv[1:])),
                                  "k": a.k, "n": a.n, "prompt": PROMPT, "rows": rows}, indent=1))
