@@ -380,3 +380,14 @@ def test_a_prompt_longer_than_a_batch_feeds_the_drafter_every_chunk(hidden_dir, 
             assert verdict.verdict != lossless.FAIL, verdict.reason
     assert runs[32].totals["drafted"] > 0
     assert abs(runs[32].totals["accepted"] - runs[256].totals["accepted"]) <= 2  # near ties aside, the same drafts
+
+
+def test_serving_refuses_the_hidden_state_drafters_in_one_line(engine_of):
+    """Continuous batching (serve.cpp) admits requests without the prefill hook these drafters need:
+    refused before anything runs, not drafted from an empty cache."""
+    from specnative.serve import Request, serve
+
+    engine = engine_of("dflash", "low")
+    requests = [Request(arrival_s=0.0, prompt=engine.tokenize("Hello").tolist(), output_len=4)]
+    with pytest.raises(ValueError, match="serve does not run the hidden-state drafters"):
+        serve(engine, requests, max_concurrency=1, spec=True, drafter="dflash")
