@@ -109,7 +109,7 @@ class SweepConfig:
     # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
     draft_p_mins: list = field(default_factory=lambda: [0.0])
     # rejection cells: emitted tokens the distributional test pools at least (bench/results/rejection-power)
-    dist_positions: int = 1024
+    dist_positions: int = 2048
     # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
     # unnamed ones use -md (hidden_drafters.py)
     drafter_files: dict = field(default_factory=dict)
@@ -876,8 +876,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="acceptance rule (default: greedy at temperature 0, else rejection)")
     grid.add_argument("--dist-positions", type=int, default=SweepConfig.dist_positions, metavar="N",
                       help="rejection cells: emitted tokens the distributional lossless test pools at least, "
-                           "over seeded runs (default %(default)s: every planted rejection-rule fault fails at "
-                           "it on the tiny preset; bench/results/rejection-power)")
+                           "over seeded runs, every other one drafting hotter (default %(default)s: every planted "
+                           "rejection-rule fault fails at it on the tiny preset's Q4_0 pair; a draft that nearly "
+                           "equals its target needs up to 4096: bench/results/rejection-power-tiny.md)")
     grid.add_argument("-n", "--n-predict", type=int, default=None, help="tokens generated per sequence "
                       "(default: the preset's, else 64)")
     grid.add_argument("--tasks", type=_list_of(str, "task names"), default=None, metavar="TASK,...",
