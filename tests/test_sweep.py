@@ -174,3 +174,14 @@ def test_each_context_length_gets_a_cache_sized_for_it(noisy_pair, tmp_path, mon
                            warmup=0, repeats=1))
     assert set(sizes) == {(0,), (512,)}
     assert sizes[(0,)] + 512 <= sizes[(512,)]  # the short cells do not carry the long context's cells
+
+
+def test_only_the_first_cell_of_an_engine_warms_up(small_run):
+    """After an engine's first cell nothing is left to warm: the next cells' lossless-check pair is
+    their first timed pair (no warm-up run); the first cell of each context length warms up."""
+    _, traces = small_run
+    off = traces[traces["spec_decode"] == "off"].sort_values(["ctx_len", "concurrency"])
+    for _, group in off.groupby("ctx_len"):
+        used = group["warmup_used"].tolist()
+        assert used[0] >= 1 and all(u == 0 for u in used[1:]), used
+        assert group["warmup_settled"].iloc[1:].all()  # recorded as settled: warm already

@@ -226,7 +226,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     else:  # the rule is lossless in distribution: tested so, and its match proxy at the same seed
         method, rule = "distribution", "match"
     common = dict(n_predict=cfg.n_predict, temperature=temperature)
-    base = engine.generate(prompts, seed=cfg.seed, record_margins=True, **common)
+    base = engine.generate(prompts, seed=cfg.seed, **common)  # plain: in a warm engine also a timed run
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
                            draft_p_min=draft_p_min, **common)
@@ -236,6 +236,8 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
                                                   cfg.seed, k, drafter)
     index, margin = first_divergence(base, spec)
+    if index >= 0:  # the baseline's top-2 margin where the outputs part: one more run, only then
+        index, margin = first_divergence(engine.generate(prompts, seed=cfg.seed, record_margins=True, **common), spec)
     columns = {}
     if method == "distribution":
         on_progress(f"distribution test k={k}")
@@ -367,12 +369,14 @@ def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
     return {k: _interval(stats.speedup_interval, [steady_rate(p[k]) for p in pairs], off, level=level) for k in ks}
 
 
-def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, previous: dict | None = None
-               ) -> tuple[dict, dict]:
+def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, previous: dict | None = None,
+               warm: bool = False) -> tuple[dict, dict]:
     """Warm-up until the timings settle, then timed repeats until every k's speedup interval
     decides (stats.Policy). Each repeat runs spec off, then spec on for every k, right beside
     each other: the speedup interval is over these pairs, so load that hits both cancels.
-    `previous`: a pair made already (the lossless check's, same rule): the first warm-up run.
+    `previous`: a pair made already (the lossless check's, same rule and seed): the first warm-up
+    run, or with `warm` (the engine measured a cell just before: nothing left to warm) the first
+    timed run, no warm-up run at all.
     Returns the timed runs by kind ("off", k, ...) and how the measuring went."""
     policy = policy_of(cfg)
 
@@ -396,8 +400,11 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
         shown = " ".join(f"[{iv.low:.2f},{iv.high:.2f}]" for iv in intervals.values())
         return stats.combined_reason([stats.stop_reason(iv, policy) for iv in intervals.values()])
 
-    first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(run) for run in pair.values()],
-                                                policy, previous)
+    if warm and previous is not None and policy.max_warmup > 0:
+        first, warmup_used, settled = previous, 0, True
+    else:
+        first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(run) for run in pair.values()],
+                                                    policy, previous)
     pairs, reason = stats.repeat_until_decided(
         one_repeat, decide, policy, first,
         on_repeat=lambda n: on_progress(f"repeat {n}/{policy.max_repeats} {shown}"))
@@ -434,7 +441,7 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
     return columns
 
 
-def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: None) -> list[dict]:
+def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: None, warm: bool = False) -> list[dict]:
     """Rows (one off, one on per k) of one cell, without the identity columns."""
     prompts = build_prompts(engine, cell, cfg)
     common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed,
@@ -449,7 +456,7 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
     # is checked through its match proxy) at the timed seed
     same_runs = (cell.temperature == 0 or cfg.accept_rule == "match") and cfg.check_seed_offset == 0
-    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None)
+    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None, warm)
     off = _median_row(runs["off"])
     off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
@@ -704,11 +711,12 @@ def by_ctx_len(cells: list[Cell], engine_key=lambda drafter: None) -> list[list[
 
 
 def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provenance: dict, progress,
-             identity: tuple) -> None:
-    """Measures one cell and appends its rows (off, then on for every k) to traces.csv."""
+             identity: tuple, warm: bool = False) -> None:
+    """Measures one cell and appends its rows (off, then on for every k) to traces.csv. `warm`: the
+    engine has measured a cell already (its lossless check's pair is then the first timed one)."""
     target_rec, draft_rec, run_id, backend = identity
     cfg = cell_config(cfg, cell)
-    rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what))
+    rows = measure_cell(engine, cell, cfg, lambda what: progress.show(cell, what), warm)
     ident = identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend)
     for row in rows:
         row.update(ident)
@@ -790,12 +798,14 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                 provenance["models"] += [rec for rec in (target_rec, draft_rec) if rec["sha256"] and not any(
                     m["role"] == rec["role"] and m["sha256"] == rec["sha256"] for m in provenance["models"])]
                 write_json(out / "provenance.json", provenance)
+                warm = False  # after its first measured cell an engine has nothing left to warm up
                 for cell in group:
                     if cell in plan.done:
                         progress.skip(cell)
                         continue
                     run_cell(engine, cell, cfg, traces, provenance, progress,
-                             identity=(target_rec, draft_rec, run_id, backend))
+                             identity=(target_rec, draft_rec, run_id, backend), warm=warm)
+                    warm = True
     progress.close()
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
