@@ -130,3 +130,4 @@ def test_timing_table_sums_phases_by_context_length():
     text = progress.timing_md(records)
     assert "| 0 | repeats | 2.0 | 1.5 | 25% |" in text and "| 8192 | repeats | 5.0 | 4.0 | 62% |" in text
     assert progress.timing_md([]) is None
+
