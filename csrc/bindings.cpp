@@ -433,6 +433,9 @@ PYBIND11_MODULE(_core, m) {
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
             d["state_spread"] = to_numpy(n.state_spread);
+            py::list finals;
+            for (const auto& f : n.final_logits_a) finals.append(to_numpy(f));
+            d["final_logits_a"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"),
            py::arg("settings_of") = "")

@@ -172,6 +172,9 @@ struct NoiseProbe {
     // of the cache each pass built: how far a cache built in verify batches moves later logits
     // (the KV-state check's control).
     std::vector<float> state_spread;
+    // Per sequence: that last step's logits on the 1-token pass's cache: a clean replay's final
+    // logits when the forced tokens are the run's own output (lossless.verdict_after_run).
+    std::vector<std::vector<float>> final_logits_a;
 };
 
 // The spec output fed back through the target along the baseline's path (one token per sequence

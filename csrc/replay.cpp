@@ -119,6 +119,9 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         settings_of.empty() ? nullptr
                             : make_hidden_drafter(*hidden_, *target_, settings_params, static_cast<int>(prompts.size()), true);
     NoiseProbe probe;
+    for (size_t s = 0; s < forced.size(); ++s) {
+        probe.final_logits_a.emplace_back(final_a.begin() + s * n_vocab, final_a.begin() + (s + 1) * n_vocab);
+    }
     // ... and with the speculative run's cache layout (no shared prefix cells, drafter_hidden.cpp)
     forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
         const float* a = logits_a.data() + (offsets[s] + index) * n_vocab;

@@ -103,7 +103,8 @@ class NoiseControl:
         return {**asdict(self), "tolerance": self.tolerance, "state_tolerance": self.state_tolerance}
 
 
-def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "") -> NoiseControl:
+def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clean_final: list | None = None
+                  ) -> NoiseControl:
     """The control, on demand: teacher-force `tokens` (one continuation per prompt, e.g. a
     baseline run's output) along 1 and k+1 positions per sequence per decode. With a
     hidden-state drafter (dflash, dspark, eagle3, mtp) the k+1 pass runs under its target
@@ -113,6 +114,8 @@ def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "") -> N
     forced = [list(map(int, t)) for t in tokens]
     settings_of = drafter if drafter in HIDDEN_DRAFTERS else ""
     raw = engine._core.numeric_noise(prompts, forced, 1, k + 1, settings_of=settings_of)
+    if clean_final is not None:  # the 1-token pass's final logits: a clean replay of `tokens`
+        clean_final.extend(raw["final_logits_a"])
     max_abs, spread = raw["max_abs_delta"], raw["spread"]
     return NoiseControl(
         positions=int(max_abs.size), chunk=k + 1, concurrency=len(prompts),
@@ -204,9 +207,11 @@ def state_problem(final_logits: list, pending: list, tolerance: float) -> str | 
 
 
 def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: float,
-          seed: int, control: NoiseControl, pending: list | None = None) -> Verdict:
+          seed: int, control: NoiseControl, pending: list | None = None, clean_final: list | None = None) -> Verdict:
     """The verdict of one speculative run against its baseline (same prompts, seed, T).
-    `pending` (pending_state() right after the run) adds the KV-state check."""
+    `pending` (pending_state() right after the run) adds the KV-state check. `clean_final`: a clean
+    replay's final logits of the baseline's tokens (measure_noise's), which serve the state check
+    of an output identical to the baseline's without replaying it again."""
     prompts = engine.to_token_prompts(prompts)
     index, _ = first_divergence(base_tokens, spec_tokens)
     positions = sum(len(t) for t in spec_tokens)
@@ -216,7 +221,10 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
     if index < 0 and pending is None:
         return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else ""),
                        -1, 0, math.nan, control.tolerance, positions)
-    replay = engine._core.replay(prompts, [list(map(int, t)) for t in spec_tokens], float(temperature), int(seed))
+    if index < 0 and clean_final is not None and len(clean_final) == len(spec_tokens):
+        replay = {"final_logits": clean_final}  # identical tokens: the control's pass was this replay
+    else:
+        replay = engine._core.replay(prompts, [list(map(int, t)) for t in spec_tokens], float(temperature), int(seed))
     state = state_problem(replay["final_logits"], pending, control.state_tolerance) if pending is not None else None
     if state and index < 0:
         return Verdict(FAIL, state, index, 0, math.nan, control.tolerance, positions)
@@ -420,5 +428,6 @@ def verdict_after_run(engine, prompts, base_tokens: list, spec_tokens: list, tem
     the KV state first, then the noise control on the baseline's tokens (under a hidden-state
     drafter's target settings when `drafter` is one), then the verdict."""
     pending = pending_state(engine, len(spec_tokens))
-    control = measure_noise(engine, prompts, base_tokens, k, drafter)
-    return judge(engine, prompts, base_tokens, spec_tokens, temperature, seed, control, pending), control
+    clean_final: list = []
+    control = measure_noise(engine, prompts, base_tokens, k, drafter, clean_final)
+    return judge(engine, prompts, base_tokens, spec_tokens, temperature, seed, control, pending, clean_final), control
