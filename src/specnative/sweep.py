@@ -918,7 +918,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "consecutive runs that counts as warmed up")
     runs.add_argument("-r", "--repeats", type=int, default=2, help="fewest timed runs per cell (spec off and on "
                       "interleaved); more follow until the speedup's interval decides")
-    runs.add_argument("--max-repeats", type=int, default=10, help="most timed runs per cell; a cell that "
+    runs.add_argument("--max-repeats", type=int, default=None, help="most timed runs per cell (default: the "
+                      "preset's, else 10); a cell that "
                       "needs more stays undecided (advice: measure-more)")
     runs.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals")
     runs.add_argument("--ci-width", type=float, default=0.05, help="stop once the speedup's interval is "
@@ -948,7 +949,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="rpc-server processes whose devices (RPC0, RPC1, ... in this order) hold "
                                 "offloaded layers; give -ngl too (a build with SPECNATIVE_RPC)")
     runs.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off", help="flash attention")
-    runs.add_argument("-b", "--batch-size", type=int, default=512, help="n_batch: most tokens per llama_decode")
+    runs.add_argument("-b", "--batch-size", type=int, default=None, help="n_batch: most tokens per llama_decode "
+                      "(default: the preset's, else 512)")
     runs.add_argument("--max-kv-gib", type=float, default=8.0, help="refuse cells whose KV cache would exceed this")
     serving = p.add_argument_group("serving under load (--serve: continuous batching; serve_sweep.py)")
     serving.add_argument("--serve", action="store_true", help="replay seeded request traces at each --request-rate "
@@ -1051,6 +1053,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     preset_defaults = PRESET_DEFAULTS.get(preset_name, {})
     args.ctx_len = args.ctx_len or preset_defaults.get("ctx_lens", [0, 8192, 32768])
     args.concurrency = args.concurrency or preset_defaults.get("concurrencies", [1, 4, 8])
+    args.batch_size = args.batch_size if args.batch_size is not None else preset_defaults.get("n_batch", 512)
+    args.max_repeats = args.max_repeats if args.max_repeats is not None else preset_defaults.get("max_repeats", 10)
     if args.preset and (args.target or args.draft):
         errors.append("--preset cannot be combined with -m/--target or -md/--draft")
     needs_draft = hidden_drafters.needs_draft_file(args.drafter, args.drafter_file)
