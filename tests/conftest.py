@@ -46,7 +46,7 @@ def copy_engine(copy_pair):
         yield engine
 
 
-def assert_lossless_verdict(engine, prompts, base_tokens, other_tokens, temperature=0.0, seed=0, k=4):
+def assert_lossless_verdict(engine, prompts, base_tokens, other_tokens, temperature=0.0, seed=0, k=4, drafter=""):
     """Outputs that batch-shape noise may part (a verify batch vs 1-token steps, or sequences decoded
     alone vs together): llama.cpp's logits differ in the last bits between shapes, and how much
     depends on the CPU (CI runs on Intel and AMD hosts), so a near-tie one host keeps can flip on
@@ -57,7 +57,7 @@ def assert_lossless_verdict(engine, prompts, base_tokens, other_tokens, temperat
     kernel switch that moves the bits."""
     from specnative import lossless
 
-    control = lossless.measure_noise(engine, prompts, base_tokens, k)
+    control = lossless.measure_noise(engine, prompts, base_tokens, k, drafter)  # a hidden drafter's settings too
     verdict = lossless.judge(engine, prompts, base_tokens, other_tokens, temperature, seed, control)
     assert verdict.verdict in (lossless.EXACT, lossless.NUMERIC), verdict.reason
     return verdict

@@ -17,7 +17,7 @@ from specnative.engine import HIDDEN_DRAFTERS, drafter_name
 from specnative.models import FORCED_TOKEN, tiny_vocab
 from specnative.tiny_drafters import DRAFTER_KINDS, drafter_pair, write_tiny_drafter
 
-from conftest import ENGINE_KW
+from conftest import ENGINE_KW, assert_lossless_verdict
 
 PROMPTS = ["The city of", "Once upon a time there was a", "Hello", "In the year"]
 BLOCK = 8  # write_tiny_drafter's default dflash.block_size: k up to BLOCK - 1
@@ -189,12 +189,12 @@ def test_skipping_the_draft_trim_is_refused_by_llama_cpp_not_a_silent_change(eng
     matter of draft quality at this llama.cpp commit: the next feature injection writes pos0 again,
     and llama.cpp refuses positions that do not follow the cache's last one. Skipping the trim
     (Fault::skip_draft_trim) must end in a clear error, never in a changed or aborted run; with the
-    trim, the same run is token-identical to the baseline."""
+    trim, the same run is lossless against the baseline (exact or numeric)."""
     engine = engine_of(kind, "mid")
     base = engine.generate(PROMPTS, n_predict=32)
     clean = spec_run(engine, kind, PROMPTS, n_predict=32, k=4)
-    for a, b in zip(base.tokens, clean.tokens):
-        np.testing.assert_array_equal(a, b)
+    # verify batches vs 1-token steps: up to batch-shape near-ties (conftest)
+    assert_lossless_verdict(engine, PROMPTS, base.tokens, clean.tokens, k=4, drafter=DRAFTER_OF[kind])
     engine._core._inject_fault("skip_draft_trim")
     try:
         with pytest.raises(RuntimeError, match="consecutive"):
