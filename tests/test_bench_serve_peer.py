@@ -2,6 +2,7 @@
 against llama-server, checked against a small stand-in that streams on loopback (no llama.cpp)."""
 from __future__ import annotations
 
+import argparse
 import sys
 import textwrap
 from pathlib import Path
@@ -80,3 +81,31 @@ def test_trace_files_are_found_by_rate_and_seed(tmp_path):
     assert found == [(2.0, 0), (2.0, 1), (float("inf"), 0)]
     with pytest.raises(SystemExit, match="no traces"):
         serve_table.trace_files(tmp_path / "elsewhere")
+
+
+def _flag(cmd: list, name: str):
+    return cmd[cmd.index(name) + 1] if name in cmd else None
+
+
+def test_replay_of_an_ngram_run_starts_the_server_with_its_type_and_options_and_no_draft_model():
+    a = argparse.Namespace(threads=1, n_batch=512, flash_attn="off", ngl=0)
+    tools = {srv.NAME: "/opt/llama-server"}
+    serve = {"drafter": "ngram-simple", "k": 4, "max_concurrency": 3,  # as serve_sweep records them
+             "drafter_options": {"spec-ngram-simple-size-n": "3", "spec-ngram-simple-size-m": "5"}}
+    on = serve_table.replay_cmd(tools, {"target": "t.gguf"}, serve, True, 1024, a)
+    off = serve_table.replay_cmd(tools, {"target": "t.gguf"}, serve, False, 1024, a)
+    assert "-md" not in on and "-md" not in off
+    assert _flag(on, "--spec-type") == "ngram-simple" and _flag(off, "--spec-type") is None
+    assert _flag(on, "--spec-ngram-simple-size-n") == "3" and _flag(on, "--spec-ngram-simple-size-m") == "5"
+    assert _flag(on, "--spec-draft-n-max") == "4" and _flag(on, "-np") == _flag(off, "-np") == "3"
+    assert on[:on.index("--spec-type")] == off  # the same server otherwise
+    # the draft model's run keeps -md with draft-simple
+    model = serve_table.replay_cmd(tools, {"target": "t.gguf", "draft": "d.gguf"},
+                                   {"drafter": "model", "k": 2, "max_concurrency": 1}, True, 512, a)
+    assert _flag(model, "-md") == "d.gguf" and _flag(model, "--spec-type") == "draft-simple"
+    # a run that did not record its options, or a drafter the replay does not cover: refused
+    older = {key: value for key, value in serve.items() if key != "drafter_options"}
+    with pytest.raises(SystemExit, match="drafter_options"):
+        serve_table.replay_cmd(tools, {"target": "t.gguf"}, older, True, 1024, a)
+    with pytest.raises(SystemExit, match="eagle3"):
+        serve_table.replay_cmd(tools, {"target": "t.gguf"}, {**serve, "drafter": "eagle3"}, True, 1024, a)

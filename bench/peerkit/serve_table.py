@@ -4,7 +4,8 @@ Takes a run directory of `python -m specnative.sweep --serve` and replays each o
 (trace_files/rate=R-seed=S.jsonl: arrival times, prompt token ids, output lengths) against
 llama-server started with the run's files: `-np` = the run's max concurrency, spec off (target
 alone) and on (`-md` with draft-simple, `--spec-draft-n-max k`, no minimum draft length or
-probability), greedy, ignore_eos, prompt cache off, on 127.0.0.1 only. The client is open loop:
+probability; or the run's n-gram drafter, `--spec-type ngram-*` with the llama.cpp options the run
+recorded in provenance.json), greedy, ignore_eos, prompt cache off, on 127.0.0.1 only. The client is open loop:
 each request is sent at its arrival time on its own connection, whatever the others are doing,
 and streamed, so TTFT and ITL are taken per chunk the way our engine stamps its emissions; the
 metrics are computed by the same code (specnative.serve_metrics). α comes from the final
@@ -86,22 +87,43 @@ def server_level(records: list[dict], slo: dict) -> dict:
     return summary
 
 
+def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a) -> list:
+    """llama-server for one side of the replay of a --serve run (`serve`: its provenance record):
+    the target alone (spec off), with the draft model (draft-simple), or with the run's n-gram
+    drafter and the options it ran with, passed under llama.cpp's own flag names. For ngram-simple
+    the draft length is its size-m (llama.cpp's n-gram drafters ignore --spec-draft-n-max; it is
+    passed for the record, as k)."""
+    drafter, k, n_par = serve.get("drafter", "model"), serve["k"], serve["max_concurrency"]
+    # swa_full: our engine keeps the whole SWA cache (rollback); a no-op on models without SWA
+    if not spec or drafter == "model":
+        return server_cmd(tools, models["target"], models["draft"] if spec else None, k, n_par, n_ctx, a,
+                          swa_full=True)
+    if not drafter.startswith("ngram-"):
+        raise SystemExit(f"error: the llama-server replay covers the draft model and the n-gram drafters, not {drafter}")
+    if "drafter_options" not in serve:  # its options are unknown: llama.cpp's defaults might not be what ran
+        raise SystemExit("error: provenance.json records no drafter_options (a --serve run of an older specnative); "
+                         "run it again to replay its n-gram drafter")
+    cmd = server_cmd(tools, models["target"], None, k, n_par, n_ctx, a, swa_full=True)
+    cmd += ["--spec-type", drafter, "--spec-draft-n-max", str(k)]
+    for name, value in sorted(serve["drafter_options"].items()):
+        cmd += [f"--{name}", str(value)]
+    return cmd
+
+
 def measure(a, prov: dict, traces: list, tools: dict) -> pd.DataFrame:
     from specnative import arrivals
     from specnative.serve_sweep import trace_sha256
 
     serve = prov["serve"]
-    if serve.get("drafter", "model") != "model":
-        raise SystemExit("error: the llama-server replay covers the draft model (draft-simple) only")
+    drafter = serve.get("drafter", "model")
     models = {m["role"]: m["path"] for m in prov["models"]}
     loaded = [(rate, seed, arrivals.read_trace(path)) for rate, seed, path in traces]
     need = max(len(r.prompt) + r.output_len for _, _, trace in loaded for r in trace) + serve["k"] + 1
     n_par = serve["max_concurrency"]
     n_ctx = max(256, need * n_par + 64)
+    cmds = {spec: replay_cmd(tools, models, serve, spec, n_ctx, a) for spec in (False, True)}  # refusals first
     rows = []
-    for spec in (False, True):
-        cmd = server_cmd(tools, models["target"], models["draft"] if spec else None, serve["k"], n_par, n_ctx, a,
-                         swa_full=False)
+    for spec, cmd in cmds.items():
         log_path = WORK / "server-logs" / f"serve-{'on' if spec else 'off'}.log"
         with LlamaServer(cmd, log_path, a.start_timeout, a.request_timeout) as server:
             replay_open_loop(server, loaded[0][2][:n_par])  # warm-up, discarded
@@ -110,7 +132,7 @@ def measure(a, prov: dict, traces: list, tools: dict) -> pd.DataFrame:
                 level = server_level(replay_open_loop(server, trace), serve.get("slo") or {})
                 rows.append({"side": "llama-server", "request_rate": rate, "seed": seed,
                              "trace_sha256": trace_sha256(trace), "spec_decode": "on" if spec else "off",
-                             "concurrency": n_par, "k": serve["k"] if spec else None, "drafter": "model",
+                             "concurrency": n_par, "k": serve["k"] if spec else None, "drafter": drafter,
                              "mean_occupancy": math.nan, "cmd": show_cmd(server.cmd), **level})
     return pd.DataFrame(rows)
 

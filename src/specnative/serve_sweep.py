@@ -31,7 +31,7 @@ from specnative.serve import ServeRun, serve
 @dataclass
 class ServeConfig:
     target: Path
-    draft: Path
+    draft: Path | None          # None: an n-gram drafter alone
     rates: list                 # requests per second; inf = all at t=0
     max_concurrency: int = 8
     n_requests: int = 32
@@ -283,7 +283,9 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                                 "burstiness": cfg.burstiness, "repeats": cfg.repeats, "k": cfg.k,
                                 "drafter": cfg.drafter, "temperature": cfg.temperature, "n_predict": cfg.n_predict,
                                 "slo": cfg.slo, "trace_file": str(cfg.trace_file) if cfg.trace_file else None,
-                                "tasks": cfg.tasks, "warmup": "one replay of the first trace, off and on, discarded"},
+                                "tasks": cfg.tasks, "warmup": "one replay of the first trace, off and on, discarded",
+                                # llama.cpp's option names: the llama-server replay passes them as they are
+                                "drafter_options": dict(cfg.drafter_options)},
                       "models": [], "completed": False}
         with engine_for(cfg, replays) as engine:
             target_rec = model_record(engine.target_info, "target")
@@ -354,7 +356,8 @@ def config_from(sweep_cfg, args) -> ServeConfig:
         raise SystemExit("error: " + "\n       ".join(errors))
     drafter = sweep_cfg.drafters[0]
     return ServeConfig(
-        target=Path(sweep_cfg.targets[0]), draft=Path(sweep_cfg.draft), rates=sorted(rates),
+        target=Path(sweep_cfg.targets[0]), draft=Path(sweep_cfg.draft) if sweep_cfg.draft else None,  # n-gram: none
+        rates=sorted(rates),
         max_concurrency=args.max_concurrency, n_requests=args.num_requests, burstiness=args.burstiness,
         repeats=sweep_cfg.repeats, k=sweep_cfg.ks[0], drafter=drafter,
         drafter_options=sweep_cfg.drafter_options if drafter != "model" else {},
@@ -369,7 +372,7 @@ def config_from(sweep_cfg, args) -> ServeConfig:
 def main(sweep_cfg, args) -> int:
     """sweep.py's --serve: run the load sweep, then its report."""
     cfg = config_from(sweep_cfg, args)
-    print(f"specnative serve sweep -> {cfg.out_dir}\n  target {cfg.target.name}, draft {cfg.draft.name}, drafter "
+    print(f"specnative serve sweep -> {cfg.out_dir}\n  target {cfg.target.name}, draft {cfg.draft.name if cfg.draft else '-'}, drafter "
           f"{cfg.drafter}, k {cfg.k}\n  rates {[arrivals.rate_label(r) for r in cfg.rates]} req/s x "
           f"{cfg.repeats} seeded traces of {cfg.n_requests} requests ({cfg.n_predict} tokens each), "
           f"max concurrency {cfg.max_concurrency}", file=sys.stderr)
