@@ -86,11 +86,13 @@ def main(argv=None) -> int:
              f"Command: `python bench/planted_bugs.py {' '.join(sys.argv[1:] if argv is None else argv)}`  ",
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
              f"Concurrency {args.concurrency}, k {args.k}, n_predict {args.n_predict}, prompts: the built-in "
-             f"suite, categories in turn (task 'mixed'). Tolerance = {lossless.SAFETY} x the control's max spread.", ""]
+             f"suite, categories in turn (task 'mixed'). Tolerance = {lossless.SAFETY} x the control's max spread over each "
+             f"position's candidates at greedy (lossless.NoiseControl.greedy_tolerance), over the whole vocabulary "
+             f"at T > 0. The KV-state check includes the cache's extent (lossless.cache_problem).", ""]
     caught, missed, false_alarms, idle = 0, [], [], []
     for label, (target, draft) in pairs(args.models.split(",")).items():
         lines += [f"## {label}", "", "| T | seed | fault | fired | verdict | mismatches | max gap | tolerance | "
-                  "noise max abs / spread / flips | alpha | reason |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "noise max abs / spread / candidates' spread / flips | alpha | reason |", "|---|---|---|---|---|---|---|---|---|---|---|"]
         with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=args.concurrency,
                     n_threads=args.threads) as engine:
             prompts, _ = Workload(target).token_prompts(MIXED, args.concurrency, 0)
@@ -114,7 +116,7 @@ def main(argv=None) -> int:
                         fired = "yes" if exercised(fault, spec, args.k) else "no"
                         lines.append(f"| {temperature:g} | {seed} | {fault} | {fired} | **{v.verdict}** | {v.mismatches} | "
                                      f"{v.max_mismatch_gap:.3g} | {v.tolerance:.3g} | {c.max_abs_delta:.3g} / "
-                                     f"{c.max_spread:.3g} / {c.flips} | {spec.draft_accept_rate:.3f} | "
+                                     f"{c.max_spread:.3g} / {c.max_candidate_spread:.3g} / {c.flips} | {spec.draft_accept_rate:.3f} | "
                                      f"{v.reason} |")
         lines.append("")
     lines += ["## Summary", "", f"- planted bugs caught (fail): {caught}, missed: {len(missed)} "

@@ -417,6 +417,8 @@ PYBIND11_MODULE(_core, m) {
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })
+        .def("cache_extent", [](GuardedEngine& e, int seq) { return locked(e, [&] { return e.cache_extent(seq); }); })
+        .def("is_eog", [](GuardedEngine& e, int32_t token) { return locked(e, [&] { return e.is_eog(token); }); })
         .def("pending_logits", [](GuardedEngine& e, int seq) {
             return to_numpy(locked(e, [&] { return e.pending_logits(seq); }));
         })
@@ -430,6 +432,7 @@ PYBIND11_MODULE(_core, m) {
             d["index"] = to_numpy(n.index);
             d["max_abs_delta"] = to_numpy(n.max_abs_delta);
             d["spread"] = to_numpy(n.spread);
+            d["candidate_spread"] = to_numpy(n.candidate_spread);
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
             d["state_spread"] = to_numpy(n.state_spread);
@@ -591,6 +594,7 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("drafter"), py::arg("drafter_options"), "ValueError for an unknown drafter, option or value, "
        "or an unreadable lookup cache file: the check generate() makes before decoding");
     m.attr("max_parallel_sequences") = static_cast<int>(llama_max_parallel_sequences());
+    m.attr("candidate_window") = kCandidateWindow;
     m.def("build_info", [] {
         ensure_backend();
         py::dict d;

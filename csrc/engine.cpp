@@ -776,6 +776,19 @@ std::vector<float> Engine::prompt_logits(const std::vector<int32_t>& tokens) {
     return std::vector<float>(logits, logits + t.n_vocab);
 }
 
+int32_t Engine::cache_extent(int seq) const {
+    require_open();
+    if (seq < 0 || seq >= static_cast<int>(last_pending_.size())) {
+        throw std::invalid_argument("no sequence " + std::to_string(seq) + " in the last generate()");
+    }
+    return llama_memory_seq_pos_max(target_->memory(), seq) + 1;
+}
+
+bool Engine::is_eog(int32_t token) const {
+    require_open();
+    return token >= 0 && token < target_->n_vocab && llama_vocab_is_eog(target_->vocab, token);
+}
+
 std::vector<float> Engine::pending_logits(int seq) {
     require_open();
     if (seq < 0 || seq >= static_cast<int>(last_pending_.size())) {

@@ -162,11 +162,20 @@ struct GenerateResult {
 // Teacher-forced target logits for the same tokens along two batch shapes (chunk_a and chunk_b
 // positions per sequence per llama_decode, all sequences together): the target's own numeric
 // noise, the control the lossless verdict is judged against. One entry per position.
+// Candidates of a logit comparison (NoiseProbe::candidate_spread, lossless.candidate_spread): the
+// tokens within this many times the measured spread of the maximum.
+constexpr float kCandidateWindow = 2.0f;
+
 struct NoiseProbe {
     std::vector<int32_t> seq, index;   // sequence, generated index
     std::vector<float> max_abs_delta;  // max over the vocabulary of |l_a - l_b|
     std::vector<float> spread;         // max(l_a - l_b) - min(l_a - l_b): the most any pairwise
                                        // logit gap moved between the two shapes
+    // The same restricted to the candidates: tokens whose pass-A logit lies within
+    // kCandidateWindow x that position's spread of pass A's maximum. Only they can take the top
+    // under noise of that size, and a greedy choice depends on their gaps alone; the full spread
+    // is set by tokens far down the vocabulary (large |logit|, larger rounding), often 10x wider.
+    std::vector<float> candidate_spread;
     std::vector<int32_t> argmax_a, argmax_b;
     // Per sequence: the spread between the logits of one more 1-token step (the last token) on top
     // of the cache each pass built: how far a cache built in verify batches moves later logits
@@ -278,6 +287,11 @@ public:
     // Target logits for each sequence's pending (last generated) token on top of the KV state the
     // last generate() left, without changing that state: checks that rollback left it consistent.
     std::vector<float> pending_logits(int seq);
+    // Positions the target's KV cache holds for sequence `seq` of the last generate() (its
+    // largest position + 1): after a correct run, its prompt and every emitted token but the
+    // pending last one. Read from llama.cpp's cache, not from the engine's own bookkeeping.
+    int32_t cache_extent(int seq) const;
+    bool is_eog(int32_t token) const;  // an end-of-generation token of the target's vocabulary
 
     std::vector<int32_t> tokenize(const std::string& text, bool add_special) const;
     std::string detokenize(const std::vector<int32_t>& tokens) const;

@@ -75,6 +75,39 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
     }
 }
 
+namespace {
+// How far logits `b` moved against `a`: over the vocabulary, and over a's candidates (the tokens
+// within kCandidateWindow x the full spread of a's maximum).
+struct DeltaSpread {
+    float max_abs = 0.0f;           // max |a - b|
+    float spread = 0.0f;            // max(a - b) - min(a - b): the most any pairwise gap moved
+    float candidate_spread = 0.0f;  // the same over the candidates only
+};
+
+DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab) {
+    DeltaSpread d;
+    float lo = INFINITY, hi = -INFINITY, top = -INFINITY;
+    for (size_t v = 0; v < n_vocab; ++v) {
+        const float delta = a[v] - b[v];
+        d.max_abs = std::max(d.max_abs, std::fabs(delta));
+        lo = std::min(lo, delta);
+        hi = std::max(hi, delta);
+        top = std::max(top, a[v]);
+    }
+    d.spread = hi - lo;
+    const float floor = top - kCandidateWindow * d.spread;
+    float c_lo = INFINITY, c_hi = -INFINITY;
+    for (size_t v = 0; v < n_vocab; ++v) {
+        if (a[v] < floor) continue;
+        const float delta = a[v] - b[v];
+        c_lo = std::min(c_lo, delta);
+        c_hi = std::max(c_hi, delta);
+    }
+    d.candidate_spread = c_hi - c_lo;
+    return d;
+}
+}  // namespace
+
 NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
                                  const std::string& settings_of) {
@@ -125,29 +158,18 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
     // ... and with the speculative run's cache layout (no shared prefix cells, drafter_hidden.cpp)
     forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
         const float* a = logits_a.data() + (offsets[s] + index) * n_vocab;
-        float max_abs = 0.0f, lo = INFINITY, hi = -INFINITY;
-        for (size_t v = 0; v < n_vocab; ++v) {
-            const float delta = a[v] - logits_b[v];
-            max_abs = std::max(max_abs, std::fabs(delta));
-            lo = std::min(lo, delta);
-            hi = std::max(hi, delta);
-        }
+        const DeltaSpread d = delta_spread(a, logits_b, n_vocab);
         probe.seq.push_back(s);
         probe.index.push_back(static_cast<int32_t>(index));
-        probe.max_abs_delta.push_back(max_abs);
-        probe.spread.push_back(hi - lo);
+        probe.max_abs_delta.push_back(d.max_abs);
+        probe.spread.push_back(d.spread);
+        probe.candidate_spread.push_back(d.candidate_spread);
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
     }, /*through_draft=*/false, /*share_prefix=*/settings_of.empty());
     const std::vector<float> final_b = final_step();
     for (size_t s = 0; s < forced.size(); ++s) {
-        float lo = INFINITY, hi = -INFINITY;
-        for (size_t v = 0; v < n_vocab; ++v) {
-            const float delta = final_a[s * n_vocab + v] - final_b[s * n_vocab + v];
-            lo = std::min(lo, delta);
-            hi = std::max(hi, delta);
-        }
-        probe.state_spread.push_back(hi - lo);
+        probe.state_spread.push_back(delta_spread(final_a.data() + s * n_vocab, final_b.data() + s * n_vocab, n_vocab).spread);
     }
     return probe;
 }

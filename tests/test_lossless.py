@@ -6,6 +6,7 @@ concurrency 3, so rollback and acceptance paths are exercised on every round sha
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -170,3 +171,58 @@ def test_a_stale_cache_that_changed_no_token_yet_still_fails():
     moved = [clean[0], np.array([1.0, 1.5, 1.0])]
     problem = lossless.state_problem(clean, moved, tolerance=0.1)
     assert problem and problem.startswith("seq 1")
+
+
+# --- the greedy tolerance over the candidates, and the cache's extent ---------------------------
+def test_greedy_tolerance_is_the_candidates_spread_and_t_above_0_the_whole_vocabulary():
+    """A greedy choice depends only on the gaps between the tokens noise can lift to the top; the
+    full spread (set by tokens far down the vocabulary) stays for decisions that weigh all of p."""
+    sharp = dataclasses.replace(control(spread=2.0), max_candidate_spread=0.5)
+    assert sharp.greedy_tolerance == pytest.approx(lossless.SAFETY * 0.5)
+    assert sharp.tolerance == pytest.approx(lossless.SAFETY * 2.0)
+    assert control(spread=2.0).greedy_tolerance == pytest.approx(lossless.SAFETY * 2.0)  # not measured: full
+    picks, emitted, gaps = [5] * 40, [5] * 40, [0.0] * 40
+    emitted[10], gaps[10] = 6, 1.0
+    engine = FakeEngine(fake_replay(picks, emitted, gaps))
+    v = lossless.judge(engine, [[1]], [[5] * 40], [emitted], 0.0, 0, sharp)
+    assert v.verdict == FAIL and v.tolerance == pytest.approx(lossless.SAFETY * 0.5)  # 1.0 > 0.625, < 2.5
+
+
+def test_the_candidates_spread_is_measured_and_within_the_full_spread(noisy_engine):
+    base = noisy_engine.generate(PROMPTS, n_predict=N_PREDICT)
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    raw = noisy_engine._core.numeric_noise(prompts, [t.tolist() for t in base.tokens], 1, 5)
+    assert (raw["candidate_spread"] <= raw["spread"] + 1e-6).all()
+    control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, k=4)
+    assert control.max_candidate_spread == pytest.approx(float(raw["candidate_spread"].max()))
+    assert lossless.CANDIDATE_WINDOW > 1  # every token noise of the measured size can lift is a candidate
+
+
+@pytest.mark.parametrize("fault, what", [("rollback_long", "stale entries kept"), ("rollback_short", "entries lost")])
+def test_the_cache_extent_shows_a_rollback_bug_that_no_logit_reveals(noisy_engine, fault, what):
+    """After a correct run the target's cache holds the prompt and every emitted token but the
+    pending last one, whatever the drafter or rule; a rollback that keeps a rejected draft or drops
+    an accepted token changes that count exactly (no noise tolerance involved)."""
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    for spec in ({"temperature": 0.0}, {"temperature": 0.9, "accept_rule": "rejection"},
+                 {"temperature": 0.0, "drafter": "ngram-simple"}):
+        out = noisy_engine.generate(prompts, n_predict=N_PREDICT, spec=True, k=4, **spec)
+        assert lossless.cache_problem(noisy_engine, prompts, out.tokens,
+                                      lossless.cache_extents(noisy_engine, len(prompts))) is None, spec
+    noisy_engine._core._inject_fault(fault)
+    try:
+        out = noisy_engine.generate(prompts, n_predict=N_PREDICT, spec=True, k=4)
+    finally:
+        noisy_engine._core._inject_fault("none")
+    problem = lossless.cache_problem(noisy_engine, prompts, out.tokens, lossless.cache_extents(noisy_engine, len(prompts)))
+    assert problem is not None and what in problem
+
+
+def test_an_accepted_end_of_generation_draft_may_stay_in_the_cache():
+    """A sequence ended by an accepted EOG draft had it verified in the cache: one more position."""
+    engine = SimpleNamespace(_core=SimpleNamespace(is_eog=lambda token: token == 2))
+    prompts, outputs = [[1, 1, 1]], [[7, 8, 2]]
+    assert lossless.cache_problem(engine, prompts, outputs, [5]) is None
+    assert lossless.cache_problem(engine, prompts, outputs, [6]) is None
+    assert "stale" in lossless.cache_problem(engine, prompts, outputs, [7])
+    assert "stale" in lossless.cache_problem(engine, prompts, [[7, 8, 9]], [6])  # no EOG: exactly 5

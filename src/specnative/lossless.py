@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
+from . import _core
 from .engine import HIDDEN_DRAFTERS
 
 EXACT, NUMERIC, EXACT_DIST, FAIL = "exact", "numeric", "exact-dist", "fail"
@@ -50,6 +51,9 @@ VERDICTS = (EXACT, NUMERIC, EXACT_DIST, FAIL)
 # The tolerance is this many times the largest gap movement the control saw: the control samples
 # a few hundred positions, the run's own wobble can exceed its maximum somewhat.
 SAFETY = 1.25
+# Candidates of a logit comparison: the tokens within this many times the measured spread of the
+# top (the C++ core's constant, used by its per-position control too).
+CANDIDATE_WINDOW = float(_core.candidate_window)
 # The KV-state check's allowance over its control (see NoiseControl.state_tolerance). Planted
 # cache bugs moved the state 4-1000x the control (Gemma rollback_long: 4.2x; tiny: 50x+).
 STATE_FACTOR = 4.0
@@ -82,10 +86,25 @@ class NoiseControl:
     # The KV-state check's control: one more 1-token step on top of the cache each shape built
     # (a cache computed in verify batches carries their noise in every layer's K and V).
     max_state_spread: float = 0.0
+    # The spread over each position's candidates (_core.logit_spread): the tokens within
+    # CANDIDATE_WINDOW x that position's spread of the top, the only ones noise of that size can
+    # lift to the top. The full spread is set by tokens far down the vocabulary (Gemma 3 270M:
+    # 2.17 against 0.72 over the candidates), so a greedy check on it is ~3x blunter than needed.
+    # None: not measured (then the full spread stands in).
+    max_candidate_spread: float | None = None
 
     @property
     def tolerance(self) -> float:
+        """For decisions that weigh the whole vocabulary (T > 0: CDF masses, the distribution test)."""
         return SAFETY * self.max_spread
+
+    @property
+    def greedy_tolerance(self) -> float:
+        """For a greedy choice: it depends on the gaps between candidates only. A correct run emits
+        b over the replay's pick a only if its noise moved l_b - l_a by the gap; both lie within the
+        noise's reach of the top, so the candidates' spread bounds that movement."""
+        spread = self.max_spread if self.max_candidate_spread is None else self.max_candidate_spread
+        return SAFETY * spread
 
     @property
     def state_tolerance(self) -> float:
@@ -100,7 +119,8 @@ class NoiseControl:
         return (self.flips + 3) / max(self.positions, 1)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "tolerance": self.tolerance, "state_tolerance": self.state_tolerance}
+        return {**asdict(self), "tolerance": self.tolerance, "greedy_tolerance": self.greedy_tolerance,
+                "state_tolerance": self.state_tolerance}
 
 
 def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clean_final: list | None = None
@@ -116,7 +136,7 @@ def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clea
     raw = engine._core.numeric_noise(prompts, forced, 1, k + 1, settings_of=settings_of)
     if clean_final is not None:  # the 1-token pass's final logits: a clean replay of `tokens`
         clean_final.extend(raw["final_logits_a"])
-    max_abs, spread = raw["max_abs_delta"], raw["spread"]
+    max_abs, spread, candidates = raw["max_abs_delta"], raw["spread"], raw["candidate_spread"]
     return NoiseControl(
         positions=int(max_abs.size), chunk=k + 1, concurrency=len(prompts),
         max_abs_delta=float(max_abs.max(initial=0.0)),
@@ -124,7 +144,8 @@ def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clea
         max_spread=float(spread.max(initial=0.0)),
         q99_spread=float(np.quantile(spread, 0.99)) if spread.size else 0.0,
         flips=int(np.count_nonzero(raw["argmax_a"] != raw["argmax_b"])),
-        max_state_spread=float(raw["state_spread"].max(initial=0.0)))
+        max_state_spread=float(raw["state_spread"].max(initial=0.0)),
+        max_candidate_spread=float(candidates.max(initial=0.0)))
 
 
 def within_reach(u, cdf_lo, cdf_hi, tolerance: float, temperature: float):
@@ -206,37 +227,65 @@ def state_problem(final_logits: list, pending: list, tolerance: float) -> str | 
     return None
 
 
+def cache_extents(engine, n_seq: int) -> list[int]:
+    """Call right after a speculative run: the positions the target's KV cache holds per sequence,
+    as llama.cpp's cache reports them (cache_problem checks them)."""
+    return [engine._core.cache_extent(s) for s in range(n_seq)]
+
+
+def cache_problem(engine, prompts: list, spec_tokens: list, extents: list) -> str | None:
+    """The structural half of the KV-state check, free of numeric noise: after a correct run the
+    target's cache holds each sequence's prompt and every emitted token but the pending last one
+    (one more where an accepted end-of-generation draft ended the sequence: it was verified in the
+    cache). A rollback that keeps a rejected draft or drops an accepted token changes that count,
+    even where the logits it moves stay inside the noise (Gemma 3 270M Q4_K_M, rollback_long at
+    greedy: two near-ties moved by 0.26 logits, tolerance 0.9)."""
+    for s, (prompt, out, extent) in enumerate(zip(prompts, spec_tokens, extents)):
+        if not len(out):
+            continue
+        expected = len(prompt) + len(out) - 1
+        allowed = (expected, expected + 1) if engine._core.is_eog(int(out[-1])) else (expected,)
+        if extent not in allowed:
+            what = "stale entries kept" if extent > expected else "entries lost"
+            return (f"seq {s}: the target's KV cache holds {extent} positions after the run, where its prompt "
+                    f"({len(prompt)}) and the emitted tokens but the pending last ({len(out) - 1}) take {expected}: "
+                    f"{what}")
+    return None
+
+
 def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: float,
-          seed: int, control: NoiseControl, pending: list | None = None, clean_final: list | None = None) -> Verdict:
+          seed: int, control: NoiseControl, pending: list | None = None, clean_final: list | None = None,
+          extents: list | None = None) -> Verdict:
     """The verdict of one speculative run against its baseline (same prompts, seed, T).
-    `pending` (pending_state() right after the run) adds the KV-state check. `clean_final`: a clean
-    replay's final logits of the baseline's tokens (measure_noise's), which serve the state check
-    of an output identical to the baseline's without replaying it again."""
+    `pending` (pending_state() right after the run) adds the KV-state check, `extents`
+    (cache_extents() right after the run) its structural half. `clean_final`: a clean replay's
+    final logits of the baseline's tokens (measure_noise's), which serve the state check of an
+    output identical to the baseline's without replaying it again."""
     prompts = engine.to_token_prompts(prompts)
     index, _ = first_divergence(base_tokens, spec_tokens)
     positions = sum(len(t) for t in spec_tokens)
+    tol = control.tolerance if temperature > 0 else control.greedy_tolerance
     missing = missing_output(base_tokens, spec_tokens)
     if missing:
-        return Verdict(FAIL, missing, index, 0, math.nan, control.tolerance, positions)
+        return Verdict(FAIL, missing, index, 0, math.nan, tol, positions)
     if index < 0 and pending is None:
         return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else ""),
-                       -1, 0, math.nan, control.tolerance, positions)
+                       -1, 0, math.nan, tol, positions)
     if index < 0 and clean_final is not None and len(clean_final) == len(spec_tokens):
         replay = {"final_logits": clean_final}  # identical tokens: the control's pass was this replay
     else:
         replay = engine._core.replay(prompts, [list(map(int, t)) for t in spec_tokens], float(temperature), int(seed))
-    state = state_problem(replay["final_logits"], pending, control.state_tolerance) if pending is not None else None
+    state = ((cache_problem(engine, prompts, spec_tokens, extents) if extents is not None else None)
+             or (state_problem(replay["final_logits"], pending, control.state_tolerance) if pending is not None else None))
     if state and index < 0:
-        return Verdict(FAIL, state, index, 0, math.nan, control.tolerance, positions)
+        return Verdict(FAIL, state, index, 0, math.nan, tol, positions)
     if index < 0:
         return Verdict(EXACT, "token-identical to the baseline" + (" (per seed)" if temperature > 0 else "")
-                       + "; the KV cache it left matches a clean replay", -1, 0, math.nan, control.tolerance,
-                       positions)
+                       + "; the KV cache it left matches a clean replay", -1, 0, math.nan, tol, positions)
     mismatch = replay["pick"] != replay["emitted"]
     n_mismatch = int(mismatch.sum())
     gaps = replay["gap"][mismatch]
     max_gap = float(gaps.max()) if gaps.size else math.nan
-    tol = control.tolerance
     if temperature > 0:
         explained = within_reach(replay["u"][mismatch], replay["cdf_lo"][mismatch], replay["cdf_hi"][mismatch],
                                  tol, temperature)
@@ -251,7 +300,7 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
                    f"[{float(replay['cdf_lo'][where]):.4f}, {float(replay['cdf_hi'][where]):.4f}) even with "
                    f"every logit moved by the tolerance {tol:.3g}")
         else:
-            why = f"logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g}"
+            why = f"logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g} (the candidates' noise)"
         reason = (f"seq {int(replay['seq'][where])} index {int(replay['index'][where])}: emitted "
                   f"{int(replay['emitted'][where])}, the baseline rule picks {int(replay['pick'][where])} ({why})")
         return Verdict(FAIL, reason, index, n_mismatch, max_gap, tol, positions)
@@ -270,7 +319,7 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
                   f"within the reach of logit tolerance {tol:.3g} at T={temperature:g})")
     else:
         reason = (f"{n_mismatch} mismatch(es) in {positions} positions, each within the measured noise "
-                  f"(largest logit gap {max_gap:.3g} <= tolerance {tol:.3g})")
+                  f"(largest logit gap {max_gap:.3g} <= tolerance {tol:.3g}, the candidates' noise)")
     return Verdict(NUMERIC, reason, index, n_mismatch, max_gap, tol, positions)
 
 
@@ -427,7 +476,9 @@ def verdict_after_run(engine, prompts, base_tokens: list, spec_tokens: list, tem
     """The whole check, called right after the speculative run (its KV cache is still there):
     the KV state first, then the noise control on the baseline's tokens (under a hidden-state
     drafter's target settings when `drafter` is one), then the verdict."""
+    extents = cache_extents(engine, len(spec_tokens))
     pending = pending_state(engine, len(spec_tokens))
     clean_final: list = []
     control = measure_noise(engine, prompts, base_tokens, k, drafter, clean_final)
-    return judge(engine, prompts, base_tokens, spec_tokens, temperature, seed, control, pending, clean_final), control
+    return judge(engine, prompts, base_tokens, spec_tokens, temperature, seed, control, pending, clean_final,
+                 extents), control

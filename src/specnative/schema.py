@@ -118,7 +118,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("verdict_reason", "str", "where and by how much, in words (on rows)"),
     Column("mismatches", "int", "replayed positions whose emitted token is not the baseline rule's pick (on rows)"),
     Column("max_mismatch_gap", "float", "largest logit[pick] - logit[emitted] among the mismatches (on rows)"),
-    Column("noise_tolerance", "float", "the verdict's tolerance: SAFETY x noise_max_spread (on rows)"),
+    Column("noise_tolerance", "float", "the verdict's tolerance: SAFETY x noise_max_spread at T > 0, SAFETY x "
+           "noise_candidate_spread at greedy (on rows)"),
     Column("noise_max_abs_delta", "float", "noise control: max |logit| change, baseline step vs verify batch, "
            "same tokens teacher-forced, this cell's prompts and concurrency (on rows)"),
     Column("noise_max_spread", "float", "noise control: most any pairwise logit gap moved between the shapes (on rows)"),
@@ -242,6 +243,9 @@ COLUMNS: tuple[Column, ...] = (
            "target's plain step (on rows of hidden-state drafters)"),
     Column("drafter_kind", "str", "what a hidden-state drafter's file is, from its GGUF (as llama.cpp infers it): "
            "dflash, dflash2 (DFlash with conv + selector), dspark, eagle3; mtp: the target's nextn head (on rows)"),
+    Column("noise_candidate_spread", "float", "noise control: most the logit gaps among each position's candidates "
+           "moved (tokens within lossless.CANDIDATE_WINDOW x the spread of the top): what a greedy choice depends "
+           "on (on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -128,6 +128,8 @@ def serving_verdict(engine, requests: list[Request], tokens: list, k: int) -> lo
         control = serving_noise(engine, prompts, base, k)
         if layout > control.max_spread:
             control = dataclasses.replace(control, max_spread=layout)
+        if layout > (control.max_candidate_spread or 0.0):  # a full spread bounds the candidates' too
+            control = dataclasses.replace(control, max_candidate_spread=layout)
         verdict = lossless.judge(engine, prompts, base, served, 0.0, 0, control)
         if worst is None or order[verdict.verdict] > order[worst.verdict]:
             worst = verdict

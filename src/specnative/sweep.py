@@ -248,7 +248,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
             "mismatches": verdict.mismatches, "max_mismatch_gap": verdict.max_mismatch_gap,
             "noise_tolerance": verdict.tolerance, "noise_max_abs_delta": control.max_abs_delta,
             "noise_max_spread": control.max_spread, "noise_flips": control.flips,
-            "noise_state_spread": control.max_state_spread,
+            "noise_state_spread": control.max_state_spread, "noise_candidate_spread": control.max_candidate_spread,
             "noise_positions": control.positions}
 
 
