@@ -7,7 +7,8 @@ correct engine (the false-alarm rate it promises is lossless.DIST_ALPHA).
 
 For each pair, concurrency and fault (switched on with the C++ test-only `_inject_fault`), it pools
 `--pool` emitted positions of `rejection` runs at T (seeds 0, 1, ...; each run's output replayed,
-PIT intervals computed as the sweep does, noise tolerance from the cell's control), then estimates
+PIT intervals computed as the sweep does, lossless.run_pit_intervals: per-position noise tolerances
+measured on each run's own tokens), then estimates
 the failure rate at n positions by testing `--draws` random subsets of whole runs of the pool
 (without replacement within a subset; subsets overlap, so rates near the pool size are optimistic).
 Writes bench/results/rejection-power-<models>.md.
@@ -49,10 +50,10 @@ def pairs(names: list[str]) -> dict:
     return out
 
 
-def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float, list]:
-    """PIT intervals per run ({order: (lo, hi)}) until --pool positions, alpha over them, and each
-    run's tokens (the keyed RNG makes a correct run at the same seed emit the same tokens, so a
-    fault shows as changed tokens exactly where it changed a decision)."""
+def pooled_runs(engine, prompts, fault: str, args) -> tuple[list, float, list]:
+    """PIT intervals per run ({order: (lo, hi)}, "tolerance": per position) until --pool positions,
+    alpha over them, and each run's tokens (the keyed RNG makes a correct run at the same seed emit
+    the same tokens, so a fault shows as changed tokens exactly where it changed a decision)."""
     rng = np.random.default_rng([0, 0x9E3779B9])
     runs, outputs, positions, drafted, accepted, seed = [], [], 0, 0, 0, 0
     engine._core._inject_fault(fault)
@@ -66,11 +67,8 @@ def pooled_runs(engine, prompts, fault: str, control, args) -> tuple[list, float
             accepted += out.totals["accepted"]
             tokens = [list(map(int, t)) for t in out.tokens]
             outputs.append(tokens)
-            replay = engine._core.replay(prompts, tokens, args.temp, seed, float(control.tolerance))
-            v = rng.random(len(replay["p_emitted"]))
-            runs.append({order: lossless.pit_intervals(replay, control.tolerance, args.temp, v, order)
-                         for order in lossless.ORDERS})
-            positions += v.size
+            runs.append(lossless.run_pit_intervals(engine, prompts, tokens, args.temp, seed, args.k, "model", rng))
+            positions += runs[-1]["tolerance"].size
             seed += 1
     finally:
         engine._core._inject_fault("none")
@@ -83,7 +81,7 @@ def changed_share(outputs: list, reference: list) -> float:
     return sum(a != b for a, b in pairs) / max(len(pairs), 1)
 
 
-def failure_rate(runs: list, n: int, tolerance: float, draws: int, rng) -> float | None:
+def failure_rate(runs: list, n: int, draws: int, rng) -> float | None:
     """Share of subsets of about n positions (whole runs) whose test fails; None: pool too small."""
     per_run = runs[0]["draft"][0].size
     take = max(1, -(-n // per_run))
@@ -93,6 +91,7 @@ def failure_rate(runs: list, n: int, tolerance: float, draws: int, rng) -> float
     for _ in range(draws):
         chosen = [runs[i] for i in rng.choice(len(runs), take, replace=False)]
         intervals = {order: [r[order] for r in chosen] for order in lossless.ORDERS}
+        tolerance = np.concatenate([r["tolerance"] for r in chosen])
         fails += not lossless.distribution_test(intervals, take, tolerance).passed
     return fails / draws
 
@@ -135,23 +134,25 @@ def main(argv=None) -> int:
                       "|---|---|---|" + "---|" * len(sizes) + "---|"]
             with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc, n_threads=args.threads) as engine:
                 prompts, _ = Workload(target).token_prompts(MIXED, conc, 0)
-                base = engine.generate(prompts, n_predict=args.n_predict, temperature=args.temp, seed=0)
-                control = lossless.measure_noise(engine, prompts, base.tokens, args.k)
-                reference = None
+                reference, tolerances = None, []
                 for fault in FAULTS:
                     started = time.monotonic()
-                    runs, alpha, outputs = pooled_runs(engine, prompts, fault, control, args)
+                    runs, alpha, outputs = pooled_runs(engine, prompts, fault, args)
+                    tolerances += [r["tolerance"] for r in runs] if fault == "none" else []
                     reference = outputs if fault == "none" else reference
                     changed = changed_share(outputs, reference)
-                    rates = [failure_rate(runs, n, control.tolerance, args.draws, rng) for n in sizes]
+                    rates = [failure_rate(runs, n, args.draws, rng) for n in sizes]
                     cells = ["" if r is None else (f"**{r:.2f}**" if r >= 0.95 else f"{r:.2f}") for r in rates]
                     enough = next((n for n, r in zip(sizes, rates) if r is not None and r >= 0.95), None)
                     verdict = "(false alarms)" if fault == "none" else (f"{enough}" if enough else f"> {sizes[-1]}")
                     lines.append(f"| {fault} | {alpha:.3f} | {changed:.0%} | " + " | ".join(cells) + f" | {verdict} |")
                     print(f"{label} c={conc} {fault}: alpha {alpha:.3f} rates {rates} "
                           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-                lines += ["", f"Noise control: tolerance {control.tolerance:.3g} (max spread "
-                          f"{control.max_spread:.3g} over {control.positions} positions).", ""]
+                tol = np.concatenate(tolerances)
+                lines += ["", f"Noise: per-position tolerances of the correct engine's runs (lossless.position_tolerances: "
+                          f"{lossless.SAFETY} x the spread over the tokens within {lossless.MASS_WINDOW_T:g} T of the top): "
+                          f"median {np.median(tol):.3g}, 99th percentile {np.quantile(tol, 0.99):.3g}, max {tol.max():.3g} "
+                          f"over {tol.size} positions.", ""]
     out = args.out or Path(__file__).parent / "results" / f"rejection-power-{args.models.replace(',', '-')}.md"
     out.write_text("\n".join(lines))
     print(out)

@@ -424,15 +424,16 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("numeric_noise", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of) {
+                                 const std::string& settings_of, float mass_window) {
             const NoiseProbe n =
-                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of); });
+                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, mass_window); });
             py::dict d;
             d["seq"] = to_numpy(n.seq);
             d["index"] = to_numpy(n.index);
             d["max_abs_delta"] = to_numpy(n.max_abs_delta);
             d["spread"] = to_numpy(n.spread);
             d["candidate_spread"] = to_numpy(n.candidate_spread);
+            d["window_spread"] = to_numpy(n.window_spread);
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
             d["state_spread"] = to_numpy(n.state_spread);
@@ -441,7 +442,7 @@ PYBIND11_MODULE(_core, m) {
             d["final_logits_a"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"),
-           py::arg("settings_of") = "")
+           py::arg("settings_of") = "", py::arg("mass_window") = 0.0f)
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                           float rank_tolerance) {

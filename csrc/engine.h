@@ -176,6 +176,9 @@ struct NoiseProbe {
     // under noise of that size, and a greedy choice depends on their gaps alone; the full spread
     // is set by tokens far down the vocabulary (large |logit|, larger rounding), often 10x wider.
     std::vector<float> candidate_spread;
+    // With a mass window W > 0: the spread over pass A's tokens within W of its maximum (at T,
+    // W = 20 T leaves out tokens of mass < e^-20 each: what a CDF at T weighs). Empty otherwise.
+    std::vector<float> window_spread;
     std::vector<int32_t> argmax_a, argmax_b;
     // Per sequence: the spread between the logits of one more 1-token step (the last token) on top
     // of the cache each pass built: how far a cache built in verify batches moves later logits
@@ -311,7 +314,7 @@ public:
     // under, so that the control covers the graph a speculative run with it verifies on.
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                             const std::string& settings_of = "");
+                             const std::string& settings_of = "", float mass_window = 0.0f);
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                        float rank_tolerance = 0.0f);

@@ -82,9 +82,21 @@ struct DeltaSpread {
     float max_abs = 0.0f;           // max |a - b|
     float spread = 0.0f;            // max(a - b) - min(a - b): the most any pairwise gap moved
     float candidate_spread = 0.0f;  // the same over the candidates only
+    float window_spread = 0.0f;     // the same over a's tokens within `window` of its maximum
 };
 
-DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab) {
+float spread_above(const float* a, const float* b, size_t n_vocab, float floor) {
+    float lo = INFINITY, hi = -INFINITY;
+    for (size_t v = 0; v < n_vocab; ++v) {
+        if (a[v] < floor) continue;
+        const float delta = a[v] - b[v];
+        lo = std::min(lo, delta);
+        hi = std::max(hi, delta);
+    }
+    return hi - lo;
+}
+
+DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab, float window = 0.0f) {
     DeltaSpread d;
     float lo = INFINITY, hi = -INFINITY, top = -INFINITY;
     for (size_t v = 0; v < n_vocab; ++v) {
@@ -95,22 +107,15 @@ DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab) {
         top = std::max(top, a[v]);
     }
     d.spread = hi - lo;
-    const float floor = top - kCandidateWindow * d.spread;
-    float c_lo = INFINITY, c_hi = -INFINITY;
-    for (size_t v = 0; v < n_vocab; ++v) {
-        if (a[v] < floor) continue;
-        const float delta = a[v] - b[v];
-        c_lo = std::min(c_lo, delta);
-        c_hi = std::max(c_hi, delta);
-    }
-    d.candidate_spread = c_hi - c_lo;
+    d.candidate_spread = spread_above(a, b, n_vocab, top - kCandidateWindow * d.spread);
+    if (window > 0.0f) d.window_spread = spread_above(a, b, n_vocab, top - window);
     return d;
 }
 }  // namespace
 
 NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of) {
+                                 const std::string& settings_of, float mass_window) {
     if (!settings_of.empty()) check_hidden_drafter(settings_of);
     // Pass A's logits are kept whole (positions x vocabulary floats) so that pass B can compare
     // every entry; offsets[s] is where sequence s starts in that buffer.
@@ -158,12 +163,13 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
     // ... and with the speculative run's cache layout (no shared prefix cells, drafter_hidden.cpp)
     forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
         const float* a = logits_a.data() + (offsets[s] + index) * n_vocab;
-        const DeltaSpread d = delta_spread(a, logits_b, n_vocab);
+        const DeltaSpread d = delta_spread(a, logits_b, n_vocab, mass_window);
         probe.seq.push_back(s);
         probe.index.push_back(static_cast<int32_t>(index));
         probe.max_abs_delta.push_back(d.max_abs);
         probe.spread.push_back(d.spread);
         probe.candidate_spread.push_back(d.candidate_spread);
+        if (mass_window > 0.0f) probe.window_spread.push_back(d.window_spread);
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
     }, /*through_draft=*/false, /*share_prefix=*/settings_of.empty());

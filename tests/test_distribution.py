@@ -72,6 +72,24 @@ def test_noise_tolerance_only_widens_the_intervals():
         assert np.all(lo <= lo0 + 1e-12) and np.all(hi >= hi0 - 1e-12) and np.all(hi - lo > 0)
 
 
+def test_per_position_tolerances_and_the_tail_widen_each_interval_by_its_own():
+    """One tolerance per position: a quiet position keeps a point, a noisy one an interval; the
+    mass outside the tolerance's window widens every interval on both sides."""
+    rng = np.random.default_rng(7)
+    replay = _synthetic_replay(rng, 200, 20, "p")
+    v = rng.random(200)
+    tolerance = np.where(np.arange(200) % 2 == 0, 0.0, 0.5)
+    lo, hi = lossless.pit_intervals(replay, tolerance, T, v, "draft")
+    np.testing.assert_allclose(lo[0::2], hi[0::2], atol=1e-12)
+    assert np.all(hi[1::2] - lo[1::2] > 0)
+    lo_t, hi_t = lossless.pit_intervals(replay, tolerance, T, v, "draft", tail=0.01)
+    np.testing.assert_allclose(np.minimum(hi_t, 1.0) - hi, np.minimum(hi + 0.01, 1.0) - hi, atol=1e-12)
+    np.testing.assert_allclose(lo - lo_t, lo - np.maximum(lo - 0.01, 0.0), atol=1e-12)
+    test = lossless.distribution_test({"draft": [(lo, hi)]}, 1, tolerance)
+    assert test.tolerance == pytest.approx(0.5) and test.median_tolerance == pytest.approx(0.25)
+    assert lossless.tail_mass_bound(262144) < 1e-3  # Gemma's vocabulary at the 20 T window
+
+
 # --- the engine -----------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def far_engine(model_dir):
@@ -86,7 +104,7 @@ def far_engine(model_dir):
 def _dist(engine, fault: str) -> lossless.DistributionTest:
     engine._core._inject_fault(fault)
     try:
-        return lossless.rejection_distribution(engine, PROMPTS8, T, 0, engine.control,
+        return lossless.rejection_distribution(engine, PROMPTS8, T, 0,
                                                SweepConfig.dist_positions, n_predict=32, k=4)
     finally:
         engine._core._inject_fault("none")
@@ -106,9 +124,23 @@ def test_each_rejection_fault_fails_at_the_default_cell_size(far_engine, fault):
     assert not test.passed, test.reason
 
 
+def test_position_tolerances_are_measured_on_the_runs_own_tokens_in_replay_order(far_engine):
+    prompts = far_engine.to_token_prompts(PROMPTS8[:3])
+    out = far_engine.generate(prompts, n_predict=12, temperature=T, seed=4, spec=True, k=4, accept_rule="rejection")
+    tokens = [list(map(int, t)) for t in out.tokens]
+    tolerance = lossless.position_tolerances(far_engine, prompts, tokens, 4, T)
+    raw = far_engine._core.numeric_noise(prompts, tokens, 1, 5, mass_window=lossless.MASS_WINDOW_T * T)
+    start = np.cumsum([0] + [len(t) for t in tokens])
+    assert tolerance.size == start[-1] == raw["window_spread"].size
+    for s, i, spread in zip(raw["seq"], raw["index"], raw["window_spread"]):
+        assert tolerance[start[s] + i] == pytest.approx(lossless.SAFETY * spread)
+    assert np.all(raw["window_spread"] <= raw["spread"] + 1e-6)  # a window: part of the vocabulary
+    assert far_engine._core.numeric_noise(prompts, tokens, 1, 5)["window_spread"].size == 0  # only on request
+
+
 def test_greedy_has_no_distributional_test(far_engine):
     with pytest.raises(ValueError, match="temperature > 0"):
-        lossless.rejection_distribution(far_engine, PROMPTS8, 0.0, 0, far_engine.control, 10, n_predict=4, k=2)
+        lossless.rejection_distribution(far_engine, PROMPTS8, 0.0, 0, 10, n_predict=4, k=2)
 
 
 # --- judge: a missing or short output is never lossless ------------------------------------------------
@@ -147,7 +179,7 @@ def test_draft_temperature_changes_the_draft_not_the_distribution(far_engine):
     plain = far_engine.generate(PROMPTS8, **kwargs)
     hot = far_engine.generate(PROMPTS8, draft_temperature=4 * T, **kwargs)
     assert hot.draft_accept_rate < plain.draft_accept_rate
-    no_stress = lossless.rejection_distribution(far_engine, PROMPTS8, T, 0, far_engine.control, 512, stress=False,
+    no_stress = lossless.rejection_distribution(far_engine, PROMPTS8, T, 0, 512, stress=False,
                                                 n_predict=32, k=4)
     assert no_stress.passed and _dist(far_engine, "none").passed
     for bad in (dict(temperature=0.0, draft_temperature=1.0), dict(temperature=T, draft_temperature=0.0),

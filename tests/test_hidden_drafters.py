@@ -353,7 +353,7 @@ def test_rejection_rule_distributional_verdict_on_a_hidden_drafter(engine_of, fa
     control = lossless.measure_noise(engine, PROMPTS, base.tokens, 4, "dflash")
     engine._core._inject_fault(fault)
     try:
-        test = lossless.rejection_distribution(engine, PROMPTS, 1.0, 2, control, 400, n_predict=24, k=4,
+        test = lossless.rejection_distribution(engine, PROMPTS, 1.0, 2, 400, n_predict=24, k=4,
                                                drafter="dflash")
     finally:
         engine._core._inject_fault("none")

@@ -63,6 +63,11 @@ FLIP_QUANTILE = 0.999
 # The distributional test's false-alarm rate per cell: a correct engine fails a cell with at most
 # this probability (the noise folding only lowers it).
 DIST_ALPHA = 1e-3
+# The distributional test's noise, per position: the target's logit spread between 1-token steps
+# and verify batches over the tokens within MASS_WINDOW_T x T of the top, measured on the run's own
+# tokens (position_tolerances). Tokens further down weigh < e^-20 each; their whole mass is folded
+# in as an additive slack (tail_mass_bound).
+MASS_WINDOW_T = 20.0
 # Every other run of the distributional test drafts this many times hotter than the target (draft
 # model only): the rule is lossless for any q, and a flatter q makes rejections frequent, so the
 # rule's every path (acceptance test, residual, bonus) is exercised even when the user's draft
@@ -334,9 +339,10 @@ class DistributionTest:
     p_value: float     # P(D >= statistic) for n uniform draws (exact finite-n distribution)
     positions: int     # emitted tokens tested, over all sequences and runs
     runs: int          # speculative runs (seeds) pooled
-    tolerance: float   # the logit-gap tolerance folded in
+    tolerance: float   # the largest per-position logit tolerance folded in
     alpha: float = DIST_ALPHA
     order: str = "target"  # the PIT order whose test decided (ORDERS)
+    median_tolerance: float = math.nan  # the typical one
 
     @property
     def passed(self) -> bool:
@@ -347,7 +353,8 @@ class DistributionTest:
         outcome = "consistent with" if self.passed else "NOT distributed as"
         return (f"emitted tokens {outcome} the target's p: KS distance of the PIT in {self.order} order >= "
                 f"{self.statistic:.4f} over {self.positions} positions ({self.runs} seeded runs), p = {self.p_value:.3g} "
-                f"(false-alarm rate {self.alpha:g}; logit tolerance {self.tolerance:.3g} folded in)")
+                f"(false-alarm rate {self.alpha:g}; per-position logit tolerances, median {self.median_tolerance:.3g}, "
+                f"max {self.tolerance:.3g}, folded in)")
 
 
 def _mass_bounds(mass, e: float):
@@ -360,18 +367,22 @@ def _mass_bounds(mass, e: float):
 ORDERS = ("draft", "target")  # the PIT's token orders (pit_intervals)
 
 
-def pit_intervals(replay: dict, tolerance: float, temperature: float, v, order: str) -> tuple[np.ndarray, np.ndarray]:
+def pit_intervals(replay: dict, tolerance, temperature: float, v, order: str, tail: float = 0.0
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Each emitted token's randomized probability-integral transform u = F(tokens ahead of it) +
     V * p(emitted), V ~ U(0, 1) given as `v`, as an interval that holds whatever the noise did.
 
-    `order` "target": p's own order, most probable first (replay() with rank_tolerance =
-    `tolerance`): the mass ahead lies between that of the tokens surely ahead and of those maybe
-    ahead, and each may shift as _mass_bounds says. `order` "draft": the draft's preference over
-    the target's (replay's draft_order_above), fixed by the prefix, so only the masses may shift;
-    a fault that leans towards the draft's tokens (acceptance, residual, accept-all) shows at one
-    end of it, one that misplaces p's own mass (a bonus token from q) in p's order. Without noise
-    both ends are u itself."""
-    e = math.exp(min(tolerance / temperature, 700.0))
+    The order of the tokens is a fixed function of the prefix, so under a correct rule u is
+    uniform whichever order it is; p is the clean replay's. `order` "target": p's own order, most
+    probable first (ties either way: the replay's rank_above_sure / _maybe). `order` "draft": the
+    draft's preference over the target's (replay's draft_order_above): a fault that leans towards
+    the draft's tokens (acceptance, residual, accept-all) shows at one end of it, one that
+    misplaces p's own mass (a bonus token from q) in p's order. The run drew from the target's p
+    in its own batch shape, whose masses differ from the clean p's by at most a factor
+    exp(tolerance / T) in odds (`tolerance`: one value or one per position), plus the mass of the
+    tokens the tolerance does not cover (`tail`, added on both sides). Without noise both ends
+    are u itself."""
+    e = np.exp(np.minimum(np.asarray(tolerance, np.float64) / temperature, 700.0))
     p_x = np.asarray(replay["p_emitted"], np.float64)
     if order == "draft":
         sure = maybe = np.asarray(replay["draft_order_above"], np.float64)
@@ -381,7 +392,30 @@ def pit_intervals(replay: dict, tolerance: float, temperature: float, v, order: 
     lo_end, _ = _mass_bounds(sure + p_x, e)
     _, hi_start = _mass_bounds(maybe, e)
     _, hi_end = _mass_bounds(maybe + p_x, e)
-    return (1.0 - v) * lo_start + v * lo_end, np.minimum((1.0 - v) * hi_start + v * hi_end, 1.0)
+    lo = (1.0 - v) * lo_start + v * lo_end - tail
+    hi = (1.0 - v) * hi_start + v * hi_end + tail
+    return np.maximum(lo, 0.0), np.minimum(hi, 1.0)
+
+
+def position_tolerances(engine, prompts: list, tokens: list, k: int, temperature: float, drafter: str = ""
+                        ) -> np.ndarray:
+    """Per emitted position, in the replay's order (sequence by sequence): SAFETY x the spread of
+    the target's logits between 1-token steps and (k+1)-token verify batches over the tokens that
+    carry mass at T (within MASS_WINDOW_T x T of the top), measured on these very tokens. The
+    noise differs by position by an order of magnitude (Gemma 3 270M: median 0.2, max 2.2 over
+    the whole vocabulary), so one maximum over the cell left the test no power there."""
+    settings_of = drafter if drafter in HIDDEN_DRAFTERS else ""
+    raw = engine._core.numeric_noise(prompts, tokens, 1, k + 1, settings_of=settings_of,
+                                     mass_window=MASS_WINDOW_T * temperature)
+    start = np.cumsum([0] + [len(t) for t in tokens])
+    tolerance = np.empty(int(start[-1]))
+    tolerance[start[raw["seq"]] + raw["index"]] = SAFETY * raw["window_spread"]
+    return tolerance
+
+
+def tail_mass_bound(n_vocab: int) -> float:
+    """The most the tokens beyond the mass window can weigh: each below e^-MASS_WINDOW_T of the top."""
+    return min(1.0, n_vocab * math.exp(-MASS_WINDOW_T))
 
 
 def ks_distance_lower_bound(lo, hi) -> float:
@@ -399,7 +433,7 @@ def ks_p_value(statistic: float, n: int) -> float:
     return float(stats.kstwo.sf(statistic, n)) if statistic > 0 else 1.0
 
 
-def distribution_test(intervals: dict, runs: int, tolerance: float, alpha: float = DIST_ALPHA) -> DistributionTest:
+def distribution_test(intervals: dict, runs: int, tolerance, alpha: float = DIST_ALPHA) -> DistributionTest:
     """The test over pooled PIT intervals: {order: [(lo, hi) per run]}. Kolmogorov-Smirnov rather
     than chi-square on bins: it takes every value without a binning choice, needs no minimum count
     per bin (a cell of 32 positions is valid), has an exact finite-n null distribution, and its
@@ -414,17 +448,20 @@ def distribution_test(intervals: dict, runs: int, tolerance: float, alpha: float
         statistic = ks_distance_lower_bound(lo, hi)
         tests.append((ks_p_value(statistic, lo.size), statistic, int(lo.size), order))
     p_value, statistic, positions, order = min(tests)
-    return DistributionTest(statistic, min(1.0, p_value * len(tests)), positions, runs, float(tolerance), alpha,
-                            order)
+    tolerance = np.asarray(tolerance, np.float64).ravel()  # one value, or the per-position ones
+    return DistributionTest(statistic, min(1.0, p_value * len(tests)), positions, runs,
+                            float(tolerance.max(initial=0.0)), alpha, order,
+                            float(np.median(tolerance)) if tolerance.size else math.nan)
 
 
-def rejection_distribution(engine, prompts, temperature: float, seed: int, control: NoiseControl,
-                           min_positions: int, stress: bool = True, **spec) -> DistributionTest:
+def rejection_distribution(engine, prompts, temperature: float, seed: int, min_positions: int, stress: bool = True,
+                           **spec) -> DistributionTest:
     """Runs the `rejection` rule at seeds seed, seed + 1, ... until `min_positions` tokens were
     emitted, replays each output along the target (teacher-forced, the baseline's shape; the draft
-    model too when there is one) and tests the pooled PITs. With `stress` (draft model only) every
-    other run drafts at STRESS_DRAFT_FACTOR x the temperature; a correct rule emits p either way,
-    so the pooled PITs stay uniform. `spec`: generate()'s other arguments (n_predict, k, ...)."""
+    model too when there is one) and tests the pooled PITs, each with its position's own noise
+    tolerance (position_tolerances). With `stress` (draft model only) every other run drafts at
+    STRESS_DRAFT_FACTOR x the temperature; a correct rule emits p either way, so the pooled PITs
+    stay uniform. `spec`: generate()'s other arguments (n_predict, k, ...)."""
     if temperature <= 0:
         raise ValueError("the distributional test needs temperature > 0 (greedy is checked exactly)")
     prompts = engine.to_token_prompts(prompts)
@@ -432,8 +469,8 @@ def rejection_distribution(engine, prompts, temperature: float, seed: int, contr
     model = spec.get("drafter", "model") == "model"
     orders = ORDERS if model else ("target",)
     intervals = {order: [] for order in orders}
-    positions, run = 0, 0
-    while positions < min_positions:
+    tolerances, run = [], 0
+    while sum(t.size for t in tolerances) < min_positions:
         hotter = STRESS_DRAFT_FACTOR * temperature if stress and model and run % 2 == 1 else None
         out = engine.generate(prompts, temperature=temperature, seed=seed + run, spec=True,
                               accept_rule="rejection", draft_temperature=hotter, **spec)
@@ -441,14 +478,25 @@ def rejection_distribution(engine, prompts, temperature: float, seed: int, contr
         kept = [i for i, t in enumerate(tokens) if t]
         if not kept:
             break  # nothing emitted (n_predict 0): nothing to test
-        replay = engine._core.replay([prompts[i] for i in kept], [tokens[i] for i in kept], float(temperature),
-                                     int(seed + run), float(control.tolerance))
-        v = rng.random(len(replay["p_emitted"]))  # one V per position, shared by both orders
+        run_pits = run_pit_intervals(engine, [prompts[i] for i in kept], [tokens[i] for i in kept], temperature,
+                                     seed + run, spec.get("k", 4), spec.get("drafter", ""), rng, orders)
         for order in orders:
-            intervals[order].append(pit_intervals(replay, control.tolerance, temperature, v, order))
-        positions += v.size
+            intervals[order].append(run_pits[order])
+        tolerances.append(run_pits["tolerance"])
         run += 1
-    return distribution_test(intervals, run, control.tolerance)
+    return distribution_test(intervals, run, np.concatenate(tolerances) if tolerances else [])
+
+
+def run_pit_intervals(engine, prompts: list, tokens: list, temperature: float, seed: int, k: int, drafter: str,
+                      rng, orders=ORDERS) -> dict:
+    """One rejection run's PIT intervals per order ({order: (lo, hi)}) and its per-position
+    tolerances ("tolerance"): the noise measured on its tokens, the clean replay's p, V from `rng`."""
+    tolerance = position_tolerances(engine, prompts, tokens, k, temperature, drafter)
+    replay = engine._core.replay(prompts, tokens, float(temperature), int(seed))
+    v = rng.random(len(replay["p_emitted"]))  # one V per position, shared by both orders
+    tail = tail_mass_bound(engine._n_vocab)
+    return {"tolerance": tolerance,
+            **{order: pit_intervals(replay, tolerance, temperature, v, order, tail) for order in orders}}
 
 
 def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[dict]) -> None:

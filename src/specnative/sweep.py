@@ -241,7 +241,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     columns = {}
     if method == "distribution":
         on_progress(f"distribution test k={k}")
-        verdict, columns = distribution_verdict(engine, prompts, cfg, k, temperature, verdict, control,
+        verdict, columns = distribution_verdict(engine, prompts, cfg, k, temperature, verdict,
                                                 drafter=drafter, draft_p_min=draft_p_min)
     return {**columns, "lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
             "divergence_margin": margin, "verdict": verdict.verdict, "verdict_reason": verdict.reason,
@@ -252,7 +252,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
             "noise_positions": control.positions}
 
 
-def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature: float, proxy, control,
+def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature: float, proxy,
                          drafter: str, draft_p_min: float) -> tuple:
     """A rejection cell's verdict: the distributional test (lossless.rejection_distribution) over at
     least cfg.dist_positions emitted tokens, and the match proxy's verdict beside it (it also checks
@@ -260,7 +260,7 @@ def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature:
     spec = dict(n_predict=cfg.n_predict, k=k, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter))
     if draft_p_min > 0:
         spec["draft_p_min"] = draft_p_min
-    dist = lossless.rejection_distribution(engine, prompts, temperature, cfg.seed + cfg.check_seed_offset, control,
+    dist = lossless.rejection_distribution(engine, prompts, temperature, cfg.seed + cfg.check_seed_offset,
                                            cfg.dist_positions, **spec)
     columns = {"dist_statistic": dist.statistic, "dist_p_value": dist.p_value, "dist_positions": dist.positions,
                "dist_runs": dist.runs, "proxy_verdict": proxy.verdict}
