@@ -149,8 +149,9 @@ def main(argv=None) -> int:
                     print(f"{label} c={conc} {fault}: alpha {alpha:.3f} rates {rates} "
                           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
                 tol = np.concatenate(tolerances)
-                lines += ["", f"Noise: per-position tolerances of the correct engine's runs (lossless.position_tolerances: "
-                          f"{lossless.SAFETY} x the spread over the tokens within {lossless.MASS_WINDOW_T:g} T of the top): "
+                lines += ["", f"Noise: per-position tolerances of the correct engine's runs (lossless.position_noise: "
+                          f"{lossless.SAFETY} x the spread over the tokens within {lossless.MASS_WINDOW_T:g} T of the top; the "
+                          f"mass beyond folded in as a slack): "
                           f"median {np.median(tol):.3g}, 99th percentile {np.quantile(tol, 0.99):.3g}, max {tol.max():.3g} "
                           f"over {tol.size} positions.", ""]
     out = args.out or Path(__file__).parent / "results" / f"rejection-power-{args.models.replace(',', '-')}.md"

@@ -275,6 +275,12 @@ void check_sampling_temperature(float temperature) {
     if (temperature == 0.0f) throw std::invalid_argument("softmax needs a temperature > 0");
 }
 
+void check_windows(const std::vector<float>& mass_windows) {
+    for (float w : mass_windows) {
+        if (!(w > 0.0f)) throw std::invalid_argument("every mass window must be > 0 (logits below the top)");
+    }
+}
+
 void check_uniform(double u) {
     if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
 }
@@ -424,16 +430,19 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("numeric_noise", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of, float mass_window) {
+                                 const std::string& settings_of, const std::vector<float>& mass_windows) {
+            check_windows(mass_windows);
             const NoiseProbe n =
-                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, mass_window); });
+                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, mass_windows); });
             py::dict d;
             d["seq"] = to_numpy(n.seq);
             d["index"] = to_numpy(n.index);
             d["max_abs_delta"] = to_numpy(n.max_abs_delta);
             d["spread"] = to_numpy(n.spread);
             d["candidate_spread"] = to_numpy(n.candidate_spread);
-            d["window_spread"] = to_numpy(n.window_spread);
+            py::list windows;
+            for (const auto& w : n.window_spread) windows.append(to_numpy(w));
+            d["window_spread"] = windows;
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
             d["state_spread"] = to_numpy(n.state_spread);
@@ -442,13 +451,14 @@ PYBIND11_MODULE(_core, m) {
             d["final_logits_a"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"),
-           py::arg("settings_of") = "", py::arg("mass_window") = 0.0f)
+           py::arg("settings_of") = "", py::arg("mass_windows") = std::vector<float>{})
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                          float rank_tolerance) {
+                          float rank_tolerance, const std::vector<float>& mass_windows) {
             if (!(rank_tolerance >= 0.0f)) throw std::invalid_argument("rank_tolerance must be >= 0");
+            check_windows(mass_windows);
             const ReplayCheck r =
-                locked(e, [&] { return e.replay(prompts, forced, temperature, seed, rank_tolerance); });
+                locked(e, [&] { return e.replay(prompts, forced, temperature, seed, rank_tolerance, mass_windows); });
             py::dict d;
             d["seq"] = to_numpy(r.seq);
             d["index"] = to_numpy(r.index);
@@ -461,13 +471,16 @@ PYBIND11_MODULE(_core, m) {
             d["rank_above_sure"] = to_numpy(r.rank_above_sure);
             d["rank_above_maybe"] = to_numpy(r.rank_above_maybe);
             d["p_emitted"] = to_numpy(r.p_emitted);
+            py::list tails;
+            for (const auto& t : r.tail_mass) tails.append(to_numpy(t));
+            d["tail_mass"] = tails;
             d["draft_order_above"] = to_numpy(r.draft_order_above);
             py::list finals;
             for (const auto& f : r.final_logits) finals.append(to_numpy(f));
             d["final_logits"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"),
-           py::arg("rank_tolerance") = 0.0f)
+           py::arg("rank_tolerance") = 0.0f, py::arg("mass_windows") = std::vector<float>{})
         .def("cost_curve", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts, int k_max,
                               int repeats) {
             const CostCurve c = locked(e, [&] { return e.cost_curve(prompts, k_max, repeats); });

@@ -176,9 +176,9 @@ struct NoiseProbe {
     // under noise of that size, and a greedy choice depends on their gaps alone; the full spread
     // is set by tokens far down the vocabulary (large |logit|, larger rounding), often 10x wider.
     std::vector<float> candidate_spread;
-    // With a mass window W > 0: the spread over pass A's tokens within W of its maximum (at T,
-    // W = 20 T leaves out tokens of mass < e^-20 each: what a CDF at T weighs). Empty otherwise.
-    std::vector<float> window_spread;
+    // Per mass window W (numeric_noise's mass_windows): the spread over pass A's tokens within W of
+    // its maximum, per position (lossless.position_noise).
+    std::vector<std::vector<float>> window_spread;
     std::vector<int32_t> argmax_a, argmax_b;
     // Per sequence: the spread between the logits of one more 1-token step (the last token) on top
     // of the cache each pass built: how far a cache built in verify batches moves later logits
@@ -202,6 +202,9 @@ struct ReplayCheck {
     // than it whatever the noise (logit above it by more than the tolerance), of those that may be
     // (within the tolerance or above; the emitted token excluded), and its own probability.
     std::vector<double> rank_above_sure, rank_above_maybe, p_emitted;
+    // Sampling, per mass window W (replay's mass_windows): the mass of the tokens more than W below
+    // the top, per position
+    std::vector<std::vector<double>> tail_mass;
     // Sampling, with a draft model: the mass of p ahead of the emitted token when the vocabulary
     // is ordered by the draft's preference over the target's (draft logit - target logit, most
     // preferred first, ties by id), both teacher-forced on the same prefix. The order is a fixed
@@ -314,10 +317,10 @@ public:
     // under, so that the control covers the graph a speculative run with it verifies on.
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                             const std::string& settings_of = "", float mass_window = 0.0f);
+                             const std::string& settings_of = "", const std::vector<float>& mass_windows = {});
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                       float rank_tolerance = 0.0f);
+                       float rank_tolerance = 0.0f, const std::vector<float>& mass_windows = {});
 
     // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
     // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.

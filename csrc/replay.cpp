@@ -82,7 +82,6 @@ struct DeltaSpread {
     float max_abs = 0.0f;           // max |a - b|
     float spread = 0.0f;            // max(a - b) - min(a - b): the most any pairwise gap moved
     float candidate_spread = 0.0f;  // the same over the candidates only
-    float window_spread = 0.0f;     // the same over a's tokens within `window` of its maximum
 };
 
 float spread_above(const float* a, const float* b, size_t n_vocab, float floor) {
@@ -96,7 +95,7 @@ float spread_above(const float* a, const float* b, size_t n_vocab, float floor) 
     return hi - lo;
 }
 
-DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab, float window = 0.0f) {
+DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab) {
     DeltaSpread d;
     float lo = INFINITY, hi = -INFINITY, top = -INFINITY;
     for (size_t v = 0; v < n_vocab; ++v) {
@@ -108,14 +107,13 @@ DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab, float w
     }
     d.spread = hi - lo;
     d.candidate_spread = spread_above(a, b, n_vocab, top - kCandidateWindow * d.spread);
-    if (window > 0.0f) d.window_spread = spread_above(a, b, n_vocab, top - window);
     return d;
 }
 }  // namespace
 
 NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of, float mass_window) {
+                                 const std::string& settings_of, const std::vector<float>& mass_windows) {
     if (!settings_of.empty()) check_hidden_drafter(settings_of);
     // Pass A's logits are kept whole (positions x vocabulary floats) so that pass B can compare
     // every entry; offsets[s] is where sequence s starts in that buffer.
@@ -157,19 +155,25 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         settings_of.empty() ? nullptr
                             : make_hidden_drafter(*hidden_, *target_, settings_params, static_cast<int>(prompts.size()), true);
     NoiseProbe probe;
+    probe.window_spread.resize(mass_windows.size());
     for (size_t s = 0; s < forced.size(); ++s) {
         probe.final_logits_a.emplace_back(final_a.begin() + s * n_vocab, final_a.begin() + (s + 1) * n_vocab);
     }
     // ... and with the speculative run's cache layout (no shared prefix cells, drafter_hidden.cpp)
     forced_pass(prompts, forced, chunk_b, [&](int s, int64_t index, const float* logits_b) {
         const float* a = logits_a.data() + (offsets[s] + index) * n_vocab;
-        const DeltaSpread d = delta_spread(a, logits_b, n_vocab, mass_window);
+        const DeltaSpread d = delta_spread(a, logits_b, n_vocab);
         probe.seq.push_back(s);
         probe.index.push_back(static_cast<int32_t>(index));
         probe.max_abs_delta.push_back(d.max_abs);
         probe.spread.push_back(d.spread);
         probe.candidate_spread.push_back(d.candidate_spread);
-        if (mass_window > 0.0f) probe.window_spread.push_back(d.window_spread);
+        if (!mass_windows.empty()) {
+            const float top = a[argmax(a, static_cast<int32_t>(n_vocab))];
+            for (size_t w = 0; w < mass_windows.size(); ++w) {
+                probe.window_spread[w].push_back(spread_above(a, logits_b, n_vocab, top - mass_windows[w]));
+            }
+        }
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
     }, /*through_draft=*/false, /*share_prefix=*/settings_of.empty());
@@ -201,12 +205,14 @@ double mass_ahead_in_draft_order(const float* target_logits, const float* draft_
 
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                           float rank_tolerance) {
+                           float rank_tolerance, const std::vector<float>& mass_windows) {
     check_temperature(temperature);
     require_open();
     const int32_t n_vocab = target_->n_vocab;
     ReplayCheck check;
     check.final_logits.resize(forced.size());
+    check.tail_mass.resize(mass_windows.size());
+    std::vector<double> tails(mass_windows.size());
     std::vector<float> probs;
     SoftmaxNorm norm;
     // One placeholder token per continuation (never fed) makes the pass visit the position after
@@ -246,12 +252,17 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
             const float surely_above = logits[emitted] + rank_tolerance;
             const float maybe_above = logits[emitted] - rank_tolerance;
             double below = 0.0, total = 0.0, above_sure = 0.0, above_maybe = 0.0;
+            std::fill(tails.begin(), tails.end(), 0.0);
             for (int32_t v = 0; v < n_vocab; ++v) {
                 if (v == emitted) below = total;
                 total += probs[v];
                 if (logits[v] > surely_above) above_sure += probs[v];
                 if (logits[v] >= maybe_above && v != emitted) above_maybe += probs[v];
+                for (size_t w = 0; w < mass_windows.size(); ++w) {
+                    if (logits[v] < norm.max_logit - mass_windows[w]) tails[w] += probs[v];
+                }
             }
+            for (size_t w = 0; w < mass_windows.size(); ++w) check.tail_mass[w].push_back(tails[w] / total);
             check.u.push_back(u);
             check.cdf_lo.push_back(below / total);
             check.cdf_hi.push_back((below + probs[emitted]) / total);

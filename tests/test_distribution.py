@@ -87,7 +87,8 @@ def test_per_position_tolerances_and_the_tail_widen_each_interval_by_its_own():
     np.testing.assert_allclose(lo - lo_t, lo - np.maximum(lo - 0.01, 0.0), atol=1e-12)
     test = lossless.distribution_test({"draft": [(lo, hi)]}, 1, tolerance)
     assert test.tolerance == pytest.approx(0.5) and test.median_tolerance == pytest.approx(0.25)
-    assert lossless.tail_mass_bound(262144) < 1e-3  # Gemma's vocabulary at the 20 T window
+    slack = lossless.tail_slack(np.array([0.0, 0.001, 0.4]), np.array([1.0, 0.8, 2.0]), T)
+    np.testing.assert_allclose(slack, [0.0, 2 * 0.001 * np.exp(0.8 / T), 1.0])  # grown odds, both sides, capped
 
 
 # --- the engine -----------------------------------------------------------------------------------------
@@ -124,18 +125,27 @@ def test_each_rejection_fault_fails_at_the_default_cell_size(far_engine, fault):
     assert not test.passed, test.reason
 
 
-def test_position_tolerances_are_measured_on_the_runs_own_tokens_in_replay_order(far_engine):
+def test_position_noise_is_measured_on_the_runs_own_tokens_in_replay_order(far_engine):
     prompts = far_engine.to_token_prompts(PROMPTS8[:3])
     out = far_engine.generate(prompts, n_predict=12, temperature=T, seed=4, spec=True, k=4, accept_rule="rejection")
     tokens = [list(map(int, t)) for t in out.tokens]
-    tolerance = lossless.position_tolerances(far_engine, prompts, tokens, 4, T)
-    raw = far_engine._core.numeric_noise(prompts, tokens, 1, 5, mass_window=lossless.MASS_WINDOW_T * T)
+    windows, full = lossless.position_noise(far_engine, prompts, tokens, 4, T)
+    mass_windows = [w * T for w in lossless.MASS_WINDOWS_T]
+    raw = far_engine._core.numeric_noise(prompts, tokens, 1, 5, mass_windows=mass_windows)
     start = np.cumsum([0] + [len(t) for t in tokens])
-    assert tolerance.size == start[-1] == raw["window_spread"].size
-    for s, i, spread in zip(raw["seq"], raw["index"], raw["window_spread"]):
-        assert tolerance[start[s] + i] == pytest.approx(lossless.SAFETY * spread)
-    assert np.all(raw["window_spread"] <= raw["spread"] + 1e-6)  # a window: part of the vocabulary
-    assert far_engine._core.numeric_noise(prompts, tokens, 1, 5)["window_spread"].size == 0  # only on request
+    assert windows.shape == (len(mass_windows), start[-1]) and full.size == start[-1]
+    for w, spreads in enumerate(raw["window_spread"]):
+        for s, i, spread, whole in zip(raw["seq"], raw["index"], spreads, raw["spread"]):
+            assert windows[w, start[s] + i] == pytest.approx(lossless.SAFETY * spread)
+            assert full[start[s] + i] == pytest.approx(lossless.SAFETY * whole)
+    assert np.all(np.diff(windows, axis=0) >= -1e-6) and np.all(windows <= full + 1e-6)  # wider window, more tokens
+    replay = far_engine._core.replay(prompts, tokens, T, 4, mass_windows=mass_windows)
+    tails = np.array(replay["tail_mass"])
+    assert tails.shape == (len(mass_windows), start[-1]) and np.all((tails >= 0) & (tails < 1))
+    assert np.all(np.diff(tails, axis=0) <= 1e-12)  # wider window, less mass beyond it
+    assert far_engine._core.replay(prompts, tokens, T, 4)["tail_mass"] == []  # only on request
+    with pytest.raises(ValueError, match="mass window"):
+        far_engine._core.replay(prompts, tokens, T, 4, mass_windows=[-1.0])
 
 
 def test_greedy_has_no_distributional_test(far_engine):

@@ -63,11 +63,15 @@ FLIP_QUANTILE = 0.999
 # The distributional test's false-alarm rate per cell: a correct engine fails a cell with at most
 # this probability (the noise folding only lowers it).
 DIST_ALPHA = 1e-3
-# The distributional test's noise, per position: the target's logit spread between 1-token steps
-# and verify batches over the tokens within MASS_WINDOW_T x T of the top, measured on the run's own
-# tokens (position_tolerances). Tokens further down weigh < e^-20 each; their whole mass is folded
-# in as an additive slack (tail_mass_bound).
-MASS_WINDOW_T = 20.0
+# The distributional test's noise, per position (position_noise): the target's logit spread
+# between 1-token steps and verify batches over the tokens within W x T of the top, for each W
+# here, measured on the run's own tokens; the mass beyond W (exact, from the clean replay) is a
+# slack that may grow by the whole vocabulary's spread. Each W gives a valid interval for u and
+# the test takes their intersection: the noise grows with the distance from the top (Gemma 3 270M:
+# median spread 0.12 within 3 T, 0.28 within 5 T, 1.05 within 20 T), where on a flat p (the tiny
+# models) a narrow window leaves too much mass outside.
+MASS_WINDOWS_T = (3.0, 5.0, 10.0, 20.0)
+REPORTED_WINDOW = 1  # the tolerance DistributionTest reports: the 5 T window's
 # Every other run of the distributional test drafts this many times hotter than the target (draft
 # model only): the rule is lossless for any q, and a flatter q makes rejections frequent, so the
 # rule's every path (acceptance test, residual, bonus) is exercised even when the user's draft
@@ -379,8 +383,8 @@ def pit_intervals(replay: dict, tolerance, temperature: float, v, order: str, ta
     the draft's tokens (acceptance, residual, accept-all) shows at one end of it, one that
     misplaces p's own mass (a bonus token from q) in p's order. The run drew from the target's p
     in its own batch shape, whose masses differ from the clean p's by at most a factor
-    exp(tolerance / T) in odds (`tolerance`: one value or one per position), plus the mass of the
-    tokens the tolerance does not cover (`tail`, added on both sides). Without noise both ends
+    exp(tolerance / T) in odds (`tolerance`: one value or one per position), plus what the tokens
+    the tolerance does not cover can move (`tail`: one value or one per position, both sides). Without noise both ends
     are u itself."""
     e = np.exp(np.minimum(np.asarray(tolerance, np.float64) / temperature, 700.0))
     p_x = np.asarray(replay["p_emitted"], np.float64)
@@ -397,25 +401,30 @@ def pit_intervals(replay: dict, tolerance, temperature: float, v, order: str, ta
     return np.maximum(lo, 0.0), np.minimum(hi, 1.0)
 
 
-def position_tolerances(engine, prompts: list, tokens: list, k: int, temperature: float, drafter: str = ""
-                        ) -> np.ndarray:
+def position_noise(engine, prompts: list, tokens: list, k: int, temperature: float, drafter: str = ""
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """Per emitted position, in the replay's order (sequence by sequence): SAFETY x the spread of
-    the target's logits between 1-token steps and (k+1)-token verify batches over the tokens that
-    carry mass at T (within MASS_WINDOW_T x T of the top), measured on these very tokens. The
-    noise differs by position by an order of magnitude (Gemma 3 270M: median 0.2, max 2.2 over
-    the whole vocabulary), so one maximum over the cell left the test no power there."""
+    the target's logits between 1-token steps and (k+1)-token verify batches over the tokens within
+    each MASS_WINDOWS_T x T of the top (one row per window), and SAFETY x the spread over the whole
+    vocabulary; measured on these very tokens. The noise differs by position by an order of
+    magnitude, so one maximum over the cell (as before) left the test no power on Gemma 3 270M."""
     settings_of = drafter if drafter in HIDDEN_DRAFTERS else ""
     raw = engine._core.numeric_noise(prompts, tokens, 1, k + 1, settings_of=settings_of,
-                                     mass_window=MASS_WINDOW_T * temperature)
+                                     mass_windows=[w * temperature for w in MASS_WINDOWS_T])
     start = np.cumsum([0] + [len(t) for t in tokens])
-    tolerance = np.empty(int(start[-1]))
-    tolerance[start[raw["seq"]] + raw["index"]] = SAFETY * raw["window_spread"]
-    return tolerance
+    at = start[raw["seq"]] + raw["index"]
+    windows, full = np.empty((len(MASS_WINDOWS_T), int(start[-1]))), np.empty(int(start[-1]))
+    for w, spread in enumerate(raw["window_spread"]):
+        windows[w, at] = SAFETY * spread
+    full[at] = SAFETY * raw["spread"]
+    return windows, full
 
 
-def tail_mass_bound(n_vocab: int) -> float:
-    """The most the tokens beyond the mass window can weigh: each below e^-MASS_WINDOW_T of the top."""
-    return min(1.0, n_vocab * math.exp(-MASS_WINDOW_T))
+def tail_slack(tail_mass, full_tolerance, temperature: float) -> np.ndarray:
+    """How far the mass beyond the window can move u: its odds may grow by exp(full tolerance / T),
+    and whatever it gains or loses also rescales the window's tokens (hence twice)."""
+    grown = np.asarray(tail_mass, np.float64) * np.exp(np.minimum(np.asarray(full_tolerance) / temperature, 700.0))
+    return np.minimum(2.0 * grown, 1.0)
 
 
 def ks_distance_lower_bound(lo, hi) -> float:
@@ -459,7 +468,7 @@ def rejection_distribution(engine, prompts, temperature: float, seed: int, min_p
     """Runs the `rejection` rule at seeds seed, seed + 1, ... until `min_positions` tokens were
     emitted, replays each output along the target (teacher-forced, the baseline's shape; the draft
     model too when there is one) and tests the pooled PITs, each with its position's own noise
-    tolerance (position_tolerances). With `stress` (draft model only) every other run drafts at
+    tolerance (position_noise). With `stress` (draft model only) every other run drafts at
     STRESS_DRAFT_FACTOR x the temperature; a correct rule emits p either way, so the pooled PITs
     stay uniform. `spec`: generate()'s other arguments (n_predict, k, ...)."""
     if temperature <= 0:
@@ -490,13 +499,20 @@ def rejection_distribution(engine, prompts, temperature: float, seed: int, min_p
 def run_pit_intervals(engine, prompts: list, tokens: list, temperature: float, seed: int, k: int, drafter: str,
                       rng, orders=ORDERS) -> dict:
     """One rejection run's PIT intervals per order ({order: (lo, hi)}) and its per-position
-    tolerances ("tolerance"): the noise measured on its tokens, the clean replay's p, V from `rng`."""
-    tolerance = position_tolerances(engine, prompts, tokens, k, temperature, drafter)
-    replay = engine._core.replay(prompts, tokens, float(temperature), int(seed))
+    tolerances ("tolerance", the 5 T window's): the noise measured on its tokens, the clean
+    replay's p, V from `rng`. Every window (and the whole vocabulary) bounds u; the intervals are
+    their intersection."""
+    windows, full = position_noise(engine, prompts, tokens, k, temperature, drafter)
+    replay = engine._core.replay(prompts, tokens, float(temperature), int(seed),
+                                 mass_windows=[w * temperature for w in MASS_WINDOWS_T])
     v = rng.random(len(replay["p_emitted"]))  # one V per position, shared by both orders
-    tail = tail_mass_bound(engine._n_vocab)
-    return {"tolerance": tolerance,
-            **{order: pit_intervals(replay, tolerance, temperature, v, order, tail) for order in orders}}
+    out = {"tolerance": windows[REPORTED_WINDOW]}
+    for order in orders:
+        bounds = [pit_intervals(replay, full, temperature, v, order)]  # the whole vocabulary, no slack
+        bounds += [pit_intervals(replay, tolerance, temperature, v, order, tail_slack(tail, full, temperature))
+                   for tolerance, tail in zip(windows, replay["tail_mass"])]
+        out[order] = (np.max([lo for lo, _ in bounds], axis=0), np.min([hi for _, hi in bounds], axis=0))
+    return out
 
 
 def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[dict]) -> None:
