@@ -430,10 +430,12 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("numeric_noise", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of, const std::vector<float>& mass_windows) {
+                                 const std::string& settings_of, const std::vector<float>& mass_windows,
+                                 float temperature, uint64_t seed) {
             check_windows(mass_windows);
             const NoiseProbe n =
-                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, mass_windows); });
+                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, mass_windows, temperature, seed);
+                });
             py::dict d;
             d["seq"] = to_numpy(n.seq);
             d["index"] = to_numpy(n.index);
@@ -445,13 +447,16 @@ PYBIND11_MODULE(_core, m) {
             d["window_spread"] = windows;
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
+            d["draw_a"] = to_numpy(n.draw_a);
+            d["draw_b"] = to_numpy(n.draw_b);
             d["state_spread"] = to_numpy(n.state_spread);
             py::list finals;
             for (const auto& f : n.final_logits_a) finals.append(to_numpy(f));
             d["final_logits_a"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"),
-           py::arg("settings_of") = "", py::arg("mass_windows") = std::vector<float>{})
+           py::arg("settings_of") = "", py::arg("mass_windows") = std::vector<float>{}, py::arg("temperature") = 0.0f,
+           py::arg("seed") = 0)
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                           float rank_tolerance, const std::vector<float>& mass_windows) {

@@ -180,6 +180,9 @@ struct NoiseProbe {
     // its maximum, per position (lossless.position_noise).
     std::vector<std::vector<float>> window_spread;
     std::vector<int32_t> argmax_a, argmax_b;
+    // At T > 0: the inverse-CDF draw at the baseline's keyed uniform on either pass's logits (a
+    // flip of a sampling decision, as argmax_a/b are of a greedy one). Empty at T = 0.
+    std::vector<int32_t> draw_a, draw_b;
     // Per sequence: the spread between the logits of one more 1-token step (the last token) on top
     // of the cache each pass built: how far a cache built in verify batches moves later logits
     // (the KV-state check's control).
@@ -317,7 +320,8 @@ public:
     // under, so that the control covers the graph a speculative run with it verifies on.
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                             const std::string& settings_of = "", const std::vector<float>& mass_windows = {});
+                             const std::string& settings_of = "", const std::vector<float>& mass_windows = {},
+                             float temperature = 0.0f, uint64_t seed = 0);
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
                        float rank_tolerance = 0.0f, const std::vector<float>& mass_windows = {});

@@ -113,7 +113,9 @@ DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab) {
 
 NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of, const std::vector<float>& mass_windows) {
+                                 const std::string& settings_of, const std::vector<float>& mass_windows,
+                                 float temperature, uint64_t seed) {
+    check_temperature(temperature);
     if (!settings_of.empty()) check_hidden_drafter(settings_of);
     // Pass A's logits are kept whole (positions x vocabulary floats) so that pass B can compare
     // every entry; offsets[s] is where sequence s starts in that buffer.
@@ -156,6 +158,7 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
                             : make_hidden_drafter(*hidden_, *target_, settings_params, static_cast<int>(prompts.size()), true);
     NoiseProbe probe;
     probe.window_spread.resize(mass_windows.size());
+    SoftmaxNorm norm;
     for (size_t s = 0; s < forced.size(); ++s) {
         probe.final_logits_a.emplace_back(final_a.begin() + s * n_vocab, final_a.begin() + (s + 1) * n_vocab);
     }
@@ -176,6 +179,14 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         }
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
+        if (temperature > 0.0f) {  // the baseline's keyed draw there, on either shape's logits
+            const double u = keyed_uniform(seed, s, index, Stream::target);
+            const int32_t n = static_cast<int32_t>(n_vocab);
+            softmax_norm(a, n, temperature, norm);
+            probe.draw_a.push_back(sample_softmax(a, n, norm, u));
+            softmax_norm(logits_b, n, temperature, norm);
+            probe.draw_b.push_back(sample_softmax(logits_b, n, norm, u));
+        }
     }, /*through_draft=*/false, /*share_prefix=*/settings_of.empty());
     const std::vector<float> final_b = final_step();
     for (size_t s = 0; s < forced.size(); ++s) {

@@ -57,7 +57,8 @@ def assert_lossless_verdict(engine, prompts, base_tokens, other_tokens, temperat
     kernel switch that moves the bits."""
     from specnative import lossless
 
-    control = lossless.measure_noise(engine, prompts, base_tokens, k, drafter)  # a hidden drafter's settings too
+    control = lossless.measure_noise(engine, prompts, base_tokens, k, drafter,  # a hidden drafter's settings too
+                                     temperature=temperature, seed=seed)
     verdict = lossless.judge(engine, prompts, base_tokens, other_tokens, temperature, seed, control)
     assert verdict.verdict in (lossless.EXACT, lossless.NUMERIC), verdict.reason
     return verdict

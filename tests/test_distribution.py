@@ -126,22 +126,26 @@ def test_each_rejection_fault_fails_at_the_default_cell_size(far_engine, fault):
 
 
 def test_position_noise_is_measured_on_the_runs_own_tokens_in_replay_order(far_engine):
+    """The replay visits positions step by step across the sequences; each tolerance must be the
+    one measured at its own (sequence, index)."""
     prompts = far_engine.to_token_prompts(PROMPTS8[:3])
     out = far_engine.generate(prompts, n_predict=12, temperature=T, seed=4, spec=True, k=4, accept_rule="rejection")
     tokens = [list(map(int, t)) for t in out.tokens]
-    windows, full = lossless.position_noise(far_engine, prompts, tokens, 4, T)
     mass_windows = [w * T for w in lossless.MASS_WINDOWS_T]
-    raw = far_engine._core.numeric_noise(prompts, tokens, 1, 5, mass_windows=mass_windows)
-    start = np.cumsum([0] + [len(t) for t in tokens])
-    assert windows.shape == (len(mass_windows), start[-1]) and full.size == start[-1]
-    for w, spreads in enumerate(raw["window_spread"]):
-        for s, i, spread, whole in zip(raw["seq"], raw["index"], spreads, raw["spread"]):
-            assert windows[w, start[s] + i] == pytest.approx(lossless.SAFETY * spread)
-            assert full[start[s] + i] == pytest.approx(lossless.SAFETY * whole)
-    assert np.all(np.diff(windows, axis=0) >= -1e-6) and np.all(windows <= full + 1e-6)  # wider window, more tokens
     replay = far_engine._core.replay(prompts, tokens, T, 4, mass_windows=mass_windows)
+    windows, full = lossless.position_noise(far_engine, prompts, tokens, 4, T, "", replay["seq"], replay["index"])
+    raw = far_engine._core.numeric_noise(prompts, tokens, 1, 5, mass_windows=mass_windows)
+    measured = {(int(s), int(i)): r for r, (s, i) in enumerate(zip(raw["seq"], raw["index"]))}
+    assert windows.shape == (len(mass_windows), replay["seq"].size) and full.size == replay["seq"].size
+    assert not np.array_equal(np.argsort(replay["seq"], kind="stable"), np.arange(replay["seq"].size))  # interleaved
+    for at, (s, i) in enumerate(zip(replay["seq"], replay["index"])):
+        r = measured[(int(s), int(i))]
+        assert full[at] == pytest.approx(lossless.SAFETY * raw["spread"][r])
+        for w in range(len(mass_windows)):
+            assert windows[w, at] == pytest.approx(lossless.SAFETY * raw["window_spread"][w][r])
+    assert np.all(np.diff(windows, axis=0) >= -1e-6) and np.all(windows <= full + 1e-6)  # wider window, more tokens
     tails = np.array(replay["tail_mass"])
-    assert tails.shape == (len(mass_windows), start[-1]) and np.all((tails >= 0) & (tails < 1))
+    assert tails.shape == (len(mass_windows), replay["seq"].size) and np.all((tails >= 0) & (tails < 1))
     assert np.all(np.diff(tails, axis=0) <= 1e-12)  # wider window, less mass beyond it
     assert far_engine._core.replay(prompts, tokens, T, 4)["tail_mass"] == []  # only on request
     with pytest.raises(ValueError, match="mass window"):

@@ -226,3 +226,19 @@ def test_an_accepted_end_of_generation_draft_may_stay_in_the_cache():
     assert lossless.cache_problem(engine, prompts, outputs, [6]) is None
     assert "stale" in lossless.cache_problem(engine, prompts, outputs, [7])
     assert "stale" in lossless.cache_problem(engine, prompts, [[7, 8, 9]], [6])  # no EOG: exactly 5
+
+
+def test_at_t_above_0_the_control_counts_flips_of_the_keyed_draw(noisy_engine):
+    """The near-tie allowance at T > 0 comes from the keyed draw's flips between the shapes (the
+    match rule's decision), not from greedy flips: on a flat p the draw flips far more often."""
+    base = noisy_engine.generate(PROMPTS, n_predict=N_PREDICT, temperature=0.9, seed=2)
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    tokens = [t.tolist() for t in base.tokens]
+    raw = noisy_engine._core.numeric_noise(prompts, tokens, 1, 5, temperature=0.9, seed=2)
+    assert raw["draw_a"].size == raw["argmax_a"].size
+    replay = noisy_engine._core.replay(prompts, tokens, 0.9, 2)  # 1-token steps: the baseline's own draws
+    draws = {(int(s), int(i)): int(d) for s, i, d in zip(raw["seq"], raw["index"], raw["draw_a"])}
+    assert [draws[(int(s), int(i))] for s, i in zip(replay["seq"], replay["index"])] == replay["pick"].tolist()
+    control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, 4, temperature=0.9, seed=2)
+    assert control.flips == int(np.count_nonzero(raw["draw_a"] != raw["draw_b"]))
+    assert noisy_engine._core.numeric_noise(prompts, tokens, 1, 5)["draw_a"].size == 0  # greedy: none
