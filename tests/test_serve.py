@@ -228,6 +228,8 @@ def test_serve_sweep_writes_rows_requests_and_the_crossover_report(noisy_pair, t
     assert on["speedup"].tolist() == pytest.approx((on["tps"] / on["tps_baseline"]).tolist(), rel=1e-4)
     lines = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert len(lines) == 8 * 4 and all(line["output_len"] == 6 for line in lines)
+    provenance = json.loads((out / "provenance.json").read_text())
+    assert provenance["workload"] == {"source": "built-in", "dataset": None}  # --dataset: its record there
     assert set(lines[0]) >= {"ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "queue_ms", "cell_id"}
     advice = json.loads((out / "advice.json").read_text())
     assert set(advice["crossover"]) == {"output_throughput", "tpot_p50_ms", "tpot_p99_ms", "goodput", "ttft_p50_ms"}

@@ -53,6 +53,7 @@ class ServeConfig:
     tasks: list = field(default_factory=lambda: [workloads.MIXED])
     prompts: list | None = None
     prompts_source: str = "built-in"
+    dataset: dict | None = None  # --dataset: the public set's record (package, version, sha256, item ids)
     trace_file: Path | None = None
     check_lossless: bool = True
     out_dir: Path = Path("runs/serve")
@@ -288,6 +289,7 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                                 "tasks": cfg.tasks, "warmup": "one replay of the first trace, off and on, discarded",
                                 # llama.cpp's option names: the llama-server replay passes them as they are
                                 "drafter_options": dict(cfg.drafter_options)},
+                      "workload": {"source": cfg.prompts_source, "dataset": cfg.dataset},  # as the sweep's
                       "models": [], "completed": False}
         with engine_for(cfg, replays) as engine:
             target_rec = model_record(engine.target_info, "target")
@@ -366,17 +368,19 @@ def config_from(sweep_cfg, args) -> ServeConfig:
         temperature=sweep_cfg.temperatures[0], accept_rule=sweep_cfg.accept_rule, n_predict=sweep_cfg.n_predict,
         slo=slo, slo_text=args.slo or "", seed=sweep_cfg.seed, threads=sweep_cfg.threads, n_batch=sweep_cfg.n_batch,
         gpu_layers=sweep_cfg.gpu_layers, flash_attn=sweep_cfg.flash_attn, tasks=sweep_cfg.tasks,
-        prompts=sweep_cfg.prompts, prompts_source=sweep_cfg.prompts_source, trace_file=args.trace,
-        out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset,
+        prompts=sweep_cfg.prompts, prompts_source=sweep_cfg.prompts_source, dataset=sweep_cfg.dataset,
+        trace_file=args.trace, out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset,
         command=sweep_cfg.command)
 
 
 def main(sweep_cfg, args) -> int:
     """sweep.py's --serve: run the load sweep, then its report."""
     cfg = config_from(sweep_cfg, args)
+    lengths = (f"output lengths from the set's replies, at most {cfg.n_predict} tokens" if cfg.dataset
+               and cfg.dataset.get("name") == "sharegpt" else f"{cfg.n_predict} tokens each")
     print(f"specnative serve sweep -> {cfg.out_dir}\n  target {cfg.target.name}, draft {cfg.draft.name if cfg.draft else '-'}, drafter "
           f"{cfg.drafter}, k {cfg.k}\n  rates {[arrivals.rate_label(r) for r in cfg.rates]} req/s x "
-          f"{cfg.repeats} seeded traces of {cfg.n_requests} requests ({cfg.n_predict} tokens each), "
+          f"{cfg.repeats} seeded traces of {cfg.n_requests} requests ({lengths}), "
           f"max concurrency {cfg.max_concurrency}", file=sys.stderr)
     try:
         traces = run_serve_sweep(cfg)
