@@ -150,8 +150,8 @@ def main(argv=None) -> int:
                           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
                 tol = np.concatenate(tolerances)
                 lines += ["", f"Noise: per-position tolerances of the correct engine's runs (lossless.position_noise: "
-                          f"{lossless.SAFETY} x the spread over the tokens within {lossless.MASS_WINDOW_T:g} T of the top; the "
-                          f"mass beyond folded in as a slack): "
+                          f"{lossless.SAFETY} x the spread over the tokens within {lossless.MASS_WINDOWS_T[lossless.REPORTED_WINDOW]:g} T "
+                          f"of the top, the window the verdict reports; every window's interval is intersected): "
                           f"median {np.median(tol):.3g}, 99th percentile {np.quantile(tol, 0.99):.3g}, max {tol.max():.3g} "
                           f"over {tol.size} positions.", ""]
     out = args.out or Path(__file__).parent / "results" / f"rejection-power-{args.models.replace(',', '-')}.md"
