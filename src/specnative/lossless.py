@@ -15,9 +15,13 @@ the target's own choice was a near-tie. The verdict tells that apart from a bug:
    - sampling (`match`, and the `rejection` rule's match proxy): emitted == the keyed inverse-CDF
      draw, or the keyed uniform u lies within the tolerance's reach of the emitted token's CDF
      interval (every logit may move by the tolerance: probability ratios by exp(tol / T)).
-   The tolerance is SAFETY x the largest spread the control measured in the same cell. And the
-   number of such near-tie mismatches must be what the control's flip rate allows: a bug that
-   only ever picks the runner-up would otherwise hide among near-ties.
+   The tolerance is SAFETY x the largest spread the control measured in the same cell: over each
+   position's candidates at greedy (NoiseControl.greedy_tolerance), over the whole vocabulary at
+   T > 0. And the number of such near-tie mismatches must be what the control's flip rate (of the
+   greedy choice, or of the keyed draw at T > 0) allows: a bug that only ever picks the runner-up
+   would otherwise hide among near-ties. The KV-state check compares the logits on the cache the
+   run left with a clean replay's, and the cache's extent with what the prompt and the emitted
+   tokens take (cache_problem: exact, no tolerance).
 
 3. The **distributional test** (`distribution_test`) for the `rejection` rule, which is lossless in
    distribution only: under a correct rule every emitted token is a draw from the target's p given
@@ -25,9 +29,10 @@ the target's own choice was a near-tie. The verdict tells that apart from a bug:
    positions of all sequences and runs. The replay gives, per position, the emitted token's place
    in p ordered by probability (most probable first); u = F(above) + V * p(emitted), V uniform
    and seeded. A one-sample Kolmogorov-Smirnov test of uniformity decides at a stated false-alarm
-   rate (DIST_ALPHA per cell). The noise is folded in conservatively: every u is only known to lie
-   in an interval (the measured tolerance may reorder tokens and shift masses), and the statistic
-   is the smallest KS distance any placement inside the intervals could have.
+   rate (DIST_ALPHA per cell). The noise is folded in conservatively, per position (the run's own
+   tokens teacher-forced along both shapes, run_pit_intervals): every u is only known to lie in an
+   interval (the masses may shift), and the statistic is the smallest KS distance any placement
+   inside the intervals could have.
 
 Verdicts: `exact` (token-identical to the baseline, per seed when sampling), `numeric` (every
 divergence explained by the measured noise), `exact-dist` (rejection rule: the emitted tokens are
