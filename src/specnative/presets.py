@@ -35,7 +35,7 @@ PRESET_DEFAULTS = {
     # 32k context's prefill, most of the run, is a little faster in 256-token chunks for these tiny
     # models); at most 6 timed pairs per cell (a cell whose speedup is within noise of 1 stays
     # undecided, advice measure-more, instead of 10 pairs at 32k: --max-repeats 10 for more)
-    "tiny": {"n_predict": 32, "n_batch": 256, "max_repeats": 6},
+    "tiny": {"n_predict": 32, "n_batch": 256, "max_repeats": 5},
     # CPU-sized: 32k-token prompts through a 262k-vocabulary model take minutes per cell here
     "gemma3-270m": {"n_predict": 64, "ctx_lens": [0, 2048], "concurrencies": [1, 4, 8]},
     # CPU-sized (2 cores shared with other jobs: the 1.5B target decoded at 2-10 t/s here): every
