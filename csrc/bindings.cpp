@@ -459,11 +459,10 @@ PYBIND11_MODULE(_core, m) {
            py::arg("seed") = 0)
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                          float rank_tolerance, const std::vector<float>& mass_windows) {
-            if (!(rank_tolerance >= 0.0f)) throw std::invalid_argument("rank_tolerance must be >= 0");
+                          const std::vector<float>& mass_windows) {
             check_windows(mass_windows);
             const ReplayCheck r =
-                locked(e, [&] { return e.replay(prompts, forced, temperature, seed, rank_tolerance, mass_windows); });
+                locked(e, [&] { return e.replay(prompts, forced, temperature, seed, mass_windows); });
             py::dict d;
             d["seq"] = to_numpy(r.seq);
             d["index"] = to_numpy(r.index);
@@ -485,7 +484,7 @@ PYBIND11_MODULE(_core, m) {
             d["final_logits"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"),
-           py::arg("rank_tolerance") = 0.0f, py::arg("mass_windows") = std::vector<float>{})
+           py::arg("mass_windows") = std::vector<float>{})
         .def("cost_curve", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts, int k_max,
                               int repeats) {
             const CostCurve c = locked(e, [&] { return e.cost_curve(prompts, k_max, repeats); });

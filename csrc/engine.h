@@ -200,10 +200,10 @@ struct ReplayCheck {
     std::vector<float> gap;           // logit[pick] - logit[emitted] (0 where they agree)
     std::vector<double> u;            // sampling: the keyed uniform the baseline drew there
     std::vector<double> cdf_lo, cdf_hi;  // sampling: [F(emitted - 1), F(emitted)) at the temperature
-    // Sampling: the emitted token's place in p ordered by probability, robust to noise that moves
-    // any logit gap by up to the replay's rank_tolerance: the mass of the tokens more probable
-    // than it whatever the noise (logit above it by more than the tolerance), of those that may be
-    // (within the tolerance or above; the emitted token excluded), and its own probability.
+    // Sampling: the emitted token's place in the clean p ordered by probability (a fixed order, so
+    // the PIT stays uniform whatever noise the run saw): the mass of the tokens strictly more
+    // probable, of those at least as probable (ties either way; the emitted token excluded), and
+    // its own probability.
     std::vector<double> rank_above_sure, rank_above_maybe, p_emitted;
     // Sampling, per mass window W (replay's mass_windows): the mass of the tokens more than W below
     // the top, per position
@@ -324,7 +324,7 @@ public:
                              float temperature = 0.0f, uint64_t seed = 0);
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
                        const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                       float rank_tolerance = 0.0f, const std::vector<float>& mass_windows = {});
+                       const std::vector<float>& mass_windows = {});
 
     // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
     // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.

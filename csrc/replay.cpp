@@ -216,7 +216,7 @@ double mass_ahead_in_draft_order(const float* target_logits, const float* draft_
 
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
                            const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                           float rank_tolerance, const std::vector<float>& mass_windows) {
+                           const std::vector<float>& mass_windows) {
     check_temperature(temperature);
     require_open();
     const int32_t n_vocab = target_->n_vocab;
@@ -260,15 +260,14 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
             pick = sample_softmax(logits, n_vocab, norm, u);
             // The draw's CDF in vocabulary order, and the emitted token's place in p ordered by
             // probability (lossless.distribution_test)
-            const float surely_above = logits[emitted] + rank_tolerance;
-            const float maybe_above = logits[emitted] - rank_tolerance;
+            const float own = logits[emitted];  // tokens above it for sure; ties may be either way
             double below = 0.0, total = 0.0, above_sure = 0.0, above_maybe = 0.0;
             std::fill(tails.begin(), tails.end(), 0.0);
             for (int32_t v = 0; v < n_vocab; ++v) {
                 if (v == emitted) below = total;
                 total += probs[v];
-                if (logits[v] > surely_above) above_sure += probs[v];
-                if (logits[v] >= maybe_above && v != emitted) above_maybe += probs[v];
+                if (logits[v] > own) above_sure += probs[v];
+                if (logits[v] >= own && v != emitted) above_maybe += probs[v];
                 for (size_t w = 0; w < mass_windows.size(); ++w) {
                     if (logits[v] < norm.max_logit - mass_windows[w]) tails[w] += probs[v];
                 }
