@@ -6,9 +6,8 @@ correct engine (the false-alarm rate it promises is lossless.DIST_ALPHA).
     python bench/rejection_power.py --models gemma -np 4 --pool 2048
 
 For each pair, concurrency and fault (switched on with the C++ test-only `_inject_fault`), it pools
-`--pool` emitted positions of `rejection` runs at T (seeds 0, 1, ...; each run's output replayed,
-PIT intervals computed as the sweep does, lossless.run_pit_intervals: per-position noise tolerances
-measured on each run's own tokens), then estimates
+`--pool` emitted positions of `rejection` runs at T (seeds 0, 1, ...; lossless.rejection_run, as the
+sweep's test: each emitted token placed in the p of its own verify row), then estimates
 the failure rate at n positions by testing `--draws` random subsets of whole runs of the pool
 (without replacement within a subset; subsets overlap, so rates near the pool size are optimistic).
 Writes bench/results/rejection-power-<models>.md.
@@ -51,7 +50,7 @@ def pairs(names: list[str]) -> dict:
 
 
 def pooled_runs(engine, prompts, fault: str, args) -> tuple[list, float, list]:
-    """PIT intervals per run ({order: (lo, hi)}, "tolerance": per position) until --pool positions,
+    """PIT intervals per run ({order: (lo, hi)}) until --pool positions,
     alpha over them, and each run's tokens (the keyed RNG makes a correct run at the same seed emit
     the same tokens, so a fault shows as changed tokens exactly where it changed a decision)."""
     rng = np.random.default_rng([0, 0x9E3779B9])
@@ -59,16 +58,13 @@ def pooled_runs(engine, prompts, fault: str, args) -> tuple[list, float, list]:
     engine._core._inject_fault(fault)
     try:
         while positions < args.pool:
-            # as the sweep's test does (lossless.rejection_distribution): every other run drafts hotter
-            hotter = lossless.STRESS_DRAFT_FACTOR * args.temp if args.stress and seed % 2 == 1 else None
-            out = engine.generate(prompts, n_predict=args.n_predict, temperature=args.temp, seed=seed, spec=True,
-                                  k=args.k, accept_rule="rejection", draft_temperature=hotter)
+            out, pits = lossless.rejection_run(engine, prompts, args.temp, 0, seed, rng, args.stress,
+                                               n_predict=args.n_predict, k=args.k)
             drafted += out.totals["drafted"]
             accepted += out.totals["accepted"]
-            tokens = [list(map(int, t)) for t in out.tokens]
-            outputs.append(tokens)
-            runs.append(lossless.run_pit_intervals(engine, prompts, tokens, args.temp, seed, args.k, "model", rng))
-            positions += runs[-1]["tolerance"].size
+            outputs.append([list(map(int, t)) for t in out.tokens])
+            runs.append(pits)
+            positions += pits["target"][0].size
             seed += 1
     finally:
         engine._core._inject_fault("none")
@@ -91,8 +87,7 @@ def failure_rate(runs: list, n: int, draws: int, rng) -> float | None:
     for _ in range(draws):
         chosen = [runs[i] for i in rng.choice(len(runs), take, replace=False)]
         intervals = {order: [r[order] for r in chosen] for order in lossless.ORDERS}
-        tolerance = np.concatenate([r["tolerance"] for r in chosen])
-        fails += not lossless.distribution_test(intervals, take, tolerance).passed
+        fails += not lossless.distribution_test(intervals, take).passed
     return fails / draws
 
 
@@ -134,11 +129,10 @@ def main(argv=None) -> int:
                       "|---|---|---|" + "---|" * len(sizes) + "---|"]
             with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc, n_threads=args.threads) as engine:
                 prompts, _ = Workload(target).token_prompts(MIXED, conc, 0)
-                reference, tolerances = None, []
+                reference = None
                 for fault in FAULTS:
                     started = time.monotonic()
                     runs, alpha, outputs = pooled_runs(engine, prompts, fault, args)
-                    tolerances += [r["tolerance"] for r in runs] if fault == "none" else []
                     reference = outputs if fault == "none" else reference
                     changed = changed_share(outputs, reference)
                     rates = [failure_rate(runs, n, args.draws, rng) for n in sizes]
@@ -148,12 +142,7 @@ def main(argv=None) -> int:
                     lines.append(f"| {fault} | {alpha:.3f} | {changed:.0%} | " + " | ".join(cells) + f" | {verdict} |")
                     print(f"{label} c={conc} {fault}: alpha {alpha:.3f} rates {rates} "
                           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-                tol = np.concatenate(tolerances)
-                lines += ["", f"Noise: per-position tolerances of the correct engine's runs (lossless.position_noise: "
-                          f"{lossless.SAFETY} x the spread over the tokens within {lossless.MASS_WINDOWS_T[lossless.REPORTED_WINDOW]:g} T "
-                          f"of the top, the window the verdict reports; every window's interval is intersected): "
-                          f"median {np.median(tol):.3g}, 99th percentile {np.quantile(tol, 0.99):.3g}, max {tol.max():.3g} "
-                          f"over {tol.size} positions.", ""]
+                lines.append("")
     out = args.out or Path(__file__).parent / "results" / f"rejection-power-{args.models.replace(',', '-')}.md"
     out.write_text("\n".join(lines))
     print(out)

@@ -183,7 +183,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
                         const std::map<std::string, std::string>& drafter_options, float draft_p_min,
-                        float draft_temperature, bool drafter_settings) {
+                        float draft_temperature, bool drafter_settings, bool record_pit) {
     GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
                                        drafter, drafter_options, draft_p_min);
     if (draft_temperature != 0.0f) {
@@ -194,6 +194,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     }
     p.draft_temperature = draft_temperature;
     p.drafter_settings = drafter_settings;
+    p.record_pit = record_pit;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
@@ -275,12 +276,6 @@ void check_sampling_temperature(float temperature) {
     if (temperature == 0.0f) throw std::invalid_argument("softmax needs a temperature > 0");
 }
 
-void check_windows(const std::vector<float>& mass_windows) {
-    for (float w : mass_windows) {
-        if (!(w > 0.0f)) throw std::invalid_argument("every mass window must be > 0 (logits below the top)");
-    }
-}
-
 void check_uniform(double u) {
     if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
 }
@@ -334,6 +329,30 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("margins", [](const GenerateResult& r) {
             py::list out;
             for (const auto& t : r.margins) out.append(to_numpy(t));
+            return out;
+        })
+        .def_property_readonly("pit", [](const GenerateResult& r) {  // per sequence: {field: array}
+            py::list out;
+            for (const auto& points : r.pit) {
+                std::vector<int64_t> index;
+                std::vector<double> p_emitted, sure, maybe, draft_sure, draft_maybe;
+                for (const PitPoint& pt : points) {
+                    index.push_back(pt.index);
+                    p_emitted.push_back(pt.p_emitted);
+                    sure.push_back(pt.above_sure);
+                    maybe.push_back(pt.above_maybe);
+                    draft_sure.push_back(pt.draft_above_sure);
+                    draft_maybe.push_back(pt.draft_above_maybe);
+                }
+                py::dict d;
+                d["index"] = to_numpy(index);
+                d["p_emitted"] = to_numpy(p_emitted);
+                d["above_sure"] = to_numpy(sure);
+                d["above_maybe"] = to_numpy(maybe);
+                d["draft_above_sure"] = to_numpy(draft_sure);
+                d["draft_above_maybe"] = to_numpy(draft_maybe);
+                out.append(d);
+            }
             return out;
         })
         .def_property_readonly("counts", [](const GenerateResult& r) {
@@ -414,7 +433,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
-             py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false)
+             py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false)
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
@@ -430,21 +449,15 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("numeric_noise", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of, const std::vector<float>& mass_windows,
-                                 float temperature, uint64_t seed) {
-            check_windows(mass_windows);
+                                 const std::string& settings_of, float temperature, uint64_t seed) {
             const NoiseProbe n =
-                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, mass_windows, temperature, seed);
-                });
+                locked(e, [&] { return e.numeric_noise(prompts, forced, chunk_a, chunk_b, settings_of, temperature, seed); });
             py::dict d;
             d["seq"] = to_numpy(n.seq);
             d["index"] = to_numpy(n.index);
             d["max_abs_delta"] = to_numpy(n.max_abs_delta);
             d["spread"] = to_numpy(n.spread);
             d["candidate_spread"] = to_numpy(n.candidate_spread);
-            py::list windows;
-            for (const auto& w : n.window_spread) windows.append(to_numpy(w));
-            d["window_spread"] = windows;
             d["argmax_a"] = to_numpy(n.argmax_a);
             d["argmax_b"] = to_numpy(n.argmax_b);
             d["draw_a"] = to_numpy(n.draw_a);
@@ -455,14 +468,11 @@ PYBIND11_MODULE(_core, m) {
             d["final_logits_a"] = finals;
             return d;
         }, py::arg("prompts"), py::arg("forced"), py::arg("chunk_a"), py::arg("chunk_b"),
-           py::arg("settings_of") = "", py::arg("mass_windows") = std::vector<float>{}, py::arg("temperature") = 0.0f,
+           py::arg("settings_of") = "", py::arg("temperature") = 0.0f,
            py::arg("seed") = 0)
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
-                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                          const std::vector<float>& mass_windows) {
-            check_windows(mass_windows);
-            const ReplayCheck r =
-                locked(e, [&] { return e.replay(prompts, forced, temperature, seed, mass_windows); });
+                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
+            const ReplayCheck r = locked(e, [&] { return e.replay(prompts, forced, temperature, seed); });
             py::dict d;
             d["seq"] = to_numpy(r.seq);
             d["index"] = to_numpy(r.index);
@@ -472,19 +482,11 @@ PYBIND11_MODULE(_core, m) {
             d["u"] = to_numpy(r.u);
             d["cdf_lo"] = to_numpy(r.cdf_lo);
             d["cdf_hi"] = to_numpy(r.cdf_hi);
-            d["rank_above_sure"] = to_numpy(r.rank_above_sure);
-            d["rank_above_maybe"] = to_numpy(r.rank_above_maybe);
-            d["p_emitted"] = to_numpy(r.p_emitted);
-            py::list tails;
-            for (const auto& t : r.tail_mass) tails.append(to_numpy(t));
-            d["tail_mass"] = tails;
-            d["draft_order_above"] = to_numpy(r.draft_order_above);
             py::list finals;
             for (const auto& f : r.final_logits) finals.append(to_numpy(f));
             d["final_logits"] = finals;
             return d;
-        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"),
-           py::arg("mass_windows") = std::vector<float>{})
+        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"))
         .def("cost_curve", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts, int k_max,
                               int repeats) {
             const CostCurve c = locked(e, [&] { return e.cost_curve(prompts, k_max, repeats); });

@@ -409,6 +409,7 @@ void Engine::reset_memory() {
         if (c == nullptr) continue;
         llama_memory_clear(c->memory(), true);
         c->cached_prefix.clear();
+        c->cached_prompts.clear();
     }
 }
 
@@ -418,8 +419,12 @@ void Engine::reset_memory() {
 // `on_last` (the target), it gets the logits of each sequence's last prompt token (from which the
 // first token is sampled, or checked by a replay).
 // ---------------------------------------------------------------------------------------------
+// With `reuse_prompts` (teacher-forced checks, never timed runs: a run's prefill time is a
+// measurement) and every prompt's cells still in the cache from the last prefill, only each
+// prompt's last token is fed again, for its logits: a 32k-token context's per-sequence prompts
+// cost seconds per pass otherwise.
 void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last,
-                     const AfterDecode& after_decode) {
+                     const AfterDecode& after_decode, bool reuse_prompts) {
     std::vector<int> logits_row(seqs.size(), -1);
     const char* what = on_last ? "target prefill" : "draft prefill";
     c.clear_batch();
@@ -445,6 +450,16 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
         }
     };
 
+    if (reuse_prompts && !after_decode && holds_prompts(c, seqs, shared)) {
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            const int last = static_cast<int>(seqs[s].prompt.size()) - 1;
+            llama_memory_seq_rm(c.memory(), seqs[s].id, last, -1);
+            feed(s, last, last + 1);
+        }
+        flush();
+        return;
+    }
+    c.cached_prompts.clear();
     // Keep what sequence 0 still holds of the shared prefix, drop everything else.
     const std::vector<int32_t>& prompt0 = seqs[0].prompt;
     int reuse = 0;
@@ -468,6 +483,18 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
     c.cached_prefix.assign(prompt0.begin(), prompt0.begin() + shared);
     for (size_t s = 0; s < seqs.size(); ++s) feed(s, shared, static_cast<int>(seqs[s].prompt.size()));
     flush();
+    for (const Sequence& seq : seqs) c.cached_prompts.push_back(seq.prompt);
+    c.cached_shared = shared;
+}
+
+// Whether the cache still holds exactly these prompts, laid out as `shared` says (sequence ids
+// 0..n-1, as generate() and forced_pass() number them).
+bool Engine::holds_prompts(const Context& c, const std::vector<Sequence>& seqs, int shared) const {
+    if (c.cached_shared != shared || c.cached_prompts.size() != seqs.size()) return false;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        if (seqs[s].id != static_cast<int>(s) || c.cached_prompts[s] != seqs[s].prompt) return false;
+    }
+    return true;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -498,6 +525,7 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
         result.decode_tokens += static_cast<int64_t>(seq.out.size()) - 1;
         result.tokens.push_back(std::move(seq.out));
         result.margins.push_back(std::move(seq.margins));
+        result.pit.push_back(std::move(seq.pit));
         result.counts.push_back(std::move(seq.counts));
     }
     return result;
@@ -726,6 +754,9 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
             break;
         }
     }
+    if (p.record_pit && rule == AcceptRule::rejection) {
+        record_pit(seq, drafts, q, row, base_index, accepted, stopped_on_eog ? -1 : correction, p, scratch);
+    }
     for (int j = 0; j < drafted; ++j) seq.counts.drafted_at[j] += 1;
     seq.counts.drafted += drafted;
     seq.counts.accepted += accepted;
@@ -749,6 +780,29 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
     }
     seq.out.push_back(correction);
     seq.done = finished(seq, p, t.vocab);
+}
+
+// The round's emitted tokens placed in the p of their own verify rows (independently of how the
+// rule used those rows: a fault that reads the wrong row or q shows as a non-uniform PIT): the
+// accepted drafts, each under the q it was proposed from, then the correction or bonus token
+// (`last`, -1 if an accepted EOG ended the round) under the next draft's q, or none for a bonus.
+void Engine::record_pit(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
+                        int row, int64_t base_index, int accepted, int32_t last, const GenerateParams& p,
+                        AcceptScratch& scratch) {
+    Context& t = *target_;
+    const int drafted = static_cast<int>(drafts.size());
+    for (int i = 0; i <= accepted; ++i) {
+        const int32_t x = i < accepted ? drafts[i] : last;
+        if (x < 0) break;
+        const float* logits = t.logits(row + i);
+        softmax_norm(logits, t.n_vocab, p.temperature, scratch.norm);
+        softmax(logits, t.n_vocab, scratch.norm, scratch.pit_probs);
+        const bool proposed = i < drafted;
+        PitPoint pit = pit_point(logits, scratch.pit_probs, t.n_vocab, p.temperature, x,
+                                 proposed ? q[i].data() : nullptr, proposed ? static_cast<int32_t>(q[i].size()) : 0);
+        pit.index = base_index + i;
+        seq.pit.push_back(pit);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

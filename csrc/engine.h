@@ -66,6 +66,9 @@ struct GenerateParams {
     bool stop_at_eog = true;
     bool record_margins = false;  // top-1 minus top-2 target logit per token: one more pass
                                   // over the vocabulary, so only when asked (lossless checks)
+    // Rejection rule: each emitted token's place in the p of its verify row (PitPoint), the
+    // distributional test's evidence. One more softmax per emitted token: checks only.
+    bool record_pit = false;
     DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
     // Draft model only: stop a sequence's draft for the round at the first position whose top
     // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).
@@ -127,6 +130,7 @@ struct StepTimes {
 struct GenerateResult {
     std::vector<std::vector<int32_t>> tokens;  // generated ids per sequence (a final EOG included)
     std::vector<std::vector<float>> margins;   // target top-1 minus top-2 logit per token (if asked)
+    std::vector<std::vector<PitPoint>> pit;    // per sequence: its tokens emitted by rounds (record_pit)
     std::vector<SeqCounts> counts;
     StepTimes times;
     bool speculative = false;
@@ -176,9 +180,6 @@ struct NoiseProbe {
     // under noise of that size, and a greedy choice depends on their gaps alone; the full spread
     // is set by tokens far down the vocabulary (large |logit|, larger rounding), often 10x wider.
     std::vector<float> candidate_spread;
-    // Per mass window W (numeric_noise's mass_windows): the spread over pass A's tokens within W of
-    // its maximum, per position (lossless.position_noise).
-    std::vector<std::vector<float>> window_spread;
     std::vector<int32_t> argmax_a, argmax_b;
     // At T > 0: the inverse-CDF draw at the baseline's keyed uniform on either pass's logits (a
     // flip of a sampling decision, as argmax_a/b are of a greedy one). Empty at T = 0.
@@ -200,20 +201,6 @@ struct ReplayCheck {
     std::vector<float> gap;           // logit[pick] - logit[emitted] (0 where they agree)
     std::vector<double> u;            // sampling: the keyed uniform the baseline drew there
     std::vector<double> cdf_lo, cdf_hi;  // sampling: [F(emitted - 1), F(emitted)) at the temperature
-    // Sampling: the emitted token's place in the clean p ordered by probability (a fixed order, so
-    // the PIT stays uniform whatever noise the run saw): the mass of the tokens strictly more
-    // probable, of those at least as probable (ties either way; the emitted token excluded), and
-    // its own probability.
-    std::vector<double> rank_above_sure, rank_above_maybe, p_emitted;
-    // Sampling, per mass window W (replay's mass_windows): the mass of the tokens more than W below
-    // the top, per position
-    std::vector<std::vector<double>> tail_mass;
-    // Sampling, with a draft model: the mass of p ahead of the emitted token when the vocabulary
-    // is ordered by the draft's preference over the target's (draft logit - target logit, most
-    // preferred first, ties by id), both teacher-forced on the same prefix. The order is a fixed
-    // function of the prefix, so the PIT it gives is uniform under a correct rule, and every way a
-    // rejection step can go wrong leans towards the draft's tokens. Empty without a draft model.
-    std::vector<double> draft_order_above;
     // Per sequence: the logits after its last emitted token, on a clean cache along the baseline's
     // path: what pending_logits() must show on the cache a speculative run left (a state check).
     std::vector<std::vector<float>> final_logits;
@@ -320,11 +307,9 @@ public:
     // under, so that the control covers the graph a speculative run with it verifies on.
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                             const std::string& settings_of = "", const std::vector<float>& mass_windows = {},
-                             float temperature = 0.0f, uint64_t seed = 0);
+                             const std::string& settings_of = "", float temperature = 0.0f, uint64_t seed = 0);
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
-                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                       const std::vector<float>& mass_windows = {});
+                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed);
 
     // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
     // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.
@@ -340,7 +325,7 @@ private:
     // share_prefix=false prefills every sequence whole, as a hidden-state drafter's run does.
     void forced_pass(const std::vector<std::vector<int32_t>>& prompts,
                      const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit,
-                     bool through_draft = false, bool share_prefix = true);
+                     bool share_prefix = true);
 
     void require_open() const;  // throws once close() ran
     // Returns the prompts' shared prefix length (its KV cells are computed once).
@@ -352,7 +337,8 @@ private:
     using LastLogits = std::function<void(Sequence&, const float*)>;
     using AfterDecode = std::function<void(const llama_batch&)>;
     void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const LastLogits& on_last,
-                 const AfterDecode& after_decode = {});
+                 const AfterDecode& after_decode = {}, bool reuse_prompts = false);
+    bool holds_prompts(const Context& c, const std::vector<Sequence>& seqs, int shared) const;
     void load_hidden_draft(const std::string& kind);
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
@@ -362,6 +348,9 @@ private:
     static int draft_budget(const Sequence& seq, const GenerateParams& p);
     void judge_round(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
                      int row, const GenerateParams& p, Drafter& drafter, AcceptScratch& scratch);
+    void record_pit(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
+                    int row, int64_t base_index, int accepted, int32_t last, const GenerateParams& p,
+                    AcceptScratch& scratch);
     // Checks of generate() that serve() shares: the decoding parameters for n_seq sequences
     // (returns the look-ahead cells a round holds), and one prompt with its n_predict.
     int validate_params(const GenerateParams& p, int n_seq) const;

@@ -27,6 +27,11 @@ struct Engine::Context {
     // Prompt prefix whose KV cells sequence 0 still holds from the previous generate(): a repeat
     // of the same long prompt (the sweep's ctx_len filler) is then not prefilled again.
     std::vector<int32_t> cached_prefix;
+    // Every sequence's whole prompt (by sequence id) as the last prefill fed them, sharing
+    // `cached_shared` cells: decoding and rollbacks only touch positions after the prompts, so
+    // their cells stay valid until the next prefill or reset (prefill's reuse_prompts).
+    std::vector<std::vector<int32_t>> cached_prompts;
+    int cached_shared = -1;
 
     Context(llama_model* model, const EngineParams& p) {
         llama_context_params cp = llama_context_default_params();
@@ -128,6 +133,7 @@ struct Engine::Sequence {
     std::vector<int32_t> draft_todo;   // emitted tokens the draft has not consumed (ends in pending)
     std::vector<int32_t> out;          // generated tokens; out.back() is pending (not in target KV)
     std::vector<float> margins;
+    std::vector<PitPoint> pit;
     bool done = false;
     SeqCounts counts;
 
@@ -153,7 +159,7 @@ void spin_for_ms(double ms);
 // Scratch of the acceptance walk, reused across rounds and sequences.
 struct AcceptScratch {
     SoftmaxNorm norm;  // the target's softmax at the position being judged
-    std::vector<float> p_probs, residual;
+    std::vector<float> p_probs, residual, pit_probs;
 };
 
 }  // namespace specnative

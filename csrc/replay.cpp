@@ -20,9 +20,8 @@ namespace specnative {
 
 void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
                          const std::vector<std::vector<int32_t>>& forced, int chunk, const ForcedVisit& visit,
-                         bool through_draft, bool share_prefix) {
+                         bool share_prefix) {
     require_open();
-    if (through_draft && draft_ == nullptr) throw std::invalid_argument("this engine has no draft model");
     if (forced.size() != prompts.size()) {
         throw std::invalid_argument(std::to_string(prompts.size()) + " prompts but " +
                                     std::to_string(forced.size()) + " forced continuations");
@@ -54,8 +53,9 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
     }
     last_pending_.clear();  // the KV state is the replay's from here on
     last_n_past_.clear();
-    Context& t = through_draft ? *draft_ : *target_;
-    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); });
+    Context& t = *target_;
+    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); }, {},
+            /*reuse_prompts=*/share_prefix);
 
     // Token i of a continuation sits at position prompt_len + i; its logits predict index i + 1.
     std::vector<std::pair<int, int64_t>> rows;  // (sequence, index) of each batch row
@@ -113,8 +113,7 @@ DeltaSpread delta_spread(const float* a, const float* b, size_t n_vocab) {
 
 NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                                  const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
-                                 const std::string& settings_of, const std::vector<float>& mass_windows,
-                                 float temperature, uint64_t seed) {
+                                 const std::string& settings_of, float temperature, uint64_t seed) {
     check_temperature(temperature);
     if (!settings_of.empty()) check_hidden_drafter(settings_of);
     // Pass A's logits are kept whole (positions x vocabulary floats) so that pass B can compare
@@ -157,7 +156,6 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         settings_of.empty() ? nullptr
                             : make_hidden_drafter(*hidden_, *target_, settings_params, static_cast<int>(prompts.size()), true);
     NoiseProbe probe;
-    probe.window_spread.resize(mass_windows.size());
     SoftmaxNorm norm;
     for (size_t s = 0; s < forced.size(); ++s) {
         probe.final_logits_a.emplace_back(final_a.begin() + s * n_vocab, final_a.begin() + (s + 1) * n_vocab);
@@ -171,12 +169,6 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
         probe.max_abs_delta.push_back(d.max_abs);
         probe.spread.push_back(d.spread);
         probe.candidate_spread.push_back(d.candidate_spread);
-        if (!mass_windows.empty()) {
-            const float top = a[argmax(a, static_cast<int32_t>(n_vocab))];
-            for (size_t w = 0; w < mass_windows.size(); ++w) {
-                probe.window_spread[w].push_back(spread_above(a, logits_b, n_vocab, top - mass_windows[w]));
-            }
-        }
         probe.argmax_a.push_back(argmax(a, static_cast<int32_t>(n_vocab)));
         probe.argmax_b.push_back(argmax(logits_b, static_cast<int32_t>(n_vocab)));
         if (temperature > 0.0f) {  // the baseline's keyed draw there, on either shape's logits
@@ -187,7 +179,7 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
             softmax_norm(logits_b, n, temperature, norm);
             probe.draw_b.push_back(sample_softmax(logits_b, n, norm, u));
         }
-    }, /*through_draft=*/false, /*share_prefix=*/settings_of.empty());
+    }, /*share_prefix=*/settings_of.empty());
     const std::vector<float> final_b = final_step();
     for (size_t s = 0; s < forced.size(); ++s) {
         probe.state_spread.push_back(delta_spread(final_a.data() + s * n_vocab, final_b.data() + s * n_vocab, n_vocab).spread);
@@ -195,35 +187,13 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
     return probe;
 }
 
-namespace {
-// Probability mass (unnormalised `probs`) of the tokens ahead of `emitted` when ordered by draft
-// logit - target logit, descending, ties by id. Tokens beyond the draft's vocabulary come last.
-double mass_ahead_in_draft_order(const float* target_logits, const float* draft_logits, const std::vector<float>& probs,
-                                 int32_t n_common, int32_t emitted) {
-    double ahead = 0.0;
-    if (emitted >= n_common) {  // after every token the draft knows, then by id
-        for (int32_t v = 0; v < emitted; ++v) ahead += probs[v];
-        return ahead;
-    }
-    const float key_x = draft_logits[emitted] - target_logits[emitted];
-    for (int32_t v = 0; v < n_common; ++v) {
-        const float key = draft_logits[v] - target_logits[v];
-        if (key > key_x || (key == key_x && v < emitted)) ahead += probs[v];
-    }
-    return ahead;
-}
-}  // namespace
-
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
-                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
-                           const std::vector<float>& mass_windows) {
+                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
     check_temperature(temperature);
     require_open();
     const int32_t n_vocab = target_->n_vocab;
     ReplayCheck check;
     check.final_logits.resize(forced.size());
-    check.tail_mass.resize(mass_windows.size());
-    std::vector<double> tails(mass_windows.size());
     std::vector<float> probs;
     SoftmaxNorm norm;
     // One placeholder token per continuation (never fed) makes the pass visit the position after
@@ -233,17 +203,6 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
     }
     std::vector<std::vector<int32_t>> extended = forced;
     for (auto& tokens : extended) tokens.push_back(0);
-    // The draft's logits at every emitted position, for the draft-ordered PIT (sampling only)
-    std::vector<size_t> offsets(forced.size() + 1, 0);
-    for (size_t s = 0; s < forced.size(); ++s) offsets[s + 1] = offsets[s] + forced[s].size();
-    const bool draft_order = temperature > 0.0f && draft_ != nullptr;
-    const int32_t n_common = draft_order ? std::min(n_vocab, draft_->n_vocab) : 0;
-    std::vector<float> draft_logits(draft_order ? offsets.back() * static_cast<size_t>(n_common) : 0);
-    if (draft_order) {
-        forced_pass(prompts, forced, 1, [&](int s, int64_t index, const float* logits) {
-            std::copy(logits, logits + n_common, draft_logits.begin() + (offsets[s] + index) * n_common);
-        }, true);
-    }
     forced_pass(prompts, extended, 1, [&](int s, int64_t index, const float* logits) {
         if (index == static_cast<int64_t>(forced[s].size())) {
             check.final_logits[s].assign(logits, logits + n_vocab);
@@ -258,32 +217,15 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
             softmax(logits, n_vocab, norm, probs);
             const double u = keyed_uniform(seed, s, index, Stream::target);
             pick = sample_softmax(logits, n_vocab, norm, u);
-            // The draw's CDF in vocabulary order, and the emitted token's place in p ordered by
-            // probability (lossless.distribution_test)
-            const float own = logits[emitted];  // tokens above it for sure; ties may be either way
-            double below = 0.0, total = 0.0, above_sure = 0.0, above_maybe = 0.0;
-            std::fill(tails.begin(), tails.end(), 0.0);
+            // The draw's CDF in vocabulary order
+            double below = 0.0, total = 0.0;
             for (int32_t v = 0; v < n_vocab; ++v) {
                 if (v == emitted) below = total;
                 total += probs[v];
-                if (logits[v] > own) above_sure += probs[v];
-                if (logits[v] >= own && v != emitted) above_maybe += probs[v];
-                for (size_t w = 0; w < mass_windows.size(); ++w) {
-                    if (logits[v] < norm.max_logit - mass_windows[w]) tails[w] += probs[v];
-                }
             }
-            for (size_t w = 0; w < mass_windows.size(); ++w) check.tail_mass[w].push_back(tails[w] / total);
             check.u.push_back(u);
             check.cdf_lo.push_back(below / total);
             check.cdf_hi.push_back((below + probs[emitted]) / total);
-            check.rank_above_sure.push_back(above_sure / total);
-            check.rank_above_maybe.push_back(above_maybe / total);
-            check.p_emitted.push_back(probs[emitted] / total);
-            if (draft_order) {
-                const float* q_logits = draft_logits.data() + (offsets[s] + index) * n_common;
-                check.draft_order_above.push_back(mass_ahead_in_draft_order(logits, q_logits, probs, n_common,
-                                                                            emitted) / total);
-            }
         }
         check.seq.push_back(s);
         check.index.push_back(static_cast<int32_t>(index));

@@ -317,4 +317,32 @@ RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32
     return {false, residual_sample(p, q, n, u_residual, scratch)};
 }
 
+PitPoint pit_point(const float* logits, const std::vector<float>& probs, int32_t n_vocab, float temperature,
+                   int32_t x, const float* q, int32_t n_q) {
+    // log q - log p up to a constant; -inf where q is 0 (those come last, by id)
+    const auto draft_key = [&](int32_t v) {
+        return v < n_q && q[v] > 0.0f ? std::log(static_cast<double>(q[v])) - logits[v] / static_cast<double>(temperature)
+                                      : -INFINITY;
+    };
+    const double key_x = q != nullptr ? draft_key(x) : 0.0;
+    double total = 0.0, sure = 0.0, maybe = 0.0, draft_ahead = 0.0;
+    for (int32_t v = 0; v < n_vocab; ++v) {
+        const double p_v = probs[v];
+        total += p_v;
+        if (logits[v] > logits[x]) sure += p_v;
+        if (logits[v] >= logits[x] && v != x) maybe += p_v;
+        if (q != nullptr) {
+            const double key = draft_key(v);
+            if (key > key_x || (key == key_x && v < x)) draft_ahead += p_v;
+        }
+    }
+    PitPoint pit;
+    pit.p_emitted = probs[x] / total;
+    pit.above_sure = sure / total;
+    pit.above_maybe = maybe / total;
+    pit.draft_above_sure = q != nullptr ? draft_ahead / total : pit.above_sure;
+    pit.draft_above_maybe = q != nullptr ? draft_ahead / total : pit.above_maybe;
+    return pit;
+}
+
 }  // namespace specnative

@@ -62,4 +62,22 @@ RejectionOutcome rejection_step(const float* p, const float* q, int32_t n, int32
 bool draft_accepted(double u_accept, float p_x, float q_x);
 int32_t residual_sample(const float* p, const float* q, int32_t n, double u_residual, std::vector<float>& scratch);
 
+// Where an emitted token x lies in the distribution p it must have been drawn from, for the
+// rejection rule's distributional test (lossless.distribution_test): p's mass ranked ahead of x
+// in two orders that are fixed before the draw, so that under a correct rule the randomized PIT
+// u = ahead + V * p(x) is uniform.
+struct PitPoint {
+    int64_t index = 0;         // x's index in its sequence's output
+    double p_emitted = 0;      // p(x)
+    double above_sure = 0;     // p's order (most probable first): mass strictly above x,
+    double above_maybe = 0;    // and with x's exact ties counted above too
+    // The draft's preference over p's (log q - log p descending, ties by id): a fault that leans
+    // towards q's tokens shows at one end of it. p's order where nothing was drafted (a bonus).
+    double draft_above_sure = 0, draft_above_maybe = 0;
+};
+// `probs`: softmax(logits / T), the table the rule drew from; `q`: the draft distribution
+// proposed at this position (n_q entries), or nullptr.
+PitPoint pit_point(const float* logits, const std::vector<float>& probs, int32_t n_vocab, float temperature,
+                   int32_t x, const float* q, int32_t n_q);
+
 }  // namespace specnative

@@ -33,62 +33,38 @@ def test_ks_bound_of_uninformative_intervals_is_zero():
     assert lossless.ks_distance_lower_bound(np.full(n, 0.9), np.ones(n)) == pytest.approx(0.9)
 
 
-def _synthetic_replay(rng, n_pos: int, n_vocab: int, emit_from: str) -> dict:
-    """What replay() reports, computed in numpy for categorical draws: from p (a correct rule) or
-    from a 'draft' q (accept-all)."""
-    out = {key: [] for key in ("rank_above_sure", "rank_above_maybe", "p_emitted", "draft_order_above")}
-    for _ in range(n_pos):
+def _synthetic_points(rng, n_pos: int, n_vocab: int, emit_from: str) -> dict:
+    """What generate(record_pit=True) reports, computed in numpy for categorical draws: from p (a
+    correct rule) or from a 'draft' q (accept-all)."""
+    out = {key: [] for key in lossless.PIT_FIELDS}
+    for i in range(n_pos):
         p = rng.dirichlet(np.full(n_vocab, 0.3))
         q = rng.dirichlet(np.full(n_vocab, 0.3)) * 0.5 + p * 0.5
         x = rng.choice(n_vocab, p=p if emit_from == "p" else q)
         above = p[p > p[x]].sum()
         key = np.log(q) - np.log(p)
-        ahead = (key > key[x]) | ((key == key[x]) & (np.arange(n_vocab) < x))
-        out["rank_above_sure"].append(above)
-        out["rank_above_maybe"].append(above + p[(p == p[x])].sum() - p[x])
-        out["p_emitted"].append(p[x])
-        out["draft_order_above"].append(p[ahead].sum())
+        ahead = p[(key > key[x]) | ((key == key[x]) & (np.arange(n_vocab) < x))].sum()
+        for field, value in zip(lossless.PIT_FIELDS, (i, p[x], above, above + p[p == p[x]].sum() - p[x], ahead, ahead)):
+            out[field].append(value)
     return {key: np.array(v) for key, v in out.items()}
 
 
 @pytest.mark.parametrize("emit_from, passes", [("p", True), ("q", False)])
 def test_pit_is_uniform_for_draws_from_p_only(emit_from, passes):
     rng = np.random.default_rng(11)
-    replay = _synthetic_replay(rng, 1500, 40, emit_from)
+    points = _synthetic_points(rng, 1500, 40, emit_from)
     v = rng.random(1500)
-    intervals = {order: [lossless.pit_intervals(replay, 0.0, T, v, order)] for order in lossless.ORDERS}
-    test = lossless.distribution_test(intervals, 1, 0.0)
+    intervals = {order: [lossless.pit_intervals(points, v, order)] for order in lossless.ORDERS}
+    test = lossless.distribution_test(intervals, 1)
     assert test.passed is passes, test.reason
 
 
-def test_noise_tolerance_only_widens_the_intervals():
-    rng = np.random.default_rng(5)
-    replay = _synthetic_replay(rng, 300, 20, "p")
-    v = rng.random(300)
-    for order in lossless.ORDERS:
-        lo0, hi0 = lossless.pit_intervals(replay, 0.0, T, v, order)
-        lo, hi = lossless.pit_intervals(replay, 0.5, T, v, order)
-        np.testing.assert_allclose(lo0, hi0, atol=1e-12)  # no noise, no ties: u itself
-        assert np.all(lo <= lo0 + 1e-12) and np.all(hi >= hi0 - 1e-12) and np.all(hi - lo > 0)
-
-
-def test_per_position_tolerances_and_the_tail_widen_each_interval_by_its_own():
-    """One tolerance per position: a quiet position keeps a point, a noisy one an interval; the
-    mass outside the tolerance's window widens every interval on both sides."""
-    rng = np.random.default_rng(7)
-    replay = _synthetic_replay(rng, 200, 20, "p")
-    v = rng.random(200)
-    tolerance = np.where(np.arange(200) % 2 == 0, 0.0, 0.5)
-    lo, hi = lossless.pit_intervals(replay, tolerance, T, v, "draft")
-    np.testing.assert_allclose(lo[0::2], hi[0::2], atol=1e-12)
-    assert np.all(hi[1::2] - lo[1::2] > 0)
-    lo_t, hi_t = lossless.pit_intervals(replay, tolerance, T, v, "draft", tail=0.01)
-    np.testing.assert_allclose(np.minimum(hi_t, 1.0) - hi, np.minimum(hi + 0.01, 1.0) - hi, atol=1e-12)
-    np.testing.assert_allclose(lo - lo_t, lo - np.maximum(lo - 0.01, 0.0), atol=1e-12)
-    test = lossless.distribution_test({"draft": [(lo, hi)]}, 1, tolerance)
-    assert test.tolerance == pytest.approx(0.5) and test.median_tolerance == pytest.approx(0.25)
-    slack = lossless.tail_slack(np.array([0.0, 0.001, 0.4]), np.array([1.0, 0.8, 2.0]), T)
-    np.testing.assert_allclose(slack, [0.0, 2 * 0.001 * np.exp(0.8 / T), 1.0])  # grown odds, both sides, capped
+def test_ties_make_an_interval_as_wide_as_their_mass():
+    points = {"p_emitted": np.array([0.25, 0.5]), "above_sure": np.array([0.5, 0.0]),
+              "above_maybe": np.array([0.75, 0.0]), "draft_above_sure": np.zeros(2), "draft_above_maybe": np.zeros(2)}
+    lo, hi = lossless.pit_intervals(points, np.array([0.5, 0.5]), "target")
+    np.testing.assert_allclose(lo, [0.625, 0.25])
+    np.testing.assert_allclose(hi, [0.875, 0.25])  # a tie of mass 0.25 ahead or behind; none
 
 
 # --- the engine -----------------------------------------------------------------------------------------
@@ -97,8 +73,6 @@ def far_engine(model_dir):
     """Draft = target + 10 % weight noise: rejections are common, so each fault changes the output."""
     target, draft = tiny_pair(model_dir, "noisy", noise=0.1)
     with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=8, **ENGINE_KW) as engine:
-        base = engine.generate(PROMPTS8, n_predict=32, temperature=T, seed=0)
-        engine.control = lossless.measure_noise(engine, PROMPTS8, base.tokens, 4)
         yield engine
 
 
@@ -115,41 +89,38 @@ def test_correct_rule_passes_at_the_default_cell_size(far_engine):
     """A fixed seed; the false-alarm rate is lossless.DIST_ALPHA (1e-3) by construction."""
     test = _dist(far_engine, "none")
     assert test.passed, test.reason
-    assert test.positions >= SweepConfig.dist_positions and test.runs == -(-test.positions // (8 * 32))
+    per_run = 8 * 31  # every sequence's tokens after its first
+    assert test.positions >= SweepConfig.dist_positions and test.runs == -(-SweepConfig.dist_positions // per_run)
 
 
 @pytest.mark.parametrize("fault", REJECTION_FAULTS)
 def test_each_rejection_fault_fails_at_the_default_cell_size(far_engine, fault):
-    """bench/results/rejection-power-*.md: the positions each fault needs; 1024 is the default."""
+    """bench/results/rejection-power-*.md: the positions each fault needs at most, the default."""
     test = _dist(far_engine, fault)
     assert not test.passed, test.reason
 
 
-def test_position_noise_is_measured_on_the_runs_own_tokens_in_replay_order(far_engine):
-    """The replay visits positions step by step across the sequences; each tolerance must be the
-    one measured at its own (sequence, index)."""
+def test_pit_places_every_round_token_in_its_own_verify_rows_p(far_engine):
+    """The recorder reads the right verify row: every token after the first (which the prompt's
+    logits give) has a point, and its p(emitted) and mass ahead agree with the target's softmax
+    on the same prefix computed apart (the tiny models' batch-shape noise is ~0)."""
     prompts = far_engine.to_token_prompts(PROMPTS8[:3])
-    out = far_engine.generate(prompts, n_predict=12, temperature=T, seed=4, spec=True, k=4, accept_rule="rejection")
-    tokens = [list(map(int, t)) for t in out.tokens]
-    mass_windows = [w * T for w in lossless.MASS_WINDOWS_T]
-    replay = far_engine._core.replay(prompts, tokens, T, 4, mass_windows=mass_windows)
-    windows, full = lossless.position_noise(far_engine, prompts, tokens, 4, T, "", replay["seq"], replay["index"])
-    raw = far_engine._core.numeric_noise(prompts, tokens, 1, 5, mass_windows=mass_windows)
-    measured = {(int(s), int(i)): r for r, (s, i) in enumerate(zip(raw["seq"], raw["index"]))}
-    assert windows.shape == (len(mass_windows), replay["seq"].size) and full.size == replay["seq"].size
-    assert not np.array_equal(np.argsort(replay["seq"], kind="stable"), np.arange(replay["seq"].size))  # interleaved
-    for at, (s, i) in enumerate(zip(replay["seq"], replay["index"])):
-        r = measured[(int(s), int(i))]
-        assert full[at] == pytest.approx(lossless.SAFETY * raw["spread"][r])
-        for w in range(len(mass_windows)):
-            assert windows[w, at] == pytest.approx(lossless.SAFETY * raw["window_spread"][w][r])
-    assert np.all(np.diff(windows, axis=0) >= -1e-6) and np.all(windows <= full + 1e-6)  # wider window, more tokens
-    tails = np.array(replay["tail_mass"])
-    assert tails.shape == (len(mass_windows), replay["seq"].size) and np.all((tails >= 0) & (tails < 1))
-    assert np.all(np.diff(tails, axis=0) <= 1e-12)  # wider window, less mass beyond it
-    assert far_engine._core.replay(prompts, tokens, T, 4)["tail_mass"] == []  # only on request
-    with pytest.raises(ValueError, match="mass window"):
-        far_engine._core.replay(prompts, tokens, T, 4, mass_windows=[-1.0])
+    out = far_engine.generate(prompts, n_predict=12, temperature=T, seed=4, spec=True, k=4, accept_rule="rejection",
+                              record_pit=True)
+    assert len(out.pit) == 3
+    for prompt, tokens, points in zip(prompts, out.tokens, out.pit):
+        np.testing.assert_array_equal(points["index"], np.arange(1, len(tokens)))
+        for i, x in zip(points["index"], tokens[1:]):
+            logits = far_engine.prompt_logits(list(prompt) + list(map(int, tokens[:i]))).astype(np.float64)
+            p = np.exp((logits - logits.max()) / T)
+            p /= p.sum()
+            at = int(i) - 1
+            assert points["p_emitted"][at] == pytest.approx(p[x], abs=2e-3)
+            assert points["above_sure"][at] == pytest.approx(p[logits > logits[x]].sum(), abs=2e-3)
+        assert np.all(points["above_sure"] <= points["above_maybe"])
+        assert np.all((points["draft_above_sure"] >= 0) & (points["draft_above_sure"] + points["p_emitted"] <= 1 + 1e-9))
+    with pytest.raises(ValueError, match="record_pit"):
+        far_engine.generate(prompts, n_predict=4, temperature=T, spec=True, accept_rule="match", record_pit=True)
 
 
 def test_greedy_has_no_distributional_test(far_engine):

@@ -244,3 +244,21 @@ def test_at_t_above_0_the_control_counts_flips_of_the_keyed_draw(noisy_engine):
     control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, 4, temperature=0.9, seed=2)
     assert control.flips == int(np.count_nonzero(raw["draw_a"] != raw["draw_b"]))
     assert noisy_engine._core.numeric_noise(prompts, tokens, 1, 5)["draw_a"].size == 0  # greedy: none
+
+
+def test_teacher_forced_passes_reuse_the_prompts_only_while_the_cache_holds_them(noisy_engine):
+    """A replay right after a run of the same prompts feeds only each prompt's last token again
+    (the prompts' cells are still there); after a run of other prompts it prefills them whole.
+    Either way it sees the same context: a stale reuse would show as other final logits."""
+    other = ["Completely different words here", "and more of them", "to fill the cache"]
+    forced = [list(map(int, t)) for t in noisy_engine.generate(PROMPTS, n_predict=8).tokens]
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    noisy_engine.generate(other, n_predict=8)
+    whole = noisy_engine._core.replay(prompts, forced, 0.0, 0)  # the cache held other prompts
+    reused = noisy_engine._core.replay(prompts, forced, 0.0, 0)  # it holds these now
+    noisy_engine.generate(other[:2], n_predict=8)
+    again = noisy_engine._core.replay(prompts, forced, 0.0, 0)
+    for a, b, c in zip(whole["final_logits"], reused["final_logits"], again["final_logits"]):
+        np.testing.assert_allclose(a, b, atol=1e-3)
+        np.testing.assert_allclose(a, c, atol=1e-3)
+    assert list(whole["pick"]) == list(reused["pick"])

@@ -151,6 +151,7 @@ class GenerationResult:
     counts: list = field(default_factory=list)  # the same per sequence
     margins: list = field(default_factory=list)  # per sequence: target top-1 minus top-2 logit
                                                  # per token (record_margins=True only)
+    pit: list = field(default_factory=list)  # per sequence: {field: array} (record_pit=True only)
     drafter: str = ""                            # speculative runs: which drafter proposed
     drafter_options: dict = field(default_factory=dict)  # its llama.cpp options (n-gram types)
     draft_p_min: float = 0.0                     # the draft model's stop rule (0 = fixed k)
@@ -352,7 +353,8 @@ class Engine:
                  spec: bool = False, k: int = 4, accept_rule: str = "greedy",
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
-                 draft_temperature: float | None = None, drafter_settings: bool = False) -> GenerationResult:
+                 draft_temperature: float | None = None, drafter_settings: bool = False,
+                 record_pit: bool = False) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -376,7 +378,10 @@ class Engine:
         too) read the target's features after every target decode (times["draft_ingest"]); their
         proposals are deterministic (q one-hot), and DFlash drafts at most block_size - 1.
         drafter_settings (baseline only): decode under that hidden-state drafter's target
-        settings (feature extraction on), to measure what they cost the plain step."""
+        settings (feature extraction on), to measure what they cost the plain step.
+        record_pit (rejection rule only): for every token a round emits, its place in the p of its
+        own verify row (pit: per sequence, arrays index, p_emitted, above_sure/_maybe in p's order,
+        draft_above_sure/_maybe in the draft's): lossless.rejection_distribution's evidence."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
@@ -385,6 +390,8 @@ class Engine:
         if draft_temperature is not None and not _temperature(draft_temperature) > 0:
             raise ValueError(f"draft_temperature must be > 0 (None: the generation temperature), not {draft_temperature!r}")
         draft_temperature = 0.0 if draft_temperature is None else _temperature(draft_temperature)  # 0: the same
+        if record_pit and not (spec and accept_rule == "rejection" and temperature > 0):
+            raise ValueError("record_pit applies to the rejection rule when sampling (spec=True, temperature > 0)")
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         drafter = drafter_name(drafter)
         options = _drafter_options(drafter, drafter_options)
@@ -395,7 +402,7 @@ class Engine:
                                   record_margins=bool(record_margins), drafter=drafter,
                                   drafter_options=options, draft_p_min=draft_p_min,
                                   draft_temperature=float(draft_temperature),
-                                  drafter_settings=bool(drafter_settings))
+                                  drafter_settings=bool(drafter_settings), record_pit=bool(record_pit))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,
@@ -407,7 +414,7 @@ class Engine:
                     "tps": raw.steady_tps, "iteration_ms": raw.steady_iteration_ms, "tau": raw.steady_tau},
             occupancy=raw.occupancy,
             totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
-            margins=raw.margins, drafter=drafter if raw.speculative else "",
+            margins=raw.margins, pit=raw.pit if record_pit else [], drafter=drafter if raw.speculative else "",
             drafter_options=options if raw.speculative else {},
             draft_p_min=draft_p_min if raw.speculative else 0.0)
 

@@ -26,13 +26,14 @@ the target's own choice was a near-tie. The verdict tells that apart from a bug:
 3. The **distributional test** (`distribution_test`) for the `rejection` rule, which is lossless in
    distribution only: under a correct rule every emitted token is a draw from the target's p given
    the emitted prefix, so its randomized probability-integral transform is i.i.d. uniform over all
-   positions of all sequences and runs. The replay gives, per position, the emitted token's place
-   in p ordered by probability (most probable first); u = F(above) + V * p(emitted), V uniform
-   and seeded. A one-sample Kolmogorov-Smirnov test of uniformity decides at a stated false-alarm
-   rate (DIST_ALPHA per cell). The noise is folded in conservatively, per position (the run's own
-   tokens teacher-forced along both shapes, run_pit_intervals): every u is only known to lie in an
-   interval (the masses may shift), and the statistic is the smallest KS distance any placement
-   inside the intervals could have.
+   positions of all sequences and runs. The engine records, for every token a round emits, its
+   place in the p of its own verify row (generate(record_pit=True): the very logits the rule had,
+   read independently of how the rule used them), so there is no batch-shape noise to allow for:
+   u = (mass ahead of it) + V * p(emitted), V uniform and seeded, in two orders fixed before the
+   draw (p's own, and the draft's preference over p's). A one-sample Kolmogorov-Smirnov test of
+   uniformity per order, Bonferroni-combined, decides at a stated false-alarm rate (DIST_ALPHA per
+   cell). The target's p itself is checked by the match proxy and the KV checks above, which the
+   cell must pass too.
 
 Verdicts: `exact` (token-identical to the baseline, per seed when sampling), `numeric` (every
 divergence explained by the measured noise), `exact-dist` (rejection rule: the emitted tokens are
@@ -68,15 +69,6 @@ FLIP_QUANTILE = 0.999
 # The distributional test's false-alarm rate per cell: a correct engine fails a cell with at most
 # this probability (the noise folding only lowers it).
 DIST_ALPHA = 1e-3
-# The distributional test's noise, per position (position_noise): the target's logit spread
-# between 1-token steps and verify batches over the tokens within W x T of the top, for each W
-# here, measured on the run's own tokens; the mass beyond W (exact, from the clean replay) is a
-# slack that may grow by the whole vocabulary's spread. Each W gives a valid interval for u and
-# the test takes their intersection: the noise grows with the distance from the top (Gemma 3 270M:
-# median spread 0.18 within 3 T, 0.33 within 5 T, 1.10 within 20 T: bench/noise_by_window.py), where on a flat p (the tiny
-# models) a narrow window leaves too much mass outside.
-MASS_WINDOWS_T = (3.0, 5.0, 10.0, 20.0)
-REPORTED_WINDOW = 1  # the tolerance DistributionTest reports: the 5 T window's
 # Every other run of the distributional test drafts this many times hotter than the target (draft
 # model only): the rule is lossless for any q, and a flatter q makes rejections frequent, so the
 # rule's every path (acceptance test, residual, bonus) is exercised even when the user's draft
@@ -354,10 +346,8 @@ class DistributionTest:
     p_value: float     # P(D >= statistic) for n uniform draws (exact finite-n distribution)
     positions: int     # emitted tokens tested, over all sequences and runs
     runs: int          # speculative runs (seeds) pooled
-    tolerance: float   # the largest per-position logit tolerance folded in
     alpha: float = DIST_ALPHA
     order: str = "target"  # the PIT order whose test decided (ORDERS)
-    median_tolerance: float = math.nan  # the typical one
 
     @property
     def passed(self) -> bool:
@@ -368,74 +358,25 @@ class DistributionTest:
         outcome = "consistent with" if self.passed else "NOT distributed as"
         return (f"emitted tokens {outcome} the target's p: KS distance of the PIT in {self.order} order >= "
                 f"{self.statistic:.4f} over {self.positions} positions ({self.runs} seeded runs), p = {self.p_value:.3g} "
-                f"(false-alarm rate {self.alpha:g}; per-position logit tolerances, median {self.median_tolerance:.3g}, "
-                f"max {self.tolerance:.3g}, folded in)")
-
-
-def _mass_bounds(mass, e: float):
-    """The least and most a set of tokens with probability `mass` can weigh once every logit gap
-    moves by up to log(e) * T: its odds against the rest shrink or grow by at most e."""
-    mass = np.clip(mass, 0.0, 1.0)
-    return mass / (mass + (1.0 - mass) * e), mass * e / (mass * e + (1.0 - mass))
+                f"(false-alarm rate {self.alpha:g}; p from each token's own verify row, no noise to allow for)")
 
 
 ORDERS = ("draft", "target")  # the PIT's token orders (pit_intervals)
+PIT_FIELDS = ("index", "p_emitted", "above_sure", "above_maybe", "draft_above_sure", "draft_above_maybe")
 
 
-def pit_intervals(replay: dict, tolerance, temperature: float, v, order: str, tail: float = 0.0
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Each emitted token's randomized probability-integral transform u = F(tokens ahead of it) +
-    V * p(emitted), V ~ U(0, 1) given as `v`, as an interval that holds whatever the noise did.
-
-    The order of the tokens is a fixed function of the prefix, so under a correct rule u is
-    uniform whichever order it is; p is the clean replay's. `order` "target": p's own order, most
-    probable first (ties either way: the replay's rank_above_sure / _maybe). `order` "draft": the
-    draft's preference over the target's (replay's draft_order_above): a fault that leans towards
-    the draft's tokens (acceptance, residual, accept-all) shows at one end of it, one that
-    misplaces p's own mass (a bonus token from q) in p's order. The run drew from the target's p
-    in its own batch shape, whose masses differ from the clean p's by at most a factor
-    exp(tolerance / T) in odds (`tolerance`: one value or one per position), plus what the tokens
-    the tolerance does not cover can move (`tail`: one value or one per position, both sides). Without noise both ends
-    are u itself."""
-    e = np.exp(np.minimum(np.asarray(tolerance, np.float64) / temperature, 700.0))
-    p_x = np.asarray(replay["p_emitted"], np.float64)
-    if order == "draft":
-        sure = maybe = np.asarray(replay["draft_order_above"], np.float64)
-    else:
-        sure, maybe = (np.asarray(replay[key], np.float64) for key in ("rank_above_sure", "rank_above_maybe"))
-    lo_start, _ = _mass_bounds(sure, e)
-    lo_end, _ = _mass_bounds(sure + p_x, e)
-    _, hi_start = _mass_bounds(maybe, e)
-    _, hi_end = _mass_bounds(maybe + p_x, e)
-    lo = (1.0 - v) * lo_start + v * lo_end - tail
-    hi = (1.0 - v) * hi_start + v * hi_end + tail
-    return np.maximum(lo, 0.0), np.minimum(hi, 1.0)
-
-
-def position_noise(engine, prompts: list, tokens: list, k: int, temperature: float, drafter: str,
-                   seq, index) -> tuple[np.ndarray, np.ndarray]:
-    """At the positions (seq[i], index[i]) (a replay's order): SAFETY x the spread of the target's
-    logits between 1-token steps and (k+1)-token verify batches over the tokens within each
-    MASS_WINDOWS_T x T of the top (one row per window), and SAFETY x the spread over the whole
-    vocabulary; measured on these very tokens. The noise differs by position by an order of
-    magnitude, so one maximum over the cell (as before) left the test no power on Gemma 3 270M."""
-    settings_of = drafter if drafter in HIDDEN_DRAFTERS else ""
-    raw = engine._core.numeric_noise(prompts, tokens, 1, k + 1, settings_of=settings_of,
-                                     mass_windows=[w * temperature for w in MASS_WINDOWS_T])
-    start = np.cumsum([0] + [len(t) for t in tokens])
-    row_of = np.full(int(start[-1]), -1)
-    row_of[start[raw["seq"]] + raw["index"]] = np.arange(raw["seq"].size)
-    rows = row_of[start[np.asarray(seq)] + np.asarray(index)]
-    if np.any(rows < 0):
-        raise ValueError("the noise control did not cover every replayed position")
-    return SAFETY * np.asarray(raw["window_spread"])[:, rows], SAFETY * raw["spread"][rows]
-
-
-def tail_slack(tail_mass, full_tolerance, temperature: float) -> np.ndarray:
-    """How far the mass beyond the window can move u: its odds may grow by exp(full tolerance / T),
-    and whatever it gains or loses also rescales the window's tokens (hence twice)."""
-    grown = np.asarray(tail_mass, np.float64) * np.exp(np.minimum(np.asarray(full_tolerance) / temperature, 700.0))
-    return np.minimum(2.0 * grown, 1.0)
+def pit_intervals(points: dict, v, order: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each emitted token's randomized probability-integral transform u = (p's mass ahead of it) +
+    V * p(emitted), V ~ U(0, 1) given as `v`; `points`: generate(record_pit=True)'s fields. Any
+    order fixed before the draw keeps u uniform under a correct rule. `order` "target": p's own,
+    most probable first; "draft": the draft's preference over p's (log q - log p): a fault that
+    leans towards the draft's tokens (acceptance, residual, accept-all) shows at one end of it, one
+    that misplaces p's own mass (a bonus token from q) in p's order. Exact ties may go either way,
+    so u is an interval; without ties both ends are u itself."""
+    prefix = "draft_" if order == "draft" else ""
+    p_x = np.asarray(points["p_emitted"], np.float64)
+    sure, maybe = (np.asarray(points[f"{prefix}above_{end}"], np.float64) for end in ("sure", "maybe"))
+    return np.clip(sure + v * p_x, 0.0, 1.0), np.clip(maybe + v * p_x, 0.0, 1.0)
 
 
 def ks_distance_lower_bound(lo, hi) -> float:
@@ -453,7 +394,7 @@ def ks_p_value(statistic: float, n: int) -> float:
     return float(stats.kstwo.sf(statistic, n)) if statistic > 0 else 1.0
 
 
-def distribution_test(intervals: dict, runs: int, tolerance, alpha: float = DIST_ALPHA) -> DistributionTest:
+def distribution_test(intervals: dict, runs: int, alpha: float = DIST_ALPHA) -> DistributionTest:
     """The test over pooled PIT intervals: {order: [(lo, hi) per run]}. Kolmogorov-Smirnov rather
     than chi-square on bins: it takes every value without a binning choice, needs no minimum count
     per bin (a cell of 32 positions is valid), has an exact finite-n null distribution, and its
@@ -468,62 +409,44 @@ def distribution_test(intervals: dict, runs: int, tolerance, alpha: float = DIST
         statistic = ks_distance_lower_bound(lo, hi)
         tests.append((ks_p_value(statistic, lo.size), statistic, int(lo.size), order))
     p_value, statistic, positions, order = min(tests)
-    tolerance = np.asarray(tolerance, np.float64).ravel()  # one value, or the per-position ones
-    return DistributionTest(statistic, min(1.0, p_value * len(tests)), positions, runs,
-                            float(tolerance.max(initial=0.0)), alpha, order,
-                            float(np.median(tolerance)) if tolerance.size else math.nan)
+    return DistributionTest(statistic, min(1.0, p_value * len(tests)), positions, runs, alpha, order)
 
 
 def rejection_distribution(engine, prompts, temperature: float, seed: int, min_positions: int, stress: bool = True,
                            **spec) -> DistributionTest:
-    """Runs the `rejection` rule at seeds seed, seed + 1, ... until `min_positions` tokens were
-    emitted, replays each output along the target (teacher-forced, the baseline's shape; the draft
-    model too when there is one) and tests the pooled PITs, each with its position's own noise
-    tolerance (position_noise). With `stress` (draft model only) every other run drafts at
-    STRESS_DRAFT_FACTOR x the temperature; a correct rule emits p either way, so the pooled PITs
-    stay uniform. `spec`: generate()'s other arguments (n_predict, k, ...)."""
+    """Runs the `rejection` rule (rejection_run) at seeds seed, seed + 1, ... until `min_positions`
+    tokens were emitted by rounds, and tests their pooled PITs. `spec`: generate()'s other
+    arguments (n_predict, k, ...)."""
     if temperature <= 0:
         raise ValueError("the distributional test needs temperature > 0 (greedy is checked exactly)")
     prompts = engine.to_token_prompts(prompts)
     rng = np.random.default_rng([int(seed), 0x9E3779B9])  # V: fixed by the cell's seed
-    model = spec.get("drafter", "model") == "model"
-    orders = ORDERS if model else ("target",)
-    intervals = {order: [] for order in orders}
-    tolerances, run = [], 0
-    while sum(t.size for t in tolerances) < min_positions:
-        hotter = STRESS_DRAFT_FACTOR * temperature if stress and model and run % 2 == 1 else None
-        out = engine.generate(prompts, temperature=temperature, seed=seed + run, spec=True,
-                              accept_rule="rejection", draft_temperature=hotter, **spec)
-        tokens = [list(map(int, t)) for t in out.tokens]
-        kept = [i for i, t in enumerate(tokens) if t]
-        if not kept:
-            break  # nothing emitted (n_predict 0): nothing to test
-        run_pits = run_pit_intervals(engine, [prompts[i] for i in kept], [tokens[i] for i in kept], temperature,
-                                     seed + run, spec.get("k", 4), spec.get("drafter", ""), rng, orders)
-        for order in orders:
-            intervals[order].append(run_pits[order])
-        tolerances.append(run_pits["tolerance"])
+    intervals, positions, run = {}, 0, 0
+    while positions < min_positions:
+        _, pits = rejection_run(engine, prompts, temperature, seed, run, rng, stress, **spec)
+        if not pits:
+            break  # no round emitted anything (n_predict <= 1): nothing to test
+        for order, bounds in pits.items():
+            intervals.setdefault(order, []).append(bounds)
+        positions += bounds[0].size
         run += 1
-    return distribution_test(intervals, run, np.concatenate(tolerances) if tolerances else [])
+    return distribution_test(intervals, run)
 
 
-def run_pit_intervals(engine, prompts: list, tokens: list, temperature: float, seed: int, k: int, drafter: str,
-                      rng, orders=ORDERS) -> dict:
-    """One rejection run's PIT intervals per order ({order: (lo, hi)}) and its per-position
-    tolerances ("tolerance", the 5 T window's): the noise measured on its tokens, the clean
-    replay's p, V from `rng`. Every window (and the whole vocabulary) bounds u; the intervals are
-    their intersection."""
-    replay = engine._core.replay(prompts, tokens, float(temperature), int(seed),
-                                 mass_windows=[w * temperature for w in MASS_WINDOWS_T])
-    windows, full = position_noise(engine, prompts, tokens, k, temperature, drafter, replay["seq"], replay["index"])
-    v = rng.random(len(replay["p_emitted"]))  # one V per position, shared by both orders
-    out = {"tolerance": windows[REPORTED_WINDOW]}
-    for order in orders:
-        bounds = [pit_intervals(replay, full, temperature, v, order)]  # the whole vocabulary, no slack
-        bounds += [pit_intervals(replay, tolerance, temperature, v, order, tail_slack(tail, full, temperature))
-                   for tolerance, tail in zip(windows, replay["tail_mass"])]
-        out[order] = (np.max([lo for lo, _ in bounds], axis=0), np.min([hi for _, hi in bounds], axis=0))
-    return out
+def rejection_run(engine, prompts, temperature: float, seed: int, run: int, rng, stress: bool = True, **spec):
+    """Run number `run` of the distributional test, at seed + run, and its PIT intervals per order
+    ({order: (lo, hi)}; {} when no round emitted a token), V from `rng`. With `stress` (draft model
+    only) every other run drafts at STRESS_DRAFT_FACTOR x the temperature: a correct rule emits p
+    either way, so the pooled PITs stay uniform."""
+    model = spec.get("drafter", "model") == "model"
+    hotter = STRESS_DRAFT_FACTOR * temperature if stress and model and run % 2 == 1 else None
+    out = engine.generate(prompts, temperature=temperature, seed=seed + run, spec=True, accept_rule="rejection",
+                          draft_temperature=hotter, record_pit=True, **spec)
+    points = {key: np.concatenate([seq[key] for seq in out.pit]) for key in PIT_FIELDS}
+    if points["index"].size == 0:
+        return out, {}
+    v = rng.random(points["index"].size)  # one V per position, shared by both orders
+    return out, {order: pit_intervals(points, v, order) for order in (ORDERS if model else ("target",))}
 
 
 def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[dict]) -> None:

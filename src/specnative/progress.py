@@ -75,7 +75,10 @@ def cell_work(ctx_len: int, concurrency: int, n_predict: int, runs: float, attn_
 
 # Seconds per unit: the prior a, b, c, fitted (non-negative least squares) to the 18 cells of the
 # tiny preset's default run on 2 cores (bench/results/first-run/after); refitted as cells finish
-PRIOR = (1.75e-4, 4.4e-5, 0.05)
+PRIOR = (9.2e-5, 4.6e-5, 0.02)
+# Seconds of measurement the prior counts as when the finished cells rescale it: the first cells
+# (no context) take a second or less, and their overheads must not triple the whole estimate.
+PRIOR_WEIGHT_S = 20.0
 
 
 @dataclass
@@ -90,15 +93,16 @@ class CostModel:
             return
         x = np.array([[w.decode, w.prefill, 1.0] for w in works])
         y = np.asarray(seconds, float)
-        if not np.any(x[:, 1] > 0):  # b unknown: scale the prior as a whole by the decode fit
-            scale = float(y.sum() / max((x @ np.array(self.prior)).sum(), 1e-12))
+        # how much slower or faster than the prior this machine is, the prior counting as evidence
+        scale = float((y.sum() + PRIOR_WEIGHT_S) / ((x @ np.array(self.prior)).sum() + PRIOR_WEIGHT_S))
+        if not np.any(x[:, 1] > 0):  # b unknown: scale the prior as a whole
             self.coef = tuple(scale * c for c in self.prior)
             return
         # ridge towards the prior, so one cell cannot swing a coefficient to zero
         weight = np.sqrt(max(len(works), 1)) * 0.3
-        scale = x.mean(axis=0)
-        x_aug = np.vstack([x, np.diag(weight * scale)])
-        y_aug = np.concatenate([y, weight * scale * np.array(self.prior) * float(y.sum() / max((x @ np.array(self.prior)).sum(), 1e-12))])
+        scale_x = x.mean(axis=0)
+        x_aug = np.vstack([x, np.diag(weight * scale_x)])
+        y_aug = np.concatenate([y, weight * scale_x * np.array(self.prior) * scale])
         coef, _ = nnls(x_aug, y_aug)
         self.coef = tuple(float(c) for c in coef)
 
