@@ -442,6 +442,15 @@ PYBIND11_MODULE(_core, m) {
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })
+        .def("draft_prefix_state", [](GuardedEngine& e) {
+            auto [tokens, state] = locked(e, [&] { return e.draft_prefix_state(); });
+            return py::make_tuple(tokens, py::bytes(reinterpret_cast<const char*>(state.data()), state.size()));
+        })
+        .def("load_draft_prefix", [](GuardedEngine& e, const std::vector<int32_t>& tokens, const py::bytes& state) {
+            const std::string_view view = state;
+            const std::vector<uint8_t> data(view.begin(), view.end());
+            return locked(e, [&] { return e.load_draft_prefix(tokens, data); });
+        }, py::arg("tokens"), py::arg("state"))
         .def("cache_extent", [](GuardedEngine& e, int seq) { return locked(e, [&] { return e.cache_extent(seq); }); })
         .def("is_eog", [](GuardedEngine& e, int32_t token) { return locked(e, [&] { return e.is_eog(token); }); })
         .def("pending_logits", [](GuardedEngine& e, int seq) {

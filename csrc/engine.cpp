@@ -830,6 +830,37 @@ std::vector<float> Engine::prompt_logits(const std::vector<int32_t>& tokens) {
     return std::vector<float>(logits, logits + t.n_vocab);
 }
 
+std::pair<std::vector<int32_t>, std::vector<uint8_t>> Engine::draft_prefix_state() {
+    require_open();
+    if (draft_ == nullptr || draft_->cached_prefix.empty()) return {};
+    Context& d = *draft_;
+    // sequence 0 down to the prefix (its cells are the prefix's; the others' suffixes stay)
+    llama_memory_seq_rm(d.memory(), 0, static_cast<llama_pos>(d.cached_prefix.size()), -1);
+    d.cached_prompts.clear();
+    std::vector<uint8_t> state(llama_state_seq_get_size(d.ctx, 0));
+    state.resize(llama_state_seq_get_data(d.ctx, state.data(), state.size(), 0));
+    return {d.cached_prefix, std::move(state)};
+}
+
+bool Engine::load_draft_prefix(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& state) {
+    require_open();
+    if (draft_ == nullptr || tokens.empty() || state.empty()) return false;
+    Context& d = *draft_;
+    llama_memory_clear(d.memory(), true);
+    d.cached_prefix.clear();
+    d.cached_prompts.clear();
+    if (llama_state_seq_set_data(d.ctx, state.data(), state.size(), 0) == 0) {
+        llama_memory_clear(d.memory(), true);  // refused (another model or layout): prefill as usual
+        return false;
+    }
+    if (llama_memory_seq_pos_max(d.memory(), 0) + 1 != static_cast<llama_pos>(tokens.size())) {
+        llama_memory_clear(d.memory(), true);
+        return false;
+    }
+    d.cached_prefix = tokens;
+    return true;
+}
+
 int32_t Engine::cache_extent(int seq) const {
     require_open();
     if (seq < 0 || seq >= static_cast<int>(last_pending_.size())) {

@@ -289,6 +289,13 @@ public:
     int32_t cache_extent(int seq) const;
     bool is_eog(int32_t token) const;  // an end-of-generation token of the target's vocabulary
 
+    // The draft model's cached shared prefix (Context::cached_prefix) as llama.cpp's sequence
+    // state, and its tokens; empty without one. Another engine with the same draft file takes it
+    // (load_draft_prefix) instead of prefilling the same context again: the sweep's next target
+    // quantization at 32k context saves the draft's whole prefill (bit-identical cells).
+    std::pair<std::vector<int32_t>, std::vector<uint8_t>> draft_prefix_state();
+    bool load_draft_prefix(const std::vector<int32_t>& tokens, const std::vector<uint8_t>& state);
+
     std::vector<int32_t> tokenize(const std::string& text, bool add_special) const;
     std::string detokenize(const std::vector<int32_t>& tokens) const;
 

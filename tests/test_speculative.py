@@ -235,3 +235,27 @@ def test_pooled_rates_use_the_engine_definitions(noisy_engine):
     assert rates["draft_accept_rate"] == pytest.approx(runs[0].draft_accept_rate)  # same runs twice
     assert rates["mean_accept_len"] == pytest.approx(pooled["emitted"] / pooled["rounds"])
     assert np.isnan(_core.accept_rates(0, 0, 0, 0, 0)["draft_accept_rate"])
+
+
+def test_a_draft_prefix_handed_to_another_engine_replaces_its_prefill(noisy_pair):
+    """The sweep hands the draft's cached shared context to the next target's engine. The cells
+    are the ones a prefill of the same draft file would compute (same file, batch and threads), so
+    the speculative run is the same token for token, and the draft prefills only the suffixes."""
+    target, draft = noisy_pair
+    shared = " ".join(["a shared document that every sequence reads first"] * 40)
+    prompts = [shared + " Question one?", shared + " Another question."]
+    kwargs = dict(n_predict=16, spec=True, k=4)
+    with Engine(target, draft, n_ctx=2048, n_batch=512, n_seq_max=2, **ENGINE_KW) as first:
+        first.generate(prompts, **kwargs)
+        tokens, state = first._core.draft_prefix_state()
+    assert len(tokens) > 300 and len(state) > 0
+    with Engine(target, draft, n_ctx=2048, n_batch=512, n_seq_max=2, **ENGINE_KW) as fresh:
+        expected = fresh.generate(prompts, **kwargs)
+    with Engine(target, draft, n_ctx=2048, n_batch=512, n_seq_max=2, **ENGINE_KW) as handed:
+        assert handed._core.load_draft_prefix(tokens, state)
+        got = handed.generate(prompts, **kwargs)
+        assert not handed._core.load_draft_prefix(tokens[:-1], state)  # tokens that are not the state's
+    assert [list(t) for t in got.tokens] == [list(t) for t in expected.tokens]  # bit-identical cells
+    assert got.totals["accepted"] == expected.totals["accepted"]
+    # ~10 suffix tokens against ~350: a ratio of ~1/30 measured side by side, far from this bound
+    assert got.times["prefill_draft"] < 0.5 * expected.times["prefill_draft"]

@@ -180,8 +180,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("prompt_copy_share", "float", "share of the baseline's emitted tokens inside a 4-gram that also occurs "
            "in the sequence's prompt, mean over the cell's distinct prompts (category_table.py)"),
     # --- the rejection rule's distributional verdict (lossless.rejection_distribution) ---------------
-    Column("dist_statistic", "float", "rejection cells: KS distance of the emitted tokens' randomized PITs from "
-           "uniform (smallest any placement within the noise intervals has; on rows)"),
+    Column("dist_statistic", "float", "rejection cells: KS distance of the emitted tokens' randomized PITs (in "
+           "the p of each token's own verify row) from uniform (smallest any placement of exact ties has; on rows)"),
     Column("dist_p_value", "float", "rejection cells: the test's p-value, Bonferroni over its token orders; the "
            "verdict fails below lossless.DIST_ALPHA (on rows)"),
     Column("dist_positions", "int", "rejection cells: emitted tokens tested, pooled over seeded runs (on rows)"),

@@ -787,9 +787,13 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     planned = checked_grid(cfg, cells, provenance, progress)  # every model and cell checked, whole grid
     rundir.apply_resume(plan)  # only now: a refused resume changed no file
     engine_key = lambda drafter: hidden_drafters.engine_key(drafter, cfg.draft, cfg.drafter_files)
+    draft_prefixes = {}  # ctx_len -> the draft's cached context (draft_prefix_state), for the next target
     for target, runnable, own_tokens in planned:
         for group in by_ctx_len(runnable, engine_key):
             with engine_for(cfg, target, group, own_tokens) as engine:
+                shares_draft = engine.draft_path is not None and not engine.hidden_drafter and group[0].ctx_len > 0
+                if shares_draft and group[0].ctx_len in draft_prefixes:
+                    engine._core.load_draft_prefix(*draft_prefixes[group[0].ctx_len])
                 if engine.hidden_drafter:
                     print(hidden_drafters.inferred_line(group[0].drafter, engine), file=sys.stderr)
                 target_rec = model_record(engine.target_info, "target")
@@ -806,6 +810,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                     run_cell(engine, cell, cfg, traces, provenance, progress,
                              identity=(target_rec, draft_rec, run_id, backend), warm=warm)
                     warm = True
+                if shares_draft:  # the same draft file and context documents: no second draft prefill
+                    draft_prefixes[group[0].ctx_len] = engine._core.draft_prefix_state()
     progress.close()
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
