@@ -195,6 +195,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.draft_temperature = draft_temperature;
     p.drafter_settings = drafter_settings;
     p.record_pit = record_pit;
+    p.reuse_prompts = record_pit;  // a distributional-test run: its prefill is no measurement
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;

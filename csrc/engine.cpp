@@ -419,10 +419,10 @@ void Engine::reset_memory() {
 // `on_last` (the target), it gets the logits of each sequence's last prompt token (from which the
 // first token is sampled, or checked by a replay).
 // ---------------------------------------------------------------------------------------------
-// With `reuse_prompts` (teacher-forced checks, never timed runs: a run's prefill time is a
-// measurement) and every prompt's cells still in the cache from the last prefill, only each
-// prompt's last token is fed again, for its logits: a 32k-token context's per-sequence prompts
-// cost seconds per pass otherwise.
+// With `reuse_prompts` (checks: teacher-forced passes and the distributional test's runs; never
+// timed runs, whose prefill time is a measurement) and every prompt's cells still in the cache
+// from the last prefill, only each prompt's last token is fed again, for its logits: a 32k-token
+// context's per-sequence prompts cost seconds per pass otherwise.
 void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last,
                      const AfterDecode& after_decode, bool reuse_prompts) {
     std::vector<int> logits_row(seqs.size(), -1);
@@ -450,7 +450,7 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
         }
     };
 
-    if (reuse_prompts && !after_decode && holds_prompts(c, seqs, shared)) {
+    if (reuse_prompts && holds_prompts(c, seqs, shared)) {
         for (size_t s = 0; s < seqs.size(); ++s) {
             const int last = static_cast<int>(seqs[s].prompt.size()) - 1;
             llama_memory_seq_rm(c.memory(), seqs[s].id, last, -1);
@@ -585,7 +585,9 @@ std::unique_ptr<Drafter> Engine::make_drafter(const GenerateParams& p, int n_seq
         return make_hidden_drafter(*hidden_, *target_, p, n_seq, fault_ != Fault::skip_draft_trim);
     }
     if (p.drafter.type != "model") return make_ngram_drafter(p.drafter, p, n_seq, target_->n_vocab);
-    auto prefill_draft = [this](std::vector<Sequence>& seqs, int shared) { prefill(*draft_, seqs, shared, {}); };
+    auto prefill_draft = [this, reuse = p.reuse_prompts](std::vector<Sequence>& seqs, int shared) {
+        prefill(*draft_, seqs, shared, {}, {}, reuse);
+    };
     return make_model_drafter(*draft_, prefill_draft, p, target_->n_vocab, n_seq);
 }
 
@@ -606,10 +608,11 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
     std::unique_ptr<Drafter> drafter = make_drafter(p, n_seq);
     clock.charge(r.times.prefill_draft);
     double ingest_in_prefill = 0;
+    const bool reuse_prompts = p.reuse_prompts && !is_hidden_drafter(p.drafter.type);  // those ingest the prompt
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab), [&](const llama_batch& batch) {
         const ScopedMs timer(ingest_in_prefill);
         drafter->after_target_decode(batch);
-    });
+    }, reuse_prompts);
     for (Sequence& seq : seqs) {
         seq.done = finished(seq, p, t.vocab);
         reset_counts(seq.counts, p.k);

@@ -69,6 +69,9 @@ struct GenerateParams {
     // Rejection rule: each emitted token's place in the p of its verify row (PitPoint), the
     // distributional test's evidence. One more softmax per emitted token: checks only.
     bool record_pit = false;
+    // A check run whose prefill is no measurement: prefill only what the cache lacks of the
+    // prompts (Engine::prefill's reuse_prompts). Never for timed runs; not with hidden drafters.
+    bool reuse_prompts = false;
     DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
     // Draft model only: stop a sequence's draft for the round at the first position whose top
     // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).
