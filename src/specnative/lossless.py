@@ -342,7 +342,7 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
 class DistributionTest:
     """A one-sample KS test that the emitted tokens' randomized rank PITs are uniform."""
 
-    statistic: float   # the smallest KS distance any placement inside the noise intervals has
+    statistic: float   # the smallest KS distance any placement of exact ties has (KS itself without ties)
     p_value: float     # P(D >= statistic) for n uniform draws (exact finite-n distribution)
     positions: int     # emitted tokens tested, over all sequences and runs
     runs: int          # speculative runs (seeds) pooled
