@@ -3,6 +3,7 @@ fake clock against synthetic cell costs shaped like a real default run), phase t
 line per finished cell when the output is not a terminal."""
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
@@ -132,3 +133,15 @@ def test_timing_table_sums_phases_by_context_length():
     assert "| 0 | repeats | 2.0 | 1.5 | 25% |" in text and "| 8192 | repeats | 5.0 | 4.0 | 62% |" in text
     assert progress.timing_md([]) is None
 
+
+
+def test_a_rejection_cells_distributional_test_counts_as_work():
+    """At concurrency 1 the test makes dozens of runs (4096 positions / 31 a run): the ETA must
+    know, or a T > 0 sweep's estimate is off several-fold."""
+    from specnative.sweep import dist_runs
+    cfg = SweepConfig(targets=[Path("t.gguf")], draft=Path("d.gguf"), temperatures=[0.8], accept_rule="rejection",
+                      n_predict=32)
+    greedy, sampled, four_seqs = Cell(Path("t.gguf"), 0, 1, 0.0), Cell(Path("t.gguf"), 0, 1, 0.8), Cell(Path("t.gguf"), 0, 4, 0.8)
+    assert dist_runs(cfg, greedy) == 0
+    assert dist_runs(cfg, sampled) == -(-cfg.dist_positions // 31) and dist_runs(cfg, four_seqs) == -(-cfg.dist_positions // 124)
+    assert dist_runs(dataclasses.replace(cfg, accept_rule="match"), sampled) == 0

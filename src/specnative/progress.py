@@ -263,15 +263,19 @@ def header_attn_scale(path) -> float:
         return DEFAULT_ATTN_SCALE
 
 
-def works_of(cells: list, n_predict: int, key=lambda c: (c.target, c.ctx_len)) -> list[CellWork]:
-    """Each cell's work; the first cell of each (target, context length) prefills the context."""
+def works_of(cells: list, n_predict: int, key=lambda c: (c.target, c.ctx_len), extra_runs=lambda c: 0
+             ) -> list[CellWork]:
+    """Each cell's work; the first cell of each (target, context length) prefills the context.
+    extra_runs(cell): generate()-sized runs beyond RUNS_PER_CELL (a rejection cell's
+    distributional test: dozens of runs at concurrency 1)."""
     scales, seen, works = {}, set(), []
     for cell in cells:
         if cell.target not in scales:
             scales[cell.target] = header_attn_scale(cell.target)
         first = key(cell) not in seen and cell.ctx_len > 0
         seen.add(key(cell))
-        works.append(cell_work(cell.ctx_len, cell.concurrency, n_predict, RUNS_PER_CELL, scales[cell.target], first))
+        works.append(cell_work(cell.ctx_len, cell.concurrency, n_predict, RUNS_PER_CELL + extra_runs(cell),
+                               scales[cell.target], first))
     return works
 
 

@@ -272,6 +272,14 @@ def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature:
     return dataclasses.replace(proxy, verdict=verdict, reason=reason), columns
 
 
+def dist_runs(cfg: SweepConfig, cell: Cell) -> int:
+    """The runs a cell's distributional test makes (0 but for rejection cells at T > 0): every
+    sequence's tokens after its first are tested."""
+    if cell.temperature == 0 or cfg.accept_rule == "match":  # as lossless_check decides
+        return 0
+    return math.ceil(cfg.dist_positions / (cell.concurrency * max(cfg.n_predict - 1, 1)))
+
+
 def steady_rate(run) -> float:
     """A run's tokens per second in its steady-state window (every sequence active: a server's
     constant load N; engine.GenerationResult.steady). Every rate of the sweep is this one."""
@@ -756,7 +764,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     env = environment()
     backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "") + placement_tag(cfg)
     cells = shard_cells(cfg)
-    progress = progress_display.SweepProgress(cells, progress_display.works_of(cells, cfg.n_predict))
+    progress = progress_display.SweepProgress(cells, progress_display.works_of(cells, cfg.n_predict,
+                                                                               extra_runs=lambda c: dist_runs(cfg, c)))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
                   "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
                   "max_repeats": cfg.max_repeats, "ci_level": cfg.ci_level, "ci_width": cfg.ci_width,
