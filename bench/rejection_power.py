@@ -103,10 +103,14 @@ def main(argv=None) -> int:
     ap.add_argument("--no-stress", dest="stress", action="store_false",
                     help="every run at the user's draft temperature (the sweep drafts every other run hotter)")
     ap.add_argument("--pairs", default=None, help="only the pairs whose label contains this text")
+    ap.add_argument("--faults", default=",".join(FAULTS),
+                    help="comma-separated, 'none' first (the reference for 'runs changed'; default: all)")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-o", "--out", type=Path, default=None)
     args = ap.parse_args(argv)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    if args.faults.split(",")[0] != "none" or not set(args.faults.split(",")) <= set(FAULTS):
+        raise SystemExit(f"--faults: 'none' first, then any of {', '.join(FAULTS[1:])}")
     sizes = [n for n in SIZES if n <= args.pool]
     command = " ".join(sys.argv[1:] if argv is None else argv)
     lines = [f"# Power of the rejection rule's distributional verdict ({time.strftime('%Y-%m-%d')})", "",
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
             with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc, n_threads=args.threads) as engine:
                 prompts, _ = Workload(target).token_prompts(MIXED, conc, 0)
                 reference = None
-                for fault in FAULTS:
+                for fault in args.faults.split(","):
                     started = time.monotonic()
                     runs, alpha, outputs = pooled_runs(engine, prompts, fault, args)
                     reference = outputs if fault == "none" else reference
