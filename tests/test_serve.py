@@ -259,6 +259,16 @@ def _synthetic_rows(benefits: dict, traces: int = 3):
     return pd.DataFrame(rows)
 
 
+def test_advice_for_an_ngram_drafter_names_its_sizes():
+    """llama-server runs an n-gram drafter at its own defaults unless told the sizes measured."""
+    from specnative import crossover
+    rows = _synthetic_rows({1.0: 1.5, 4.0: 0.7})
+    rows["drafter"] = "ngram-simple"
+    rows["drafter_options"] = "spec-ngram-mod-n-min=8;spec-ngram-simple-size-m=48;spec-ngram-simple-size-n=4"
+    flags = crossover.advice(rows, crossover.benefit_table(rows))["load_bands"][0]["llama_server_flags"]
+    assert flags == "--spec-type ngram-simple --spec-ngram-simple-size-m 48 --spec-ngram-simple-size-n 4 --spec-draft-n-max 4"
+
+
 def test_crossover_is_found_between_the_rates_that_decide_it():
     from specnative import crossover
     rows = _synthetic_rows({1.0: 1.5, 2.0: 1.2, 4.0: 0.8, 8.0: 0.6, math.inf: 0.5})

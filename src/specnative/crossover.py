@@ -149,6 +149,15 @@ def band_verdict(statuses: dict) -> str:
     return "on" if statuses["tpot_p50_ms"] == PAYS else "either (within noise)"
 
 
+def ngram_flags(on_rows: pd.DataFrame, drafter: str) -> str:
+    """llama-server's flags for the n-gram drafter's sizes the rows ran with (their
+    drafter_options, name=value;...: llama.cpp's CLI names), only the drafter's own."""
+    if "drafter_options" not in on_rows or not on_rows["drafter_options"].notna().any():
+        return ""
+    pairs = (item.split("=", 1) for item in str(on_rows["drafter_options"].dropna().iloc[0]).split(";") if "=" in item)
+    return "".join(f" --{name} {value}" for name, value in pairs if name.startswith(f"spec-{drafter}-"))
+
+
 def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> dict:
     """Deployable advice per load band (band_verdict): llama-server flags per band, a vLLM
     disable_by_batch_size-style threshold (speculation off once this many requests run: the
@@ -160,7 +169,7 @@ def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> di
     drafter = str(on["drafter"].dropna().iloc[0]) if not on.empty and on["drafter"].notna().any() else "model"
     max_conc = int(rows["concurrency"].max())
     flags_on = (f"-md DRAFT.gguf --spec-draft-n-max {k}" if drafter == "model"
-                else f"--spec-type {drafter} --spec-draft-n-max {k}")
+                else f"--spec-type {drafter}{ngram_flags(on, drafter)} --spec-draft-n-max {k}")
     flags = {"on": flags_on, "off": "(none: no draft model, no --spec-type)",
              "either (within noise)": flags_on + "  # or none: no measurable difference"}
     bands, threshold = [], None

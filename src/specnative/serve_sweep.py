@@ -26,6 +26,7 @@ from specnative.arrivals import Request
 from specnative.engine import Engine
 from specnative.provenance import environment, model_record, now_iso, write_json
 from specnative.serve import ServeRun, serve
+from specnative.sweep import drafter_options_text
 
 
 @dataclass
@@ -181,6 +182,7 @@ def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: 
     if run.speculative:
         totals = run.totals
         row.update({"k": cfg.k, "accept_rule": cfg.accept_rule, "draft_accept_rate": run.draft_accept_rate,
+                    "drafter_options": drafter_options_text(cfg.drafter, cfg.drafter_options),
                     "mean_accept_len": run.mean_accept_len, "round_ms": run.iteration_ms,
                     **{name: int(totals[name]) for name in ("drafted", "accepted", "rounds", "emitted", "rejected")},
                     "accept_at_pos": ";".join(f"{a / d:.4f}" if d else "" for a, d in
