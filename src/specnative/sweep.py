@@ -18,8 +18,8 @@ Memory: all sequences of a cell share one KV cache (llama.cpp's unified cache). 
 documents are a prefix common to all sequences, so its cells are computed once and shared (and kept
 between runs and cells: a repeat does not prefill it again; the draft's copy goes to the next
 target's engine); each sequence adds only its own suffix, n_predict and k+1 look-ahead cells. A
-cell whose prompt does not fit the model's training
-context, or whose KV cache would exceed --max-kv-gib, is refused with the reason.
+cell whose prompt does not fit the model's training context, or whose KV cache would exceed
+--max-kv-gib, is refused with the reason.
 """
 from __future__ import annotations
 
