@@ -111,7 +111,7 @@ class SweepConfig:
     draft_p_mins: list = field(default_factory=lambda: [0.0])
     # rejection cells: emitted tokens the distributional test pools at least: every planted
     # rejection-rule fault fails at it with >= 95 % on the tiny pairs and Gemma 3 270M (the residual
-    # drawn from p on Gemma needs it: 74 % at 2048; bench/results/rejection-power-*.md)
+    # drawn from p on Gemma needs it: 74-79 % at 2048; bench/results/rejection-power-gemma*.md)
     dist_positions: int = 4096
     # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
     # unnamed ones use -md (hidden_drafters.py)
