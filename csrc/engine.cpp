@@ -419,10 +419,10 @@ void Engine::reset_memory() {
 // `on_last` (the target), it gets the logits of each sequence's last prompt token (from which the
 // first token is sampled, or checked by a replay).
 // ---------------------------------------------------------------------------------------------
-// With `reuse_prompts` (checks: teacher-forced passes and the distributional test's runs; never
-// timed runs, whose prefill time is a measurement) and every prompt's cells still in the cache
-// from the last prefill, only each prompt's last token is fed again, for its logits: a 32k-token
-// context's per-sequence prompts cost seconds per pass otherwise.
+// With `reuse_prompts` (the distributional test's runs only: not timed runs, whose prefill time is
+// a measurement, nor teacher-forced passes, whose caches the KV-state check compares with a run's)
+// and every prompt's cells still in the cache from the last prefill, only each prompt's last token
+// is fed again, for its logits: a 32k-token context's openings cost seconds per run otherwise.
 void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last,
                      const AfterDecode& after_decode, bool reuse_prompts) {
     std::vector<int> logits_row(seqs.size(), -1);

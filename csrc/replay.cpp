@@ -54,8 +54,9 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
     last_pending_.clear();  // the KV state is the replay's from here on
     last_n_past_.clear();
     Context& t = *target_;
-    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); }, {},
-            /*reuse_prompts=*/share_prefix);
+    // Never reusing the cached prompts here: a last prompt token fed alone gets other cells (batch
+    // shape) than the run's prefill gave it, and the KV-state check compares against this pass.
+    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); });
 
     // Token i of a continuation sits at position prompt_len + i; its logits predict index i + 1.
     std::vector<std::pair<int, int64_t>> rows;  // (sequence, index) of each batch row

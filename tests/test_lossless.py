@@ -246,19 +246,18 @@ def test_at_t_above_0_the_control_counts_flips_of_the_keyed_draw(noisy_engine):
     assert noisy_engine._core.numeric_noise(prompts, tokens, 1, 5)["draw_a"].size == 0  # greedy: none
 
 
-def test_teacher_forced_passes_reuse_the_prompts_only_while_the_cache_holds_them(noisy_engine):
-    """A replay right after a run of the same prompts feeds only each prompt's last token again
-    (the prompts' cells are still there); after a run of other prompts it prefills them whole.
-    Either way it sees the same context: a stale reuse would show as other final logits."""
+def test_distributional_runs_reuse_the_prompts_only_while_the_cache_holds_them(noisy_engine):
+    """A record_pit run right after a run of the same prompts feeds only each prompt's last token
+    again; after a run of other prompts it prefills them whole. Two whole prefills of the same
+    prompts are the same computation, so a stale reuse (other prompts' cells) would show as other
+    probabilities."""
     other = ["Completely different words here", "and more of them", "to fill the cache"]
-    forced = [list(map(int, t)) for t in noisy_engine.generate(PROMPTS, n_predict=8).tokens]
-    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    kwargs = dict(n_predict=12, temperature=0.8, seed=5, spec=True, k=4, accept_rule="rejection", record_pit=True)
     noisy_engine.generate(other, n_predict=8)
-    whole = noisy_engine._core.replay(prompts, forced, 0.0, 0)  # the cache held other prompts
-    reused = noisy_engine._core.replay(prompts, forced, 0.0, 0)  # it holds these now
+    whole = noisy_engine.generate(PROMPTS, **kwargs)
+    reused = noisy_engine.generate(PROMPTS, **kwargs)
     noisy_engine.generate(other[:2], n_predict=8)
-    again = noisy_engine._core.replay(prompts, forced, 0.0, 0)
-    for a, b, c in zip(whole["final_logits"], reused["final_logits"], again["final_logits"]):
-        np.testing.assert_allclose(a, b, atol=1e-3)
-        np.testing.assert_allclose(a, c, atol=1e-3)
-    assert list(whole["pick"]) == list(reused["pick"])
+    again = noisy_engine.generate(PROMPTS, **kwargs)
+    assert all(len(points["index"]) for points in reused.pit)
+    for a, c in zip(whole.pit, again.pit):
+        np.testing.assert_array_equal(a["p_emitted"], c["p_emitted"])
