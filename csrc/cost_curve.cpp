@@ -57,8 +57,7 @@ CostCurve Engine::cost_curve(const std::vector<std::vector<int32_t>>& prompts, i
                                     std::to_string(params_.n_batch));
     }
     const int shared = validate(prompts, p);
-    last_pending_.clear();  // the KV state is the curve's from here on
-    last_n_past_.clear();
+    forget_last_run();  // the KV state is the curve's from here on
 
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {

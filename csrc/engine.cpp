@@ -503,8 +503,7 @@ bool Engine::holds_prompts(const Context& c, const std::vector<Sequence>& seqs, 
 GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts, const GenerateParams& p,
                                 const std::function<bool()>& should_stop) {
     const int shared = validate(prompts, p);
-    last_pending_.clear();  // a run that throws (Ctrl-C, close) leaves nothing for pending_logits
-    last_n_past_.clear();
+    forget_last_run();  // a run that throws (Ctrl-C, close) leaves nothing for pending_logits
     std::vector<Sequence> seqs(prompts.size());
     for (size_t s = 0; s < prompts.size(); ++s) {
         seqs[s].id = static_cast<int>(s);
@@ -517,11 +516,11 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
     GenerateResult result = p.spec ? run_speculative(seqs, shared, p, should_stop)
                                    : run_baseline(seqs, shared, p, should_stop);
 
-    last_pending_.clear();
-    last_n_past_.clear();
+    forget_last_run();
     for (Sequence& seq : seqs) {
         last_pending_.push_back(seq.pending());
         last_n_past_.push_back(seq.n_past_target);
+        last_pending_pos_.push_back(static_cast<int32_t>(seq.prompt.size() + seq.out.size()) - 1);
         result.decode_tokens += static_cast<int64_t>(seq.out.size()) - 1;
         result.tokens.push_back(std::move(seq.out));
         result.margins.push_back(std::move(seq.margins));
@@ -816,8 +815,7 @@ std::vector<float> Engine::prompt_logits(const std::vector<int32_t>& tokens) {
     p.n_predict = 1;
     validate({tokens}, p);
     reset_memory();
-    last_pending_.clear();  // the cache no longer holds the last generate()'s sequences
-    last_n_past_.clear();
+    forget_last_run();  // the cache no longer holds the last generate()'s sequences
     Context& t = *target_;
     int row = -1;
     t.clear_batch();
@@ -883,7 +881,17 @@ std::vector<float> Engine::pending_logits(int seq) {
         throw std::invalid_argument("no sequence " + std::to_string(seq) + " in the last generate()");
     }
     Context& t = *target_;
-    const int32_t pos = last_n_past_[seq];
+    int32_t pos = last_n_past_[seq];
+    // A sequence ended by an accepted end-of-generation draft holds that token in the cache (it
+    // was verified there). Its cell is dropped and the token fed as every other pending token is,
+    // one 1-token step on top of the rest: what a clean replay's final step computes. Fed a second
+    // time after itself, it gave logits of another context (MT-Bench, Qwen pair: a false `fail`).
+    // The cache's extent is checked before this (lossless.cache_extents), so nothing is hidden.
+    if (pos == last_pending_pos_[seq] + 1 && is_eog(last_pending_[seq]) &&
+        llama_memory_seq_pos_max(t.memory(), seq) == pos - 1) {
+        pos = last_pending_pos_[seq];
+        llama_memory_seq_rm(t.memory(), seq, pos, -1);
+    }
     if (llama_memory_seq_pos_max(t.memory(), seq) != pos - 1) {
         throw std::runtime_error("target KV cache of sequence " + std::to_string(seq) + " ends at position " +
                                  std::to_string(llama_memory_seq_pos_max(t.memory(), seq)) + ", expected " +

@@ -376,8 +376,14 @@ private:
     Context* target_ = nullptr;
     Context* draft_ = nullptr;
     HiddenDraft* hidden_ = nullptr;       // a hidden-state drafter's model and context
+    void forget_last_run() {  // pending_logits and cache_extent refer to the last generate() only
+        last_pending_.clear();
+        last_n_past_.clear();
+        last_pending_pos_.clear();
+    }
     std::vector<int32_t> last_pending_;  // per sequence: last generated token, not yet in target KV
-    std::vector<int32_t> last_n_past_;
+    std::vector<int32_t> last_n_past_;   // per sequence: tokens in the target KV after the run
+    std::vector<int32_t> last_pending_pos_;  // where the pending token goes (prompt + emitted - 1)
     Fault fault_ = Fault::none;
 };
 

@@ -51,8 +51,7 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
         seqs[s].id = static_cast<int>(s);
         seqs[s].prompt = prompts[s];
     }
-    last_pending_.clear();  // the KV state is the replay's from here on
-    last_n_past_.clear();
+    forget_last_run();  // the KV state is the replay's from here on
     Context& t = *target_;
     // Never reusing the cached prompts here: a last prompt token fed alone gets other cells (batch
     // shape) than the run's prefill gave it, and the KV-state check compares against this pass.

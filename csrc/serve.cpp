@@ -122,8 +122,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     const GenerateParams& p = sp.gen;
     const int n_slots = sp.max_concurrency;
     reset_memory();
-    last_pending_.clear();  // pending_logits() refers to generate()'s sequences, gone now
-    last_n_past_.clear();
+    forget_last_run();  // pending_logits() refers to generate()'s sequences, gone now
 
     Context& t = *target_;
     ServeResult r;

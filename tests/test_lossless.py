@@ -228,6 +228,30 @@ def test_an_accepted_end_of_generation_draft_may_stay_in_the_cache():
     assert "stale" in lossless.cache_problem(engine, prompts, [[7, 8, 9]], [6])  # no EOG: exactly 5
 
 
+def test_a_sequence_ended_by_an_accepted_end_of_generation_draft_passes_the_state_check(model_dir):
+    """The KV-state check reads the pending token's logits on top of the run's cache. When an
+    accepted EOG draft ended a sequence that token is already in the cache, and feeding it again
+    after itself read another context: a false `fail` (logits moved 8.7 against a tolerance of
+    5-6 on MT-Bench reasoning with the Qwen pair). A model that often ends on eos, drafted by its
+    exact copy (every draft accepted), so EOG drafts are accepted and verified."""
+    from specnative import models
+    from specnative.engine import Engine
+    from conftest import ENGINE_KW
+
+    path = models.write_tiny_llama(model_dir / "tiny-eos.gguf", n_embd=64, n_ff=128,
+                                   forced_token=models.EOS_ID, force_logit=3.5)
+    with Engine(path, path, n_ctx=2048, n_batch=256, n_seq_max=len(PROMPTS), kv_unified=True, **ENGINE_KW) as engine:
+        base = engine.generate(PROMPTS, n_predict=N_PREDICT)
+        spec = engine.generate(PROMPTS, n_predict=N_PREDICT, spec=True, k=4, accept_rule="greedy")
+        prompts = engine.to_token_prompts(PROMPTS)
+        extents = lossless.cache_extents(engine, len(PROMPTS))
+        verified = [s for s, (p, out, extent) in enumerate(zip(prompts, spec.tokens, extents))
+                    if extent == len(p) + len(out)]
+        assert verified, "no sequence ended by an accepted EOG draft: the case is not exercised"
+        verdict, control = lossless.verdict_after_run(engine, PROMPTS, base.tokens, spec.tokens, 0.0, 0, 4)
+    assert verdict.verdict in (EXACT, NUMERIC), verdict.reason
+
+
 def test_at_t_above_0_the_control_counts_flips_of_the_keyed_draw(noisy_engine):
     """The near-tie allowance at T > 0 comes from the keyed draw's flips between the shapes (the
     match rule's decision), not from greedy flips: on a flat p the draw flips far more often."""

@@ -221,7 +221,8 @@ def write_tiny_llama(
     scaled by extra_damping. vocab/n_vocab: see tiny_vocab (weights of a kept token do
     not depend on either). dtype "f32" or "f16" for the 2-D weights; norms stay f32.
     forced_token: that token is the argmax everywhere (see _shape_structure); a smaller
-    force_logit (e.g. 1) makes it only often the argmax.
+    force_logit (e.g. 1) makes it only often the argmax. EOS_ID with a small (or negative)
+    force_logit: a model whose sequences end by themselves after a few tokens.
     """
     if n_embd % 32 or n_ff % 32:
         raise ValueError("n_embd and n_ff must be multiples of 32 (Q4_0/Q8_0 blocks)")
@@ -230,8 +231,8 @@ def write_tiny_llama(
     if dtype not in ("f32", "f16"):
         raise ValueError("dtype must be 'f32' or 'f16'")
     tokens, scores, types = tiny_vocab(vocab, n_vocab)
-    if forced_token is not None and not FIRST_NORMAL_ID <= forced_token < len(tokens):
-        raise ValueError(f"forced_token must be a printable id in [{FIRST_NORMAL_ID}, {len(tokens)})")
+    if forced_token is not None and forced_token != EOS_ID and not FIRST_NORMAL_ID <= forced_token < len(tokens):
+        raise ValueError(f"forced_token must be {EOS_ID} (eos) or a printable id in [{FIRST_NORMAL_ID}, {len(tokens)})")
 
     # Embeddings are drawn for the full default vocabulary and cut, so a smaller
     # vocabulary keeps the weights of the tokens it shares.
