@@ -453,6 +453,7 @@ PYBIND11_MODULE(_core, m) {
             return locked(e, [&] { return e.load_draft_prefix(tokens, data); });
         }, py::arg("tokens"), py::arg("state"))
         .def("cache_extent", [](GuardedEngine& e, int seq) { return locked(e, [&] { return e.cache_extent(seq); }); })
+        .def("_target_prompt_tokens_fed", [](GuardedEngine& e) { return locked(e, [&] { return e.target_prompt_tokens_fed(); }); })
         .def("is_eog", [](GuardedEngine& e, int32_t token) { return locked(e, [&] { return e.is_eog(token); }); })
         .def("pending_logits", [](GuardedEngine& e, int seq) {
             return to_numpy(locked(e, [&] { return e.pending_logits(seq); }));

@@ -409,7 +409,7 @@ void Engine::reset_memory() {
         if (c == nullptr) continue;
         llama_memory_clear(c->memory(), true);
         c->cached_prefix.clear();
-        c->cached_prompts.clear();
+        c->forget_prompts();
     }
 }
 
@@ -419,10 +419,12 @@ void Engine::reset_memory() {
 // `on_last` (the target), it gets the logits of each sequence's last prompt token (from which the
 // first token is sampled, or checked by a replay).
 // ---------------------------------------------------------------------------------------------
-// With `reuse_prompts` (the distributional test's runs only: not timed runs, whose prefill time is
-// a measurement, nor teacher-forced passes, whose caches the KV-state check compares with a run's)
-// and every prompt's cells still in the cache from the last prefill, only each prompt's last token
-// is fed again, for its logits: a 32k-token context's openings cost seconds per run otherwise.
+// With `reuse_prompts` (runs whose prefill is no measurement: the distributional test's runs and
+// the teacher-forced passes, never timed runs) and every prompt's cells still in the cache from
+// the last prefill, nothing is fed: each sequence drops what followed its prompt and its first
+// token comes from the kept logits of its last prompt token. The cells and logits are those a
+// fresh prefill computes (same prompts, same batches), so a check on them sees what it would
+// otherwise; a 32k-token context's openings cost seconds per run.
 void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const LastLogits& on_last,
                      const AfterDecode& after_decode, bool reuse_prompts) {
     std::vector<int> logits_row(seqs.size(), -1);
@@ -435,7 +437,9 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
         if (after_decode) after_decode(c.batch);
         for (size_t s = 0; s < seqs.size(); ++s) {
             if (logits_row[s] < 0) continue;
-            on_last(seqs[s], c.logits(logits_row[s]));
+            const float* logits = c.logits(logits_row[s]);
+            c.cached_last_logits[s].assign(logits, logits + c.n_vocab);
+            on_last(seqs[s], logits);
             logits_row[s] = -1;
         }
         c.clear_batch();
@@ -445,21 +449,21 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
         for (int i = from; i < to; ++i) {
             const bool last = on_last && i + 1 == static_cast<int>(seq.prompt.size());
             const int row = c.add(seq.prompt[i], i, seq.id, last);
+            if (on_last) ++target_prompt_tokens_fed_;
             if (last) logits_row[s] = row;
             if (c.batch_full()) flush();
         }
     };
 
-    if (reuse_prompts && holds_prompts(c, seqs, shared)) {
+    if (reuse_prompts && holds_prompts(c, seqs, shared, static_cast<bool>(on_last))) {
         for (size_t s = 0; s < seqs.size(); ++s) {
-            const int last = static_cast<int>(seqs[s].prompt.size()) - 1;
-            llama_memory_seq_rm(c.memory(), seqs[s].id, last, -1);
-            feed(s, last, last + 1);
+            llama_memory_seq_rm(c.memory(), seqs[s].id, static_cast<llama_pos>(seqs[s].prompt.size()), -1);
+            if (on_last) on_last(seqs[s], c.cached_last_logits[s].data());
         }
-        flush();
         return;
     }
-    c.cached_prompts.clear();
+    c.forget_prompts();
+    if (on_last) c.cached_last_logits.assign(seqs.size(), {});
     // Keep what sequence 0 still holds of the shared prefix, drop everything else.
     const std::vector<int32_t>& prompt0 = seqs[0].prompt;
     int reuse = 0;
@@ -489,10 +493,12 @@ void Engine::prefill(Context& c, std::vector<Sequence>& seqs, int shared, const 
 
 // Whether the cache still holds exactly these prompts, laid out as `shared` says (sequence ids
 // 0..n-1, as generate() and forced_pass() number them).
-bool Engine::holds_prompts(const Context& c, const std::vector<Sequence>& seqs, int shared) const {
+bool Engine::holds_prompts(const Context& c, const std::vector<Sequence>& seqs, int shared, bool with_logits) const {
     if (c.cached_shared != shared || c.cached_prompts.size() != seqs.size()) return false;
+    if (with_logits && c.cached_last_logits.size() != seqs.size()) return false;
     for (size_t s = 0; s < seqs.size(); ++s) {
         if (seqs[s].id != static_cast<int>(s) || c.cached_prompts[s] != seqs[s].prompt) return false;
+        if (with_logits && c.cached_last_logits[s].size() != static_cast<size_t>(c.n_vocab)) return false;
     }
     return true;
 }
@@ -539,6 +545,7 @@ GenerateResult Engine::run_baseline(std::vector<Sequence>& seqs, int shared_pref
     std::unique_ptr<Drafter> settings_only =
         p.drafter_settings ? make_hidden_drafter(*hidden_, t, p, static_cast<int>(seqs.size()), true) : nullptr;
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab));
+    if (settings_only) t.forget_prompts();  // cells made under a hidden drafter's settings
     for (Sequence& seq : seqs) seq.done = finished(seq, p, t.vocab);
     clock.charge(r.times.prefill_target);
     const double llama_before = t.llama_ms;  // decoding only: prefill's decodes left out
@@ -612,6 +619,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         const ScopedMs timer(ingest_in_prefill);
         drafter->after_target_decode(batch);
     }, reuse_prompts);
+    if (is_hidden_drafter(p.drafter.type)) t.forget_prompts();  // cells made under the drafter's settings
     for (Sequence& seq : seqs) {
         seq.done = finished(seq, p, t.vocab);
         reset_counts(seq.counts, p.k);
@@ -837,7 +845,7 @@ std::pair<std::vector<int32_t>, std::vector<uint8_t>> Engine::draft_prefix_state
     Context& d = *draft_;
     // sequence 0 down to the prefix (its cells are the prefix's; the others' suffixes stay)
     llama_memory_seq_rm(d.memory(), 0, static_cast<llama_pos>(d.cached_prefix.size()), -1);
-    d.cached_prompts.clear();
+    d.forget_prompts();
     std::vector<uint8_t> state(llama_state_seq_get_size(d.ctx, 0));
     state.resize(llama_state_seq_get_data(d.ctx, state.data(), state.size(), 0));
     return {d.cached_prefix, std::move(state)};
@@ -849,7 +857,7 @@ bool Engine::load_draft_prefix(const std::vector<int32_t>& tokens, const std::ve
     Context& d = *draft_;
     llama_memory_clear(d.memory(), true);
     d.cached_prefix.clear();
-    d.cached_prompts.clear();
+    d.forget_prompts();
     if (llama_state_seq_set_data(d.ctx, state.data(), state.size(), 0) == 0) {
         llama_memory_clear(d.memory(), true);  // refused (another model or layout): prefill as usual
         return false;

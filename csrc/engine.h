@@ -290,6 +290,9 @@ public:
     // largest position + 1): after a correct run, its prompt and every emitted token but the
     // pending last one. Read from llama.cpp's cache, not from the engine's own bookkeeping.
     int32_t cache_extent(int seq) const;
+    // Prompt tokens the target's prefills have fed since the engine was made (tests: a reused
+    // prompt feeds none).
+    int64_t target_prompt_tokens_fed() const { return target_prompt_tokens_fed_; }
     bool is_eog(int32_t token) const;  // an end-of-generation token of the target's vocabulary
 
     // The draft model's cached shared prefix (Context::cached_prefix) as llama.cpp's sequence
@@ -348,7 +351,7 @@ private:
     using AfterDecode = std::function<void(const llama_batch&)>;
     void prefill(Context& ctx, std::vector<Sequence>& seqs, int shared_prefix, const LastLogits& on_last,
                  const AfterDecode& after_decode = {}, bool reuse_prompts = false);
-    bool holds_prompts(const Context& c, const std::vector<Sequence>& seqs, int shared) const;
+    bool holds_prompts(const Context& c, const std::vector<Sequence>& seqs, int shared, bool with_logits) const;
     void load_hidden_draft(const std::string& kind);
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
@@ -381,6 +384,7 @@ private:
         last_n_past_.clear();
         last_pending_pos_.clear();
     }
+    int64_t target_prompt_tokens_fed_ = 0;
     std::vector<int32_t> last_pending_;  // per sequence: last generated token, not yet in target KV
     std::vector<int32_t> last_n_past_;   // per sequence: tokens in the target KV after the run
     std::vector<int32_t> last_pending_pos_;  // where the pending token goes (prompt + emitted - 1)

@@ -28,10 +28,17 @@ struct Engine::Context {
     // of the same long prompt (the sweep's ctx_len filler) is then not prefilled again.
     std::vector<int32_t> cached_prefix;
     // Every sequence's whole prompt (by sequence id) as the last prefill fed them, sharing
-    // `cached_shared` cells: decoding and rollbacks only touch positions after the prompts, so
-    // their cells stay valid until the next prefill or reset (prefill's reuse_prompts).
+    // `cached_shared` cells, and (target) the logits of each one's last token: decoding and
+    // rollbacks only touch positions after the prompts, so their cells stay valid until the next
+    // prefill or reset, or a removal that reaches into a prompt (prefill's reuse_prompts).
     std::vector<std::vector<int32_t>> cached_prompts;
+    std::vector<std::vector<float>> cached_last_logits;
     int cached_shared = -1;
+
+    void forget_prompts() {
+        cached_prompts.clear();
+        cached_last_logits.clear();
+    }
 
     Context(llama_model* model, const EngineParams& p) {
         llama_context_params cp = llama_context_default_params();
@@ -107,6 +114,10 @@ struct Engine::Context {
     // remove costs nothing. Timed as llama.cpp time, and apart as KV removal.
     void remove_from(int seq, int32_t pos) {
         if (llama_memory_seq_pos_max(memory(), seq) < pos) return;
+        if (seq >= 0 && seq < static_cast<int>(cached_prompts.size()) &&
+            pos < static_cast<int32_t>(cached_prompts[seq].size())) {
+            forget_prompts();  // a prompt's own cells go: never reuse them
+        }
         bool removed;
         {
             const ScopedMs inside_llama(llama_ms);

@@ -53,9 +53,10 @@ void Engine::forced_pass(const std::vector<std::vector<int32_t>>& prompts,
     }
     forget_last_run();  // the KV state is the replay's from here on
     Context& t = *target_;
-    // Never reusing the cached prompts here: a last prompt token fed alone gets other cells (batch
-    // shape) than the run's prefill gave it, and the KV-state check compares against this pass.
-    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); });
+    // The prompts' cells and last logits are reused when the cache holds them (a fresh prefill
+    // would compute the same); not under a hidden drafter's settings (share_prefix false).
+    prefill(t, seqs, shared, [&](Sequence& seq, const float* logits) { visit(seq.id, 0, logits); }, {},
+            /*reuse_prompts=*/share_prefix);
 
     // Token i of a continuation sits at position prompt_len + i; its logits predict index i + 1.
     std::vector<std::pair<int, int64_t>> rows;  // (sequence, index) of each batch row

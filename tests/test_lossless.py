@@ -285,3 +285,25 @@ def test_distributional_runs_reuse_the_prompts_only_while_the_cache_holds_them(n
     assert all(len(points["index"]) for points in reused.pit)
     for a, c in zip(whole.pit, again.pit):
         np.testing.assert_array_equal(a["p_emitted"], c["p_emitted"])
+
+
+def test_teacher_forced_passes_reuse_the_run_s_prompts_and_compute_what_a_fresh_prefill_does(noisy_engine):
+    """A teacher-forced pass (noise control, replay) right after a run of the same prompts feeds no
+    prompt token: it keeps their cells and the last prompt token's logits from the run's prefill.
+    That is what a fresh prefill computes, so the replay's picks and logits match one made after
+    the cache held other prompts (cell placement may differ there: a tolerance, not equality)."""
+    core = noisy_engine._core
+    prompts = noisy_engine.to_token_prompts(PROMPTS)
+    base = noisy_engine.generate(PROMPTS, n_predict=N_PREDICT)
+    tokens = [t.tolist() for t in base.tokens]
+    fed = core._target_prompt_tokens_fed()
+    reused = core.replay(prompts, tokens, 0.0, 0)
+    core.numeric_noise(prompts, tokens, 1, 5)
+    assert core._target_prompt_tokens_fed() == fed  # three passes, no prompt token fed
+    noisy_engine.generate(["Completely different words here", "and more", "of them"], n_predict=4)
+    fed = core._target_prompt_tokens_fed()
+    fresh = core.replay(prompts, tokens, 0.0, 0)
+    assert core._target_prompt_tokens_fed() > fed  # other prompts were cached: prefilled whole
+    np.testing.assert_array_equal(reused["pick"], fresh["pick"])
+    for a, b in zip(reused["final_logits"], fresh["final_logits"]):
+        np.testing.assert_allclose(a, b, atol=1e-3)

@@ -145,3 +145,19 @@ def test_a_rejection_cells_distributional_test_counts_as_work():
     assert dist_runs(cfg, greedy) == 0
     assert dist_runs(cfg, sampled) == -(-cfg.dist_positions // 31) and dist_runs(cfg, four_seqs) == -(-cfg.dist_positions // 124)
     assert dist_runs(dataclasses.replace(cfg, accept_rule="match"), sampled) == 0
+
+
+def test_a_real_model_s_cells_are_predicted_by_its_size(tmp_path):
+    """A token of a 1.1 GB model costs hundreds of the tiny preset's (decoding reads every weight):
+    the prior, fitted on the tiny preset, must say so before any cell has run. Without the size the
+    first ETA of a Qwen 1.5B sweep said minutes for hours, and stayed low for many cells."""
+    tiny, real = tmp_path / "tiny.gguf", tmp_path / "real.gguf"
+    tiny.write_bytes(b"\0" * 300_000)
+    with open(real, "wb") as f:  # sparse: only its size matters
+        f.truncate(1_100_000_000)
+    cfg = SweepConfig(targets=[tiny, real], draft=Path("d.gguf"), ctx_lens=[0], concurrencies=[1])
+    cells = cells_of(cfg)
+    works = progress.works_of(cells, N_PREDICT)
+    ratio = works[1].decode / works[0].decode
+    assert 300 < ratio < 600, ratio
+    assert progress.token_cost_of(tmp_path / "missing.gguf") == 1.0  # an estimate: never an error

@@ -23,6 +23,7 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import nnls
@@ -65,17 +66,36 @@ def attn_scale_of(shape: dict) -> float:
 
 
 def cell_work(ctx_len: int, concurrency: int, n_predict: int, runs: float, attn_scale: float,
-              prefills_context: bool) -> CellWork:
+              prefills_context: bool, token_cost: float = 1.0) -> CellWork:
     """runs: how many generate()-sized passes the cell makes (lossless check, controls, warm-up and
-    timed pairs; an estimate, refitted through the model's coefficients)."""
+    timed pairs; an estimate, refitted through the model's coefficients). token_cost: a token of
+    this model against one of the tiny preset's (token_cost_of)."""
     decode = runs * concurrency * n_predict * attention_weight(ctx_len + n_predict / 2, attn_scale)
     prefill = ctx_len * attention_weight(ctx_len / 2, attn_scale) if prefills_context else 0.0
-    return CellWork(decode, prefill)
+    return CellWork(token_cost * decode, token_cost * prefill)
+
+
+# A tiny model's token costs its per-token overhead (~0.25 ms on 2 cores), which is what reading
+# this many bytes of weights costs: a model's token costs 1 + its file size / this, relative to
+# the tiny preset's (Qwen2.5-Coder 1.5B Q4_K_M: ~450; its cells took 400-1000x the tiny prior's
+# prediction on this CPU, shared).
+OVERHEAD_BYTES = 2.5e6
+
+
+def token_cost_of(path) -> float:
+    """A decoded token's cost relative to the tiny preset's, from the model file's size (decoding
+    on a CPU reads every weight per step). Without it the prior, fitted on the tiny preset, said
+    minutes for a real model's hours, and its weight in the refit kept the ETA low for many cells."""
+    try:
+        return 1.0 + Path(path).stat().st_size / OVERHEAD_BYTES
+    except (OSError, TypeError):
+        return 1.0
 
 
 # Seconds per unit: the prior a, b, c, fitted (non-negative least squares) to the 18 cells of the
-# tiny preset's default run on 2 cores (bench/results/first-run/after); refitted as cells finish
-PRIOR = (9.2e-5, 4.6e-5, 0.02)
+# tiny preset's default run on 2 cores (bench/results/first-run/after: 9.2e-5, 4.6e-5, 0.02 before
+# token costs; its targets' token cost is ~1.14, hence the division); refitted as cells finish
+PRIOR = (8.1e-5, 4.0e-5, 0.02)
 # Seconds of measurement the prior counts as when the finished cells rescale it: the first cells
 # (no context) take a second or less, and their overheads must not triple the whole estimate.
 PRIOR_WEIGHT_S = 20.0
@@ -268,14 +288,15 @@ def works_of(cells: list, n_predict: int, key=lambda c: (c.target, c.ctx_len), e
     """Each cell's work; the first cell of each (target, context length) prefills the context.
     extra_runs(cell): generate()-sized runs beyond RUNS_PER_CELL (a rejection cell's
     distributional test: dozens of runs at concurrency 1)."""
-    scales, seen, works = {}, set(), []
+    scales, costs, seen, works = {}, {}, set(), []
     for cell in cells:
         if cell.target not in scales:
             scales[cell.target] = header_attn_scale(cell.target)
+            costs[cell.target] = token_cost_of(cell.target)
         first = key(cell) not in seen and cell.ctx_len > 0
         seen.add(key(cell))
         works.append(cell_work(cell.ctx_len, cell.concurrency, n_predict, RUNS_PER_CELL + extra_runs(cell),
-                               scales[cell.target], first))
+                               scales[cell.target], first, costs[cell.target]))
     return works
 
 
