@@ -352,8 +352,8 @@ def qwen_preset() -> Preset:
             "from the Q4_K_M with llama.cpp's quantizer: 8-bit arithmetic, 4-bit information). Same "
             "tokenizer (vocabulary 151,936). The target has only 2.8x the draft's parameters, so a draft "
             "step costs a large share of a target step: a modest pair, not a showcase.",
-            "Acceptance depends on the task: the prompts come from specnative's built-in suite by "
-            "category (see the per-category table), with the model's chat template applied."],
+            "Acceptance depends on the task: every task category is its own cell (see the per-category "
+            "table)."],
         defaults=PRESET_DEFAULTS["qwen2.5-coder"],
     )
 
