@@ -177,8 +177,11 @@ def test_a_stale_cache_that_changed_no_token_yet_still_fails():
 def test_greedy_tolerance_is_the_candidates_spread_and_t_above_0_the_whole_vocabulary():
     """A greedy choice depends only on the gaps between the tokens noise can lift to the top; the
     full spread (set by tokens far down the vocabulary) stays for decisions that weigh all of p."""
-    sharp = dataclasses.replace(control(spread=2.0), max_candidate_spread=0.5)
+    sharp = dataclasses.replace(control(spread=2.0), max_candidate_spread=0.5,
+                                candidate_positions=lossless.MIN_CANDIDATE_POSITIONS)
     assert sharp.greedy_tolerance == pytest.approx(lossless.SAFETY * 0.5)
+    few = dataclasses.replace(sharp, candidate_positions=lossless.MIN_CANDIDATE_POSITIONS - 1)
+    assert few.greedy_tolerance == pytest.approx(lossless.SAFETY * 2.0)  # too few near-ties seen: full
     assert sharp.tolerance == pytest.approx(lossless.SAFETY * 2.0)
     assert control(spread=2.0).greedy_tolerance == pytest.approx(lossless.SAFETY * 2.0)  # not measured: full
     picks, emitted, gaps = [5] * 40, [5] * 40, [0.0] * 40
@@ -307,3 +310,21 @@ def test_teacher_forced_passes_reuse_the_run_s_prompts_and_compute_what_a_fresh_
     np.testing.assert_array_equal(reused["pick"], fresh["pick"])
     for a, b in zip(reused["final_logits"], fresh["final_logits"]):
         np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def test_a_sequence_of_one_or_two_tokens_still_gets_a_measured_control(noisy_engine):
+    """A sequence that ends after a token or two gave the control no verify-shaped chunk: zero
+    noise, tolerance 0, and the KV-state check failed a correct run on batch-shape noise (MT-Bench
+    reasoning, Qwen pair, concurrency 1). The control lengthens such continuations with the
+    prompt's own tokens; the state check then replays the real output itself."""
+    assert lossless.control_tokens([1, 2, 3], [7], 6) == [7, 2, 3, 1, 2, 3]  # the prompt cycled, ending on its last token
+    assert lossless.control_tokens([1, 2, 3], [7] * 6, 6) == [7] * 6
+    base = noisy_engine.generate(PROMPTS, n_predict=2)
+    assert all(len(t) <= 2 for t in base.tokens)
+    clean = []
+    control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, 4, clean_final=clean)
+    assert control.positions >= len(PROMPTS) * (4 + lossless.CONTROL_MIN_EXTRA)
+    assert clean == []  # not a replay of the output any more
+    spec = noisy_engine.generate(PROMPTS, n_predict=2, spec=True, k=4, accept_rule="greedy")
+    verdict, _ = lossless.verdict_after_run(noisy_engine, PROMPTS, base.tokens, spec.tokens, 0.0, 0, 4)
+    assert verdict.verdict in (EXACT, NUMERIC), verdict.reason

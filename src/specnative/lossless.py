@@ -60,6 +60,13 @@ SAFETY = 1.25
 # Candidates of a logit comparison: the tokens within this many times the measured spread of the
 # top (the C++ core's constant, used by its per-position control too).
 CANDIDATE_WINDOW = float(_core.candidate_window)
+# The candidates' spread sets the greedy tolerance only when measured at this many near-tie
+# positions (NoiseControl.candidate_positions); otherwise the full spread does.
+MIN_CANDIDATE_POSITIONS = 8
+# The noise control teacher-forces at least this many tokens beyond k per sequence: a shorter
+# output (a sequence that ended after a token or two) leaves pass B without a verify-shaped chunk,
+# and a control of zero would fail any run on its batch-shape noise (tolerance 0).
+CONTROL_MIN_EXTRA = 2
 # The KV-state check's allowance over its control (see NoiseControl.state_tolerance). Planted
 # cache bugs moved the state 4-1000x the control (Gemma rollback_long: 4.2x; tiny: 50x+).
 STATE_FACTOR = 4.0
@@ -99,6 +106,11 @@ class NoiseControl:
     # 2.17 against 0.72 over the candidates), so a greedy check on it is ~3x blunter than needed.
     # None: not measured (then the full spread stands in).
     max_candidate_spread: float | None = None
+    # Positions where the candidates were more than the top token (a near-tie the control could
+    # measure a gap's movement on). The maximum over a handful of them understates the noise (a
+    # correct Qwen cell at concurrency 1: 0.0055 over 16 positions, then a near-tie moved 0.049):
+    # below MIN_CANDIDATE_POSITIONS the full spread stands in.
+    candidate_positions: int = 0
 
     @property
     def tolerance(self) -> float:
@@ -110,8 +122,8 @@ class NoiseControl:
         """For a greedy choice: it depends on the gaps between candidates only. A correct run emits
         b over the replay's pick a only if its noise moved l_b - l_a by the gap; both lie within the
         noise's reach of the top, so the candidates' spread bounds that movement."""
-        spread = self.max_spread if self.max_candidate_spread is None else self.max_candidate_spread
-        return SAFETY * spread
+        measured = self.max_candidate_spread is not None and self.candidate_positions >= MIN_CANDIDATE_POSITIONS
+        return SAFETY * (self.max_candidate_spread if measured else self.max_spread)
 
     @property
     def state_tolerance(self) -> float:
@@ -142,10 +154,11 @@ def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clea
     128 positions on a correct run, where greedy flips allowed 20)."""
     prompts = engine.to_token_prompts(prompts)
     forced = [list(map(int, t)) for t in tokens]
+    padded = [control_tokens(p, t, k + CONTROL_MIN_EXTRA) for p, t in zip(prompts, forced)]
     settings_of = drafter if drafter in HIDDEN_DRAFTERS else ""
-    raw = engine._core.numeric_noise(prompts, forced, 1, k + 1, settings_of=settings_of,
+    raw = engine._core.numeric_noise(prompts, padded, 1, k + 1, settings_of=settings_of,
                                      temperature=float(temperature), seed=int(seed))
-    if clean_final is not None:  # the 1-token pass's final logits: a clean replay of `tokens`
+    if clean_final is not None and padded == forced:  # the 1-token pass's final logits: a clean replay
         clean_final.extend(raw["final_logits_a"])
     max_abs, spread, candidates = raw["max_abs_delta"], raw["spread"], raw["candidate_spread"]
     return NoiseControl(
@@ -157,7 +170,19 @@ def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clea
         flips=int(np.count_nonzero(raw["draw_a"] != raw["draw_b"]) if temperature > 0
                   else np.count_nonzero(raw["argmax_a"] != raw["argmax_b"])),
         max_state_spread=float(raw["state_spread"].max(initial=0.0)),
-        max_candidate_spread=float(candidates.max(initial=0.0)))
+        max_candidate_spread=float(candidates.max(initial=0.0)),
+        candidate_positions=int(np.count_nonzero(candidates > 0)))
+
+
+def control_tokens(prompt: list, tokens: list, at_least: int) -> list:
+    """The control's continuation of one sequence: its tokens, lengthened to `at_least` with the
+    prompt's own last tokens (natural text; the control measures batch-shape noise, which does not
+    depend on which tokens are fed)."""
+    missing = at_least - len(tokens)
+    if missing <= 0 or not prompt:
+        return tokens
+    tail = (list(prompt) * (missing // len(prompt) + 1))[-missing:]
+    return tokens + tail
 
 
 def within_reach(u, cdf_lo, cdf_hi, tolerance: float, temperature: float):
