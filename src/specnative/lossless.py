@@ -122,8 +122,17 @@ class NoiseControl:
         """For a greedy choice: it depends on the gaps between candidates only. A correct run emits
         b over the replay's pick a only if its noise moved l_b - l_a by the gap; both lie within the
         noise's reach of the top, so the candidates' spread bounds that movement."""
-        measured = self.max_candidate_spread is not None and self.candidate_positions >= MIN_CANDIDATE_POSITIONS
-        return SAFETY * (self.max_candidate_spread if measured else self.max_spread)
+        return SAFETY * (self.max_candidate_spread if self.candidates_measured else self.max_spread)
+
+    @property
+    def candidates_measured(self) -> bool:
+        return self.max_candidate_spread is not None and self.candidate_positions >= MIN_CANDIDATE_POSITIONS
+
+    @property
+    def greedy_basis(self) -> str:
+        """What the greedy tolerance stands on, in words (verdict reasons)."""
+        return ("the candidates' noise" if self.candidates_measured
+                else "the full spread: too few near-ties in the control to trust the candidates'")
 
     @property
     def state_tolerance(self) -> float:
@@ -337,7 +346,7 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
                    f"[{float(replay['cdf_lo'][where]):.4f}, {float(replay['cdf_hi'][where]):.4f}) even with "
                    f"every logit moved by the tolerance {tol:.3g}")
         else:
-            why = f"logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g} (the candidates' noise)"
+            why = f"logit gap {float(replay['gap'][where]):.3g} > tolerance {tol:.3g} ({control.greedy_basis})"
         reason = (f"seq {int(replay['seq'][where])} index {int(replay['index'][where])}: emitted "
                   f"{int(replay['emitted'][where])}, the baseline rule picks {int(replay['pick'][where])} ({why})")
         return Verdict(FAIL, reason, index, n_mismatch, max_gap, tol, positions)
@@ -356,7 +365,7 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
                   f"within the reach of logit tolerance {tol:.3g} at T={temperature:g})")
     else:
         reason = (f"{n_mismatch} mismatch(es) in {positions} positions, each within the measured noise "
-                  f"(largest logit gap {max_gap:.3g} <= tolerance {tol:.3g}, the candidates' noise)")
+                  f"(largest logit gap {max_gap:.3g} <= tolerance {tol:.3g}, {control.greedy_basis})")
     return Verdict(NUMERIC, reason, index, n_mismatch, max_gap, tol, positions)
 
 
