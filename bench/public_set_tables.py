@@ -1,7 +1,7 @@
 """The per-category table (report's "Public set by category", category_table.section_md) over
 several run folders of one public set: runs split by category, drafter or shard, measured at
-different times, read as one. Cells present in more than one folder (the same batch of items,
-drafter, k and target) count once: the newest folder given last wins.
+different times, read as one. Cells present in more than one folder (the same items, drafter, k
+and target) count once: the folder given last wins.
 
     python bench/public_set_tables.py FOLDER [FOLDER ...] > tables.md
 """
@@ -15,7 +15,9 @@ import pandas as pd
 
 from specnative import category_table, schema
 
-CELL = ["target_model", "ctx_len", "concurrency", "temperature", "drafter", "k", "prompts_sha256", "spec_decode"]
+# A cell is its items (prompt_ids), not its prompts' hash: a turn-2 prompt holds the target's own
+# turn-1 answer, generated anew by each run (batch-shape noise can change it)
+CELL = ["target_model", "ctx_len", "concurrency", "temperature", "drafter", "k", "prompt_ids", "spec_decode"]
 
 
 def merged(folders: list[Path]) -> pd.DataFrame:

@@ -103,7 +103,8 @@ def regime_table(on: pd.DataFrame, level: float) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for name, part in _groups(on):
         by_method = {m: part[[_method(r) == m for _, r in part.iterrows()]] for m in methods}
-        cells = part.drop_duplicates("prompts_sha256")
+        # a batch of items counts once (by its ids: a turn-2 prompt holds a run's own turn-1 answer)
+        cells = part.drop_duplicates("prompt_ids" if part["prompt_ids"].notna().all() else "prompts_sha256")
         row = [name, str(len(cells)), _fmt(_copy_share(part))]
         for method in methods:
             row += _drafter_cells(by_method[method], level) if len(by_method[method]) else ["–"] * 3
