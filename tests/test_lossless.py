@@ -274,10 +274,11 @@ def test_at_t_above_0_the_control_counts_flips_of_the_keyed_draw(noisy_engine):
 
 
 def test_distributional_runs_reuse_the_prompts_only_while_the_cache_holds_them(noisy_engine):
-    """A record_pit run right after a run of the same prompts feeds only each prompt's last token
-    again; after a run of other prompts it prefills them whole. Two whole prefills of the same
-    prompts are the same computation, so a stale reuse (other prompts' cells) would show as other
-    probabilities."""
+    """A record_pit run right after a run of the same prompts feeds no prompt token (it keeps their
+    cells and last logits); after a run of other prompts it prefills them whole. Two whole prefills
+    of the same prompts are the same computation (same batches; where cells land is decided by
+    llama.cpp's allocator, not the CPU, so the equality holds on any host), and a stale reuse
+    (other prompts' cells) would show as other probabilities."""
     other = ["Completely different words here", "and more of them", "to fill the cache"]
     kwargs = dict(n_predict=12, temperature=0.8, seed=5, spec=True, k=4, accept_rule="rejection", record_pit=True)
     noisy_engine.generate(other, n_predict=8)
@@ -293,8 +294,9 @@ def test_distributional_runs_reuse_the_prompts_only_while_the_cache_holds_them(n
 def test_teacher_forced_passes_reuse_the_run_s_prompts_and_compute_what_a_fresh_prefill_does(noisy_engine):
     """A teacher-forced pass (noise control, replay) right after a run of the same prompts feeds no
     prompt token: it keeps their cells and the last prompt token's logits from the run's prefill.
-    That is what a fresh prefill computes, so the replay's picks and logits match one made after
-    the cache held other prompts (cell placement may differ there: a tolerance, not equality)."""
+    That is what a fresh prefill computes, so the replay's logits match one made after the cache
+    held other prompts (cell placement may differ there: a tolerance, and no token equality, since
+    such noise can flip a near-tie on another CPU)."""
     core = noisy_engine._core
     prompts = noisy_engine.to_token_prompts(PROMPTS)
     base = noisy_engine.generate(PROMPTS, n_predict=N_PREDICT)
@@ -307,7 +309,6 @@ def test_teacher_forced_passes_reuse_the_run_s_prompts_and_compute_what_a_fresh_
     fed = core._target_prompt_tokens_fed()
     fresh = core.replay(prompts, tokens, 0.0, 0)
     assert core._target_prompt_tokens_fed() > fed  # other prompts were cached: prefilled whole
-    np.testing.assert_array_equal(reused["pick"], fresh["pick"])
     for a, b in zip(reused["final_logits"], fresh["final_logits"]):
         np.testing.assert_allclose(a, b, atol=1e-3)
 
