@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -57,7 +56,7 @@ def derived(src: Path, type_name: str, directory: Path) -> Path:
 
 
 def gemma_models(types) -> dict:
-    from specnative.presets import gemma_files
+    from specnative.models.presets import gemma_files
 
     files = gemma_files()
     q4km = files["Q4_K_M"]

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import _core, presets, sweep
+from specnative import _core, sweep
 from specnative.engine import Engine
-from specnative.provenance import environment
+from specnative.models import presets
+from specnative.record.provenance import environment
+from specnative.sweep import prompts as sweep_prompts
 
 
 def kernel_rows(n: int = 262144, calls: int = 200) -> list[list[str]]:
@@ -50,7 +52,7 @@ def removal_rows(n_ctxs=(1024, 2048, 4096, 8192, 33792), concurrency: int = 4, r
     preset = presets.load_preset("tiny")
     target = next(t for t in preset.targets if "Q4_0" in str(t))
     cfg = sweep.SweepConfig(targets=[target], draft=preset.draft, n_predict=32)
-    prompts = sweep.workload_for(cfg, target).cell_prompts("mixed", concurrency, 0)[0]
+    prompts = sweep_prompts.workload_for(cfg, target).cell_prompts("mixed", concurrency, 0)[0]
     rows = []
     for n_ctx in n_ctxs:
         with Engine(target, preset.draft, n_ctx=n_ctx, n_threads=2, n_seq_max=concurrency) as engine:

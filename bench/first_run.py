@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     total, lines = run(args.out, extra)
     (args.out / "stderr.txt").write_text("".join(f"{t:8.1f}s  {line}\n" for t, line in lines))
     prov = json.loads((args.out / "run" / "provenance.json").read_text())
-    from specnative import progress
+    from specnative.sweep import progress
 
     checks = eta_checks(total, lines)
     report = [f"# First run: `python -m specnative.sweep {' '.join(extra)}`".rstrip(), "",

@@ -13,8 +13,9 @@ import sys
 
 import numpy as np
 
-from specnative import lossless, presets, workloads
+from specnative import lossless, workloads
 from specnative.engine import Engine
+from specnative.models import presets
 
 
 def main(argv=None) -> int:

@@ -40,15 +40,15 @@ def pairs(names: list[str]) -> dict:
     out = {}
     for name in names:
         if name == "tiny":
-            from specnative.presets import tiny_preset
+            from specnative.models.presets import tiny_preset
             p = tiny_preset()
             out["tiny (Q8_0 target, 2-layer draft)"] = (p.targets[1], p.draft)
         elif name == "gemma":
-            from specnative.presets import gemma_files
+            from specnative.models.presets import gemma_files
             files = gemma_files()
             out["gemma3-270m (Q8_0 target, Q4_K_M draft)"] = (files["Q8_0"], files["Q4_K_M"])
         elif name == "gemma-q4":  # the widest noise tolerance measured (Q4_K_M: 1.4 Intel, 2.6-2.9 AMD)
-            from specnative.presets import gemma_files
+            from specnative.models.presets import gemma_files
             files = gemma_files()
             out["gemma3-270m (Q4_K_M target, Q4_K_M draft: the same file)"] = (files["Q4_K_M"], files["Q4_K_M"])
         else:

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from specnative import Engine, build_info, lossless
+from specnative.lossless import distribution
 from specnative.workloads import MIXED, Workload
 
 FAULTS = ("none", "residual_from_p", "accept_q_over_p", "q_prev_position", "accept_always", "bonus_from_q")
@@ -32,16 +33,16 @@ def pairs(names: list[str]) -> dict:
     out = {}
     for name in names:
         if name == "tiny":
-            from specnative.presets import tiny_preset
+            from specnative.models.presets import tiny_preset
             p = tiny_preset()
             out["tiny Q4_0 target, 2-layer Q8_0 draft"] = (p.targets[0], p.draft)
             out["tiny Q8_0 target, 2-layer Q8_0 draft"] = (p.targets[1], p.draft)
         elif name == "gemma":
-            from specnative.presets import gemma_files
+            from specnative.models.presets import gemma_files
             files = gemma_files()
             out["gemma3-270m Q8_0 target, Q4_K_M draft"] = (files["Q8_0"], files["Q4_K_M"])
         elif name == "gemma-q4":
-            from specnative.presets import gemma_files
+            from specnative.models.presets import gemma_files
             files = gemma_files()
             out["gemma3-270m Q4_K_M target, Q4_K_M draft (the same file)"] = (files["Q4_K_M"], files["Q4_K_M"])
         else:
@@ -86,7 +87,7 @@ def failure_rate(runs: list, n: int, draws: int, rng) -> float | None:
     fails = 0
     for _ in range(draws):
         chosen = [runs[i] for i in rng.choice(len(runs), take, replace=False)]
-        intervals = {order: [r[order] for r in chosen] for order in lossless.ORDERS}
+        intervals = {order: [r[order] for r in chosen] for order in distribution.ORDERS}
         fails += not lossless.distribution_test(intervals, take).passed
     return fails / draws
 
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
              f"Command: `python bench/rejection_power.py {command}`  ",
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
              f"T {args.temp:g}, k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); "
-             f"{'every other run drafts at ' + str(lossless.STRESS_DRAFT_FACTOR) + ' x T (as the sweep) ' if args.stress else 'every run at the draft temperature T (no stress runs)'}; "
+             f"{'every other run drafts at ' + str(distribution.STRESS_DRAFT_FACTOR) + ' x T (as the sweep) ' if args.stress else 'every run at the draft temperature T (no stress runs)'}; "
              f"false-alarm rate per cell {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
              f"pool of {args.pool} positions. Cells: share of subsets whose verdict is fail; **bold**: >= 95 %. "
              f"'runs changed': share of the pooled runs whose tokens differ from the correct engine's at the same "

@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from specnative import Engine, lossless, stats, theory
-from specnative.presets import load_preset
-from specnative.provenance import environment
-from specnative.rpc_servers import find_rpc_server, local_rpc_servers
-from specnative.sweep import SEQUENCE_PROMPTS
+from specnative.engine.rpc_servers import find_rpc_server, local_rpc_servers
+from specnative.models.presets import load_preset
+from specnative.record.provenance import environment
+from specnative.workloads import SEQUENCE_PROMPTS
 
 
 def placements(endpoints: list[str]) -> dict:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from specnative import schema
+from specnative.record import schema
 
 BASE_TPS = 40.0
 

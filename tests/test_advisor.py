@@ -3,10 +3,10 @@ it should, and the decision follows measured values only."""
 import dataclasses
 
 import pytest
-
-from specnative import advisor
-from specnative.advisor import MORE, OFF, ON, Thresholds, advise, load_traces, verdicts_frame
 from synthetic_traces import cell, off_row, on_row, write_run
+
+from specnative.report import advisor
+from specnative.report.advisor import MORE, OFF, ON, Thresholds, advise, load_traces, verdicts_frame
 
 
 def judge(rows, tmp_path, **thresholds):

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import gguf
 import pytest
+from test_sweep_safety import argv_for, no_engine
 
 from specnative import workloads
 from specnative.models import EOS_ID, write_tiny_llama
 from specnative.sweep import main
-
-from test_sweep_safety import argv_for, no_engine
 
 
 def refused(argv, match: str, out: Path) -> str:

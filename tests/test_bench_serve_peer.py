@@ -11,10 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from peerkit import server as srv  # noqa: E402
 from peerkit import serve_table  # noqa: E402
+from peerkit import server as srv  # noqa: E402
 
-from specnative.arrivals import Request  # noqa: E402
+from specnative.serving.arrivals import Request  # noqa: E402
 
 # Streams n_predict tokens (the first prompt token repeated) in chunks of two, 20 ms apart, then a
 # final chunk with llama-server's timings, as server-sent events.

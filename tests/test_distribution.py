@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import ENGINE_KW
 from scipy import stats
 
 from specnative import Engine, lossless
+from specnative.lossless import distribution
 from specnative.models import tiny_pair
-from specnative.schema import read_traces
+from specnative.record.schema import read_traces
 from specnative.sweep import SweepConfig, run_sweep
-
-from conftest import ENGINE_KW
 
 PROMPTS8 = ["The city of", "Once upon a time there was a", "Hello", "In the morning", "A good teacher",
             "Dear friend,", "The report says", "Here is a list"]
@@ -23,20 +23,20 @@ T = 0.8
 # --- the statistic ------------------------------------------------------------------------------------
 def test_ks_bound_of_points_is_the_ks_statistic():
     u = np.random.default_rng(3).random(500)
-    assert lossless.ks_distance_lower_bound(u, u) == pytest.approx(stats.kstest(u, "uniform").statistic)
+    assert distribution.ks_distance_lower_bound(u, u) == pytest.approx(stats.kstest(u, "uniform").statistic)
 
 
 def test_ks_bound_of_uninformative_intervals_is_zero():
     n = 200
-    assert lossless.ks_distance_lower_bound(np.zeros(n), np.ones(n)) == 0.0
+    assert distribution.ks_distance_lower_bound(np.zeros(n), np.ones(n)) == 0.0
     # intervals all inside [0.9, 1]: no placement is uniform
-    assert lossless.ks_distance_lower_bound(np.full(n, 0.9), np.ones(n)) == pytest.approx(0.9)
+    assert distribution.ks_distance_lower_bound(np.full(n, 0.9), np.ones(n)) == pytest.approx(0.9)
 
 
 def _synthetic_points(rng, n_pos: int, n_vocab: int, emit_from: str) -> dict:
     """What generate(record_pit=True) reports, computed in numpy for categorical draws: from p (a
     correct rule) or from a 'draft' q (accept-all)."""
-    out = {key: [] for key in lossless.PIT_FIELDS}
+    out = {key: [] for key in distribution.PIT_FIELDS}
     for i in range(n_pos):
         p = rng.dirichlet(np.full(n_vocab, 0.3))
         q = rng.dirichlet(np.full(n_vocab, 0.3)) * 0.5 + p * 0.5
@@ -44,7 +44,7 @@ def _synthetic_points(rng, n_pos: int, n_vocab: int, emit_from: str) -> dict:
         above = p[p > p[x]].sum()
         key = np.log(q) - np.log(p)
         ahead = p[(key > key[x]) | ((key == key[x]) & (np.arange(n_vocab) < x))].sum()
-        for field, value in zip(lossless.PIT_FIELDS, (i, p[x], above, above + p[p == p[x]].sum() - p[x], ahead, ahead)):
+        for field, value in zip(distribution.PIT_FIELDS, (i, p[x], above, above + p[p == p[x]].sum() - p[x], ahead, ahead)):
             out[field].append(value)
     return {key: np.array(v) for key, v in out.items()}
 
@@ -54,7 +54,7 @@ def test_pit_is_uniform_for_draws_from_p_only(emit_from, passes):
     rng = np.random.default_rng(11)
     points = _synthetic_points(rng, 1500, 40, emit_from)
     v = rng.random(1500)
-    intervals = {order: [lossless.pit_intervals(points, v, order)] for order in lossless.ORDERS}
+    intervals = {order: [distribution.pit_intervals(points, v, order)] for order in distribution.ORDERS}
     test = lossless.distribution_test(intervals, 1)
     assert test.passed is passes, test.reason
 
@@ -62,7 +62,7 @@ def test_pit_is_uniform_for_draws_from_p_only(emit_from, passes):
 def test_ties_make_an_interval_as_wide_as_their_mass():
     points = {"p_emitted": np.array([0.25, 0.5]), "above_sure": np.array([0.5, 0.0]),
               "above_maybe": np.array([0.75, 0.0]), "draft_above_sure": np.zeros(2), "draft_above_maybe": np.zeros(2)}
-    lo, hi = lossless.pit_intervals(points, np.array([0.5, 0.5]), "target")
+    lo, hi = distribution.pit_intervals(points, np.array([0.5, 0.5]), "target")
     np.testing.assert_allclose(lo, [0.625, 0.25])
     np.testing.assert_allclose(hi, [0.875, 0.25])  # a tie of mass 0.25 ahead or behind; none
 

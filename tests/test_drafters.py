@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ENGINE_KW, assert_lossless_verdict
 from scipy import stats
+from synthetic_traces import assert_tables_well_formed
 
 from specnative import Engine, _core, lossless, theory
 from specnative.engine import DRAFTERS, drafter_defaults
 from specnative.models import FIRST_NORMAL_ID
-
-from conftest import ENGINE_KW, assert_lossless_verdict
-from synthetic_traces import assert_tables_well_formed
+from specnative.report import summary as report_summary
 
 NGRAM = [d for d in DRAFTERS if d.startswith("ngram-")]
 # Short n-grams, so that a tiny model's 60-token generations find matches (llama.cpp's defaults
@@ -222,8 +222,8 @@ def test_lookup_cache_files_are_checked_before_decoding(target_only, tmp_path):
 
 # --- the sweep axis ----------------------------------------------------------------------------------
 def test_sweep_measures_each_drafter_as_its_own_cell(noisy_pair, tmp_path):
-    from specnative import schema
-    from specnative.advisor import drafter_advice
+    from specnative.record import schema
+    from specnative.report.advisor import drafter_advice
     from specnative.sweep import SweepConfig, run_sweep
 
     target, draft = noisy_pair
@@ -339,8 +339,7 @@ def test_p_min_is_for_the_draft_model_only(noisy_engine):
 
 
 def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
-    from specnative import report
-    from specnative.advisor import k_advice, p_min_advice
+    from specnative.report.advisor import k_advice, p_min_advice
     from specnative.sweep import main
 
     target, draft = noisy_pair
@@ -368,7 +367,7 @@ def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
     advice = p_min_advice(traces)
     assert len(advice) == 1 and advice["best_p_min"].iloc[0] == 0.3
     assert "fixed k" in advice["ranking"].iloc[0] and "p_min=0.3" in advice["ranking"].iloc[0]
-    files = report.write_artifacts(out)
+    files = report_summary.write_artifacts(out)
     summary = files["summary.md"].read_text()
     assert "Draft stop rule (p_min) against fixed k" in summary and "recommended k" in summary
     assert "Numeric-noise control" in summary  # a real sweep's report: every table, noise control included
@@ -381,7 +380,7 @@ def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
 
 
 def schema_read(out):
-    from specnative import schema
+    from specnative.record import schema
 
     return schema.read_traces(out / "traces.csv")
 

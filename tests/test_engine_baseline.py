@@ -7,11 +7,10 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 
 from specnative import Engine
 from specnative.models import write_tiny_llama
-
-from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 
 
 def test_loads_and_describes_the_model(noisy_engine):

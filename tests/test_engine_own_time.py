@@ -7,11 +7,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import PROMPTS
 
 from specnative.engine import decoding_ms, engine_own_time
-from specnative.sweep import _median_row
-
-from conftest import PROMPTS
+from specnative.report import advisor, tables
+from specnative.sweep.rows import median_row as _median_row
 
 SLOW_ACCEPT_MS = 2.0  # csrc/engine.h kSlowAcceptMs
 RUNS = [pytest.param({"spec": False}, id="off"),
@@ -110,17 +110,15 @@ def test_context_info_and_graph_reuse(noisy_engine):
 
 def test_report_shows_engine_own_share():
     import pandas as pd
-
-    from specnative import report
     from synthetic_traces import cell
 
     frame = pd.DataFrame(cell() + cell(conc=4))
     frame["llama_ms"], frame["engine_own_ms"] = 99.0, 1.0
     frame["engine_own_share"] = [0.005 if on == "off" else 0.02 for on in frame["spec_decode"]]
-    text = report.engine_own_md(report.load_traces(frame))
+    text = tables.engine_own_md(advisor.load_traces(frame))
     assert "rows above the goal of 1%" in text and "2.00%" in text and "0.50%" in text
     empty = frame.assign(engine_own_share=float("nan"))
-    assert "not recorded" in report.engine_own_md(report.load_traces(empty))
+    assert "not recorded" in tables.engine_own_md(advisor.load_traces(empty))
 
 
 def _first_argmax(x):

@@ -9,15 +9,16 @@ import gguf
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import ENGINE_KW, assert_lossless_verdict
 from scipy import stats
 
-from specnative import Engine, _core, lossless, report, schema
-from specnative.sweep import main
+from specnative import Engine, _core, lossless
 from specnative.engine import HIDDEN_DRAFTERS, drafter_name
 from specnative.models import FORCED_TOKEN, tiny_vocab
-from specnative.tiny_drafters import DRAFTER_KINDS, drafter_pair, write_tiny_drafter
-
-from conftest import ENGINE_KW, assert_lossless_verdict
+from specnative.models.tiny_drafters import DRAFTER_KINDS, drafter_pair, write_tiny_drafter
+from specnative.record import schema
+from specnative.report import cells as report_cells
+from specnative.sweep import main
 
 PROMPTS = ["The city of", "Once upon a time there was a", "Hello", "In the year"]
 BLOCK = 8  # write_tiny_drafter's default dflash.block_size: k up to BLOCK - 1
@@ -316,7 +317,7 @@ def test_sweep_rows_for_every_hidden_drafter(hidden_sweep):
     parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "draft_ingest_ms", "verify_ms", "resample_ms"]
     assert (on[parts].sum(axis=1) >= 0.99 * on.total_ms).all()
     for _, row in hidden.iterrows():  # the report's timing breakdown has the ingest step
-        assert report.step_parts(row)["draft_ingest_ms"] == pytest.approx(row.draft_ingest_ms)
+        assert report_cells.step_parts(row)["draft_ingest_ms"] == pytest.approx(row.draft_ingest_ms)
 
 
 def test_sweep_with_the_drafter_file_as_md(hidden_dir, tmp_path):
@@ -385,7 +386,7 @@ def test_a_prompt_longer_than_a_batch_feeds_the_drafter_every_chunk(hidden_dir, 
 def test_serving_refuses_the_hidden_state_drafters_in_one_line(engine_of):
     """Continuous batching (serve.cpp) admits requests without the prefill hook these drafters need:
     refused before anything runs, not drafted from an empty cache."""
-    from specnative.serve import Request, serve
+    from specnative.serving.loop import Request, serve
 
     engine = engine_of("dflash", "low")
     requests = [Request(arrival_s=0.0, prompt=engine.tokenize("Hello").tolist(), output_len=4)]

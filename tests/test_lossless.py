@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import PROMPTS
 
 from specnative import lossless
-from specnative.lossless import EXACT, FAIL, NUMERIC
-
-from conftest import PROMPTS
+from specnative.lossless import EXACT, FAIL, NUMERIC, verdicts
+from specnative.lossless import noise as lossless_noise
 
 N_PREDICT = 32
 GREEDY_BUGS = ("rollback_short", "rollback_long", "verify_position", "bonus_from_q")
@@ -155,11 +155,11 @@ def test_too_many_near_ties_fail_even_within_tolerance():
 
 def test_within_reach_widens_the_cdf_interval_with_the_tolerance():
     lo, hi, temperature = np.array([0.40]), np.array([0.50]), 1.0
-    assert not lossless.within_reach(np.array([0.52]), lo, hi, 0.0, temperature)[0]
-    assert lossless.within_reach(np.array([0.45]), lo, hi, 0.0, temperature)[0]
-    assert lossless.within_reach(np.array([0.52]), lo, hi, 0.1, temperature)[0]   # hi grows to ~0.525
-    assert not lossless.within_reach(np.array([0.60]), lo, hi, 0.1, temperature)[0]
-    assert lossless.within_reach(np.array([0.60]), lo, hi, 1.0, temperature)[0]
+    assert not verdicts.within_reach(np.array([0.52]), lo, hi, 0.0, temperature)[0]
+    assert verdicts.within_reach(np.array([0.45]), lo, hi, 0.0, temperature)[0]
+    assert verdicts.within_reach(np.array([0.52]), lo, hi, 0.1, temperature)[0]   # hi grows to ~0.525
+    assert not verdicts.within_reach(np.array([0.60]), lo, hi, 0.1, temperature)[0]
+    assert verdicts.within_reach(np.array([0.60]), lo, hi, 1.0, temperature)[0]
     assert math.isclose(lossless.NoiseControl(1, 5, 1, 0, 0, 0, 0, 0).flip_rate_bound, 3.0)
 
 
@@ -178,9 +178,9 @@ def test_greedy_tolerance_is_the_candidates_spread_and_t_above_0_the_whole_vocab
     """A greedy choice depends only on the gaps between the tokens noise can lift to the top; the
     full spread (set by tokens far down the vocabulary) stays for decisions that weigh all of p."""
     sharp = dataclasses.replace(control(spread=2.0), max_candidate_spread=0.5,
-                                candidate_positions=lossless.MIN_CANDIDATE_POSITIONS)
+                                candidate_positions=lossless_noise.MIN_CANDIDATE_POSITIONS)
     assert sharp.greedy_tolerance == pytest.approx(lossless.SAFETY * 0.5)
-    few = dataclasses.replace(sharp, candidate_positions=lossless.MIN_CANDIDATE_POSITIONS - 1)
+    few = dataclasses.replace(sharp, candidate_positions=lossless_noise.MIN_CANDIDATE_POSITIONS - 1)
     assert few.greedy_tolerance == pytest.approx(lossless.SAFETY * 2.0)  # too few near-ties seen: full
     assert sharp.tolerance == pytest.approx(lossless.SAFETY * 2.0)
     assert control(spread=2.0).greedy_tolerance == pytest.approx(lossless.SAFETY * 2.0)  # not measured: full
@@ -198,7 +198,7 @@ def test_the_candidates_spread_is_measured_and_within_the_full_spread(noisy_engi
     assert (raw["candidate_spread"] <= raw["spread"] + 1e-6).all()
     control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, k=4)
     assert control.max_candidate_spread == pytest.approx(float(raw["candidate_spread"].max()))
-    assert lossless.CANDIDATE_WINDOW > 1  # every token noise of the measured size can lift is a candidate
+    assert lossless_noise.CANDIDATE_WINDOW > 1  # every token noise of the measured size can lift is a candidate
 
 
 @pytest.mark.parametrize("fault, what", [("rollback_long", "stale entries kept"), ("rollback_short", "entries lost")])
@@ -237,9 +237,10 @@ def test_a_sequence_ended_by_an_accepted_end_of_generation_draft_passes_the_stat
     after itself read another context: a false `fail` (logits moved 8.7 against a tolerance of
     5-6 on MT-Bench reasoning with the Qwen pair). A model that often ends on eos, drafted by its
     exact copy (every draft accepted), so EOG drafts are accepted and verified."""
+    from conftest import ENGINE_KW
+
     from specnative import models
     from specnative.engine import Engine
-    from conftest import ENGINE_KW
 
     path = models.write_tiny_llama(model_dir / "tiny-eos.gguf", n_embd=64, n_ff=128,
                                    forced_token=models.EOS_ID, force_logit=3.5)
@@ -324,7 +325,7 @@ def test_a_sequence_of_one_or_two_tokens_still_gets_a_measured_control(noisy_eng
     assert all(len(t) <= 2 for t in base.tokens)
     clean = []
     control = lossless.measure_noise(noisy_engine, PROMPTS, base.tokens, 4, clean_final=clean)
-    assert control.positions >= len(PROMPTS) * (4 + lossless.CONTROL_MIN_EXTRA)
+    assert control.positions >= len(PROMPTS) * (4 + lossless_noise.CONTROL_MIN_EXTRA)
     assert clean == []  # not a replay of the output any more
     spec = noisy_engine.generate(PROMPTS, n_predict=2, spec=True, k=4, accept_rule="greedy")
     verdict, _ = lossless.verdict_after_run(noisy_engine, PROMPTS, base.tokens, spec.tokens, 0.0, 0, 4)

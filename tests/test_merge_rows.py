@@ -7,13 +7,14 @@ import math
 import shutil
 
 import pytest
-
-from specnative import merge, report
-
-from test_resume_history import snapshot
-from test_sweep_safety import DAMAGE as REPORT_DAMAGE
-from test_shards import runs  # noqa: F401  (fixture: shards 0/2 and 1/2 of a 4-cell grid)
 from synthetic_traces import grid_rows, write_run
+from test_resume_history import snapshot
+from test_shards import runs  # noqa: F401  (fixture: shards 0/2 and 1/2 of a 4-cell grid)
+from test_sweep_safety import DAMAGE as REPORT_DAMAGE
+
+from specnative.cli import merge_main
+from specnative.record import merge
+from specnative.report import cli
 
 
 def _damaged_copy(runs, tmp_path, damage) -> str:  # noqa: F811
@@ -44,7 +45,7 @@ def test_a_shard_whose_rows_do_not_match_its_cells_is_refused(runs, tmp_path, da
     damaged = _damaged_copy(runs, tmp_path, edit)
     before = {d: snapshot(d) for d in (runs / "shard0", damaged)}
     with pytest.raises(SystemExit) as exc:
-        merge.main([str(tmp_path / "merged"), str(runs / "shard0"), damaged, "--no-report"])
+        merge_main([str(tmp_path / "merged"), str(runs / "shard0"), damaged, "--no-report"])
     assert message in str(exc.value.code) and str(exc.value.code).startswith("error: ")
     assert not (tmp_path / "merged").exists()
     assert {d: snapshot(d) for d in before} == before
@@ -65,7 +66,7 @@ def test_a_refused_report_changes_no_file(tmp_path, capsys, value):
     rows[1]["prefill_target_ms"] = value  # it used to crash matplotlib's axis limits midway
     run = write_run(tmp_path / "run", rows)
     before = snapshot(run)
-    assert report.main([str(run)]) == 1
+    assert cli.main([str(run)]) == 1
     assert "not a finite number" in capsys.readouterr().err
     assert snapshot(run) == before
 
@@ -75,7 +76,7 @@ def test_every_refused_report_changes_no_file(tmp_path, capsys, damage):
     directory = write_run(tmp_path / "run", grid_rows(4))
     REPORT_DAMAGE[damage][0](directory)
     before = snapshot(directory)
-    assert report.main([str(directory)]) == 1
+    assert cli.main([str(directory)]) == 1
     assert capsys.readouterr().err.startswith("error: ")
     assert snapshot(directory) == before
 
@@ -100,25 +101,26 @@ def test_every_refused_merge_changes_no_file(runs, tmp_path):  # noqa: F811
     for i, dirs in enumerate(cases):
         before = {d: snapshot(d) for d in dirs}
         with pytest.raises(SystemExit, match="^error: "):
-            merge.main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
+            merge_main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
         assert {d: snapshot(d) for d in dirs} == before and not (tmp_path / f"out{i}").exists()
 
 
 def test_a_deeply_nested_provenance_is_one_line_everywhere(runs, tmp_path, capsys, monkeypatch):  # noqa: F811
     """json.loads raises RecursionError, not JSONDecodeError, on deep nesting: report, merge and
     --resume each say it in one line and change nothing."""
-    from specnative import sweep
     from test_sweep_safety import argv_for, no_engine
+
+    from specnative import sweep
     deep = '{"a": ' + "[" * 200_000 + "\n"
     run = write_run(tmp_path / "run", grid_rows())
     (run / "provenance.json").write_text(deep)
     before = snapshot(run)
-    assert report.main([str(run)]) == 1 and "nested too deeply" in capsys.readouterr().err
+    assert cli.main([str(run)]) == 1 and "nested too deeply" in capsys.readouterr().err
     shard = tmp_path / "shard1"
     shutil.copytree(runs / "shard1", shard)
     (shard / "provenance.json").write_text(deep)
     with pytest.raises(SystemExit, match="unreadable"):
-        merge.main([str(tmp_path / "merged"), str(runs / "shard0"), str(shard), "--no-report"])
+        merge_main([str(tmp_path / "merged"), str(runs / "shard0"), str(shard), "--no-report"])
     no_engine(monkeypatch)
     record = merge.load_shard(runs / "shard0")
     pair = (record["models"][0]["path"], record["models"][1]["path"])

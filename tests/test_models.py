@@ -8,6 +8,7 @@ import pytest
 gguf = pytest.importorskip("gguf")
 
 from specnative import models  # noqa: E402
+from specnative.models import tiny as tiny_models
 
 N_SPECIAL = models.FIRST_NORMAL_ID  # unk, bos, eos and the 256 byte tokens
 
@@ -55,7 +56,7 @@ def test_metadata_and_tensors_are_what_llama_expects(base):
     assert meta["tokenizer.ggml.add_eos_token"] is False
     assert meta["tokenizer.ggml.add_space_prefix"] is True
 
-    n_vocab = models.DEFAULT_VOCAB_SIZE
+    n_vocab = tiny_models.DEFAULT_VOCAB_SIZE
     expected = {"token_embd.weight": (n_vocab, 128), "output_norm.weight": (128,),
                 "output.weight": (n_vocab, 128)}
     for i in range(2):
@@ -170,7 +171,7 @@ def test_invalid_arguments(tmp_path):
 
 
 def test_tiny_pair_kinds_and_cache(tmp_path):
-    base_name = f"tiny-llama-v{models.FORMAT_VERSION}.gguf"
+    base_name = f"tiny-llama-v{tiny_models.FORMAT_VERSION}.gguf"
     target, draft = models.tiny_pair(tmp_path, "copy")
     assert target == draft and target.name == base_name
 
@@ -191,7 +192,7 @@ def test_tiny_pair_kinds_and_cache(tmp_path):
     assert "dtypef16" in target.name and "vocabshuffled" in draft.name
     target, draft = models.tiny_pair(tmp_path, "small_vocab")
     assert target.name == base_name
-    assert len(read(draft)[0]["tokenizer.ggml.tokens"]) == models.DEFAULT_VOCAB_SIZE - 64
+    assert len(read(draft)[0]["tokenizer.ggml.tokens"]) == tiny_models.DEFAULT_VOCAB_SIZE - 64
 
     # A parameter that cannot change a file does not change its name either.
     assert models.tiny_pair(tmp_path, "deep", extra_damping=0.01)[1].name == base_name

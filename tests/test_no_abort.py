@@ -17,12 +17,12 @@ from pathlib import Path
 
 import gguf
 import pytest
-
-from specnative import _core, schema
-from specnative.models import write_tiny_llama
-from specnative.rpc_servers import find_rpc_server, free_port
-
 from conftest import TEST_NGL
+
+from specnative import _core
+from specnative.engine.rpc_servers import find_rpc_server, free_port
+from specnative.models import write_tiny_llama
+from specnative.record import schema
 
 BOUND_S = 120  # no case here may take longer; a hang fails the test at this bound
 
@@ -229,7 +229,7 @@ def test_a_server_killed_mid_sweep_loses_no_finished_row(noisy_pair, tmp_path):
         server.kill()
     if child.returncode == 0:
         pytest.skip("the sweep finished before the server was killed (a faster machine): nothing to show")
-    from specnative import rundir
+    from specnative.record import rundir
     plan = rundir.plan_resume(traces, {})  # the rows on disk read whole (a torn last row is cut on resume)
     cells_kept = len(plan.rows) // 2  # off + on row per cell (one k)
     assert cells_kept >= 1, f"no finished cell survived:\n{child.stderr[-2000:]}"
@@ -274,8 +274,8 @@ def test_concurrent_builds_of_one_derived_file_all_succeed(noisy_pair, tmp_path)
     code = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
-        from specnative import presets
-        from specnative.provenance import sha256_file
+        from specnative.models import presets
+        from specnative.record.provenance import sha256_file
         quantize = presets.quantize
         def slow_quantize(*args):
             quantize(*args)

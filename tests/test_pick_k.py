@@ -3,17 +3,16 @@ measures (greedy, tiny noisy pair), the speedup prediction lands within the time
 and the cost curve is a well-formed, validated measurement."""
 from __future__ import annotations
 
-import os
-
 import math
+import os
 import statistics
 
-import numpy as np
 import pytest
-
 from conftest import PROMPTS
 from synthetic_traces import assert_tables_well_formed
-from specnative import pick_k
+
+from specnative.report import drafter_sections, figures, summary as report_summary
+from specnative.sweep import pick_k
 
 K_MAX = 5  # (k'+1) divides 6 for k' = 1, 2, 5: the exact cases; 3 and 4 straddle
 # stop_at_eos off: a segment that ends on an accepted EOG emits m tokens, not m + 1, and the
@@ -144,19 +143,20 @@ def _on_row(k, recommended, concurrency=1, check=None):
 
 def test_k_advice_uses_the_largest_k_and_says_none(tmp_path):
     import pandas as pd
-    from specnative import advisor, report
+
+    from specnative.report import advisor
 
     frame = pd.DataFrame([_on_row(2, 2), _on_row(3, 2, check=2), _on_row(3, 0, concurrency=4)])
     advice = advisor.k_advice(frame)
     assert list(advice["concurrency"]) == [1, 4]
     assert list(advice["k_max"]) == [3, 3] and list(advice["recommend"]) == ["2", "none"]
     assert advice["check_speedup"].iloc[0] == 1.25
-    text = report.which_k_md(advisor.load_traces(frame))
+    text = drafter_sections.which_k_md(advisor.load_traces(frame))
     assert "**none**" in text and "2: 1.25" in text
     assert_tables_well_formed(text)
     two_keys = frame.assign(ctx_len=[0, 0, 2048])  # regimes differing in two keys: one label column
-    assert_tables_well_formed(report.which_k_md(advisor.load_traces(two_keys)))
-    report.save(report.plot_which_k(advisor.load_traces(frame)), tmp_path / "which_k")
+    assert_tables_well_formed(drafter_sections.which_k_md(advisor.load_traces(two_keys)))
+    figures.save(drafter_sections.plot_which_k(advisor.load_traces(frame)), tmp_path / "which_k")
     assert (tmp_path / "which_k.png").stat().st_size > 0
 
 
@@ -168,7 +168,6 @@ def test_monotone_curve_drops_load_spikes_only():
 def test_advice_table_shows_the_recommended_k(tmp_path):
     """summary.md's main advice table carries each regime's recommended k, its predicted speedup
     and the --check-k measurement; n/a where no prediction applies (a p_min cell)."""
-    from specnative import report
     from synthetic_traces import cell, off_row, on_row, write_run
 
     k_cols = lambda rec, check: dict(recommended_k=rec, recommended_speedup=1.62, predicted_speedup_by_k="1.3;1.62;1.5;1.4",
@@ -179,7 +178,7 @@ def test_advice_table_shows_the_recommended_k(tmp_path):
              on_row(conc=1, speedup=1.8, tps_off=42.0, draft_p_min=0.75, mean_draft_len=2.2,
                     cell_id="q4-c0-n1-T0.0|pmin=0.75|k4")]
     run = write_run(tmp_path / "run", rows)
-    summary = report.write_artifacts(run)["summary.md"].read_text()
+    summary = report_summary.write_artifacts(run)["summary.md"].read_text()
     advice = summary.split("## Advice per regime")[1].split("\n## ")[0]
     header = next(line for line in advice.splitlines() if line.startswith("| "))
     assert "recommended k" in header and "p_min" not in header.split("decision")[1]
@@ -191,8 +190,9 @@ def test_advice_table_shows_the_recommended_k(tmp_path):
 
 def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp_path):
     import pandas as pd
-    from specnative import advisor, report
     from synthetic_traces import cell, off_row, on_row, write_run
+
+    from specnative.report import advisor
 
     rows = cell(conc=1, speedup=1.5, mean_draft_len=4.0) + [
         off_row(conc=1, tps=50.0, cell_id="base|pmin=0.75"),  # another baseline beside the p_min cell
@@ -209,7 +209,7 @@ def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp
     assert r["fixed_draft_len"] == 4.0 and r["p_min_draft_len"] == 2.2
     assert r["recommend"] in ("p_min=0.75", "measure-more")
     run = write_run(tmp_path / "run", rows)
-    summary = report.write_artifacts(run)["summary.md"].read_text()
+    summary = report_summary.write_artifacts(run)["summary.md"].read_text()
     assert "## Draft stop rule (p_min) against fixed k" in summary
     assert_tables_well_formed(summary)
     # regimes that differ in two keys (concurrency and ctx_len): one column per key in every table
@@ -217,8 +217,8 @@ def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp
         off_row(conc=4, ctx=2048, tps=50.0, cell_id="b4|pmin=0.75"),
         on_row(conc=4, ctx=2048, speedup=1.1, tps_off=50.0, draft_p_min=0.75, mean_draft_len=2.0,
                cell_id="b4|pmin=0.75|k4")]
-    wide = report.write_artifacts(write_run(tmp_path / "wide", wider))["summary.md"].read_text()
+    wide = report_summary.write_artifacts(write_run(tmp_path / "wide", wider))["summary.md"].read_text()
     assert_tables_well_formed(wide)
     # only fixed-k cells (older traces): no such section, and no p_min column anywhere
     old = write_run(tmp_path / "old", cell(conc=1))
-    assert "p_min" not in report.write_artifacts(old)["summary.md"].read_text()
+    assert "p_min" not in report_summary.write_artifacts(old)["summary.md"].read_text()

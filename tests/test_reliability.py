@@ -12,11 +12,10 @@ import textwrap
 import gguf
 import numpy as np
 import pytest
+from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 
 from specnative import Engine
 from specnative.models import write_tiny_llama
-
-from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 
 BYTE_E4 = 3 + 0xE4  # the tiny vocabulary's byte token <0xE4>: a UTF-8 lead byte, never valid alone
 

@@ -6,10 +6,12 @@ import re
 import numpy as np
 import pytest
 from matplotlib.container import BarContainer
+from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_rows, off_row, on_row, write_run
 
 from specnative import report
-from specnative.advisor import advise, load_traces, pair_cells
-from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_rows, off_row, on_row, write_run
+from specnative.report import cells as report_cells
+from specnative.report import cli, compare_runs, figures, summary as report_summary
+from specnative.report.advisor import advise, load_traces, pair_cells
 
 SPEEDUPS = {(0, 1): 1.8, (0, 4): 1.3, (0, 8): 0.85, (8192, 1): 1.4, (8192, 4): 1.1, (8192, 8): 0.7}
 
@@ -31,7 +33,7 @@ def run(tmp_path_factory):
                    and r["concurrency"] == 4)
     failing.update(lossless_ok=False, first_divergence=12, divergence_margin=0.0213)
     directory = write_run(tmp_path_factory.mktemp("run"), rows)
-    return directory, report.write_artifacts(directory)
+    return directory, report_summary.write_artifacts(directory)
 
 
 def test_every_artifact_is_written(run):
@@ -45,7 +47,7 @@ def test_every_artifact_is_written(run):
 
 def test_speedup_curve_carries_the_csv_series(run):
     directory, _ = run
-    fig = report.plot_speedup_curve(pair_cells(load_traces(directory)))
+    fig = figures.plot_speedup_curve(pair_cells(load_traces(directory)))
     ax_conc, ax_ctx = fig.axes
     lines = lines_by_label(ax_conc)
     assert set(lines) == {"ctx 0", "ctx 8192", "break-even (1.0)"}
@@ -61,7 +63,7 @@ def test_speedup_curve_carries_the_csv_series(run):
 
 def test_speedup_curve_error_bars_are_the_repeat_range(tmp_path):
     cells = cells_of(cell(speedup=1.5), tmp_path)
-    ax = report.plot_speedup_curve(cells).axes[0]
+    ax = figures.plot_speedup_curve(cells).axes[0]
     (bars,) = [c for c in ax.containers if c.get_label() == "_range ctx 0"]
     segment = bars.lines[2][0].get_segments()[0]  # the vertical bar at concurrency 1
     assert segment[:, 1] == pytest.approx([1.5 * 0.98 / 1.02, 1.5 * 1.02 / 0.98])
@@ -78,7 +80,7 @@ def with_ci(low, high, **on):
 
 def test_speedup_curve_error_bars_are_the_interval_where_recorded(tmp_path):
     cells = cells_of(with_ci(0.70, 0.95, speedup=0.8), tmp_path)
-    fig = report.plot_speedup_curve(cells)
+    fig = figures.plot_speedup_curve(cells)
     (bars,) = [c for c in fig.axes[0].containers if c.get_label() == "_range ctx 0"]
     assert bars.lines[2][0].get_segments()[0][:, 1] == pytest.approx([0.70, 0.95])
     assert "confidence interval" in fig.get_supxlabel()
@@ -107,7 +109,7 @@ def test_curves_split_by_quant_when_the_sweep_varied_it(tmp_path):
     rows = grid_rows(4, speedups=SPEEDUPS) + grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()})
     for r in rows:
         r["cell_id"] += f"-{r['quant_bits']}"
-    ax = report.plot_speedup_curve(cells_of(rows, tmp_path)).axes[0]
+    ax = figures.plot_speedup_curve(cells_of(rows, tmp_path)).axes[0]
     lines = lines_by_label(ax)
     assert {"ctx 0, q4", "ctx 0, q8", "ctx 8192, q4", "ctx 8192, q8"} <= set(lines)
     assert list(lines["ctx 8192, q8"].get_ydata()) == pytest.approx([1.26, 0.99, 0.63])
@@ -116,10 +118,10 @@ def test_curves_split_by_quant_when_the_sweep_varied_it(tmp_path):
 def test_timing_breakdown_stacks_the_csv_step_times(run):
     directory, _ = run
     traces = load_traces(directory)
-    fig = report.plot_timing_breakdown(traces)
+    fig = figures.plot_timing_breakdown(traces)
     ax_run, ax_gen = fig.axes
     bars = {c.get_label(): c for c in ax_run.containers}
-    shown = report._bar_rows(traces)
+    shown = figures._bar_rows(traces)
     assert len(shown) == len(traces) - 1  # the failing on-cell is left out, off rows kept
     for step in ("prefill_target", "draft", "verify", "resample", "decode"):
         widths = [p.get_width() for p in bars[step.replace("_", " ")]]
@@ -138,7 +140,7 @@ def test_closed_forms_against_hand_computed_numbers(tmp_path):
     row = on_row(k=3, speedup=1.2, c=0.5, mean_accept_len=1.8, draft_accept_rate=0.5,
                  token_accept_rate=17 / 35, accept_len_hist="10;5;3;2", accept_at_pos="0.5;0.25;0.1")
     cells = cells_of([off_row(), row], tmp_path)
-    (t,) = report.theory_table(cells).to_dict("records")
+    (t,) = report_cells.theory_table(cells).to_dict("records")
     assert t["tau_expected"] == pytest.approx(1.875)
     assert t["predicted"] == pytest.approx(1.25)
     assert t["alpha_token"] == pytest.approx(17 / 35)
@@ -146,7 +148,7 @@ def test_closed_forms_against_hand_computed_numbers(tmp_path):
     assert t["tau_expected_token"] == pytest.approx((1 - a ** 4) / (1 - a))
     assert (t["speedup"], t["tau"]) == pytest.approx((1.2, 1.8))
 
-    fig = report.plot_theory(report.theory_table(cells))
+    fig = figures.plot_theory(report_cells.theory_table(cells))
     ax_speed, ax_tau = fig.axes
     assert list(np.asarray(ax_speed.collections[0].get_offsets())[0]) == pytest.approx([1.25, 1.2])
     assert list(np.asarray(ax_tau.collections[0].get_offsets())[0]) == pytest.approx([1.875, 1.8])
@@ -157,17 +159,17 @@ def test_closed_forms_against_hand_computed_numbers(tmp_path):
 
 def test_per_token_alpha_is_the_engine_count_not_accepted_over_drafted(tmp_path):
     cells = cells_of(cell(k=5, alpha=0.7), tmp_path)
-    (t,) = report.theory_table(cells).to_dict("records")
+    (t,) = report_cells.theory_table(cells).to_dict("records")
     assert t["alpha_token"] == pytest.approx(0.7, rel=1e-4)
     # accepted/drafted of the same draft is mean(0.7^i): lower, by construction
     assert t["alpha"] == pytest.approx(np.mean([0.7 ** i for i in range(1, 6)]), rel=1e-4)
 
 
 def test_acceptance_by_position(tmp_path):
-    assert report.conditional_acceptance("0.8;0.4;0.1") == pytest.approx([0.8, 0.5, 0.25])
-    assert report.conditional_acceptance("") == []
+    assert report_cells.conditional_acceptance("0.8;0.4;0.1") == pytest.approx([0.8, 0.5, 0.25])
+    assert report_cells.conditional_acceptance("") == []
     rows = cell(ctx=0, accept_at_pos="0.8;0.4;0.1", k=3) + cell(ctx=8192, k=3, alpha=0.6)
-    fig = report.plot_acceptance_by_position(cells_of(rows, tmp_path))
+    fig = figures.plot_acceptance_by_position(cells_of(rows, tmp_path))
     raw, conditional = (lines_by_label(ax) for ax in fig.axes)
     assert list(raw["ctx 0, ×1"].get_ydata()) == pytest.approx([0.8, 0.4, 0.1])
     assert list(conditional["ctx 0, ×1"].get_ydata()) == pytest.approx([0.8, 0.5, 0.25])
@@ -177,7 +179,7 @@ def test_acceptance_by_position(tmp_path):
 def test_slope_over_high_concurrency(tmp_path):
     speedups = {1: 2.0, 4: 1.4, 8: 1.2, 16: 1.0, 32: 0.6}  # x >= 4: speedup = 1.5 - 0.028 x, ~
     rows = [r for conc, s in speedups.items() for r in cell(conc=conc, speedup=s)]
-    results = report.speedup_slope(cells_of(rows, tmp_path))
+    results = report_cells.speedup_slope(cells_of(rows, tmp_path))
     pooled = results[-1]
     from scipy import stats
     fit = stats.linregress([4, 8, 16, 32], [1.4, 1.2, 1.0, 0.6])
@@ -189,7 +191,7 @@ def test_slope_over_high_concurrency(tmp_path):
 
 def test_slope_needs_three_concurrencies(run):
     directory, _ = run
-    results = report.speedup_slope(pair_cells(load_traces(directory)))
+    results = report_cells.speedup_slope(pair_cells(load_traces(directory)))
     assert all(r["note"].startswith("not enough points") for r in results)
     assert "not enough points" in (directory / "summary.md").read_text()
 
@@ -244,7 +246,7 @@ def test_missing_provenance_and_spec_rows_still_report(tmp_path):
 def test_cli_passes_thresholds(tmp_path, capsys):
     write_run(tmp_path, cell(speedup=1.3, draft_accept_rate=0.6))
     assert not any(f.rule == "low-alpha" for f in advise(tmp_path)[0].findings)  # default 0.5
-    assert report.main([str(tmp_path), "--min-alpha", "0.7"]) == 0
+    assert cli.main([str(tmp_path), "--min-alpha", "0.7"]) == 0
     assert "alpha 0.60 < 0.7" in (tmp_path / "advice.csv").read_text()
     assert capsys.readouterr().out.strip() == str(tmp_path / "summary.md")
 
@@ -254,15 +256,15 @@ def test_compare_joins_two_quants(tmp_path):
     prov_b = copy.deepcopy(PROVENANCE)
     prov_b.update(run_id="run-b", cpu_model="Other CPU")
     b = write_run(tmp_path / "b", grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()}), prov_b)
-    written = report.write_artifacts(a, compare=b / "traces.csv")
-    joined, keys = report.compare_runs(pair_cells(load_traces(a)), pair_cells(load_traces(b)))
+    written = report_summary.write_artifacts(a, compare=b / "traces.csv")
+    joined, keys = compare_runs.compare_runs(pair_cells(load_traces(a)), pair_cells(load_traces(b)))
     assert "quant_bits" not in keys and {"ctx_len", "concurrency"} <= set(keys)
     assert len(joined) == 6
     row = joined[(joined["ctx_len"] == 8192) & (joined["concurrency"] == 4)].iloc[0]
     assert (row["quant_bits_a"], row["quant_bits_b"]) == (4, 8)
     assert (row["speedup_a"], row["speedup_b"]) == pytest.approx((1.1, 0.99))
 
-    fig = report.plot_compare(joined, keys, "A", "B")
+    fig = compare_runs.plot_compare(joined, keys, "A", "B")
     bars = {c.get_label(): [p.get_width() for p in c] for c in fig.axes[0].containers
             if isinstance(c, BarContainer)}
     assert bars["A"] == pytest.approx(joined["speedup_a"].to_list())
@@ -279,7 +281,7 @@ def test_compare_same_quant_other_machine_joins_on_quant(tmp_path):
     a = grid_rows(4, speedups=SPEEDUPS)
     a[1]["lossless_ok"] = False  # ctx 0, x1 on: left out of the comparison
     cells_a, cells_b = cells_of(a, tmp_path / "a"), cells_of(grid_rows(4), tmp_path / "b")
-    joined, keys = report.compare_runs(cells_a, cells_b)
+    joined, keys = compare_runs.compare_runs(cells_a, cells_b)
     assert "quant_bits" in keys
     assert len(joined) == 5
     assert not ((joined["ctx_len"] == 0) & (joined["concurrency"] == 1)).any()

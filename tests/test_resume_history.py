@@ -9,11 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from specnative import schema, sweep
-from specnative.sweep import main
-
 from test_sweep_safety import argv_for, finished_run, fresh_copy, no_engine  # noqa: F401  (fixture)
+
+from specnative.record import schema
+from specnative.sweep import gridcheck, main
 
 
 def snapshot(directory) -> dict:
@@ -54,7 +53,7 @@ def test_a_resume_on_another_header_refuses_before_any_repair(noisy_pair, finish
 
 
 def test_a_torn_row_is_counted_against_the_files_own_header(finished_run, tmp_path):  # noqa: F811
-    from specnative import rundir
+    from specnative.record import rundir
     out = fresh_copy(finished_run, tmp_path)
     data = (out / "traces.csv").read_bytes()
     plan = rundir.plan_resume(out / "traces.csv", {})
@@ -94,7 +93,7 @@ def test_every_refused_resume_leaves_every_file_byte_identical(noisy_pair, copy_
     refused_unchanged(argv_for(noisy_pair, out, "--resume"), out, "provenance.json is missing")
     (out / "provenance.json").write_bytes(prov)
     # a model problem found after the settings matched: the torn row is still not repaired
-    monkeypatch.setattr(sweep.gridcheck, "vocab_model", lambda path, role: (_ for _ in ()).throw(
+    monkeypatch.setattr(gridcheck, "vocab_model", lambda path, role: (_ for _ in ()).throw(
         SystemExit(f"error: {role} {path}: cannot generate with it")))
     refused_unchanged(argv_for(noisy_pair, out, "--resume"), out, "cannot generate")
 

@@ -10,14 +10,14 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import PROMPTS
 
-from specnative import Engine, _core, lossless, schema
+from specnative import Engine, _core, lossless
 from specnative.engine import rpc_device_names
-from specnative.rpc_servers import find_rpc_server, local_rpc_servers
+from specnative.engine.rpc_servers import find_rpc_server, local_rpc_servers
+from specnative.record import schema
 from specnative.sweep import SweepConfig, run_sweep
 from specnative.sweep import main as sweep_main
-
-from conftest import PROMPTS
 
 BINARY, HOW = find_rpc_server()
 needs_rpc = pytest.mark.skipif(not _core.supports_rpc() or BINARY is None,
@@ -116,7 +116,7 @@ def test_models_still_load_after_the_servers_have_gone(noisy_pair, tmp_path):
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         from pathlib import Path
         from specnative import Engine, _core
-        from specnative.rpc_servers import local_rpc_servers
+        from specnative.engine.rpc_servers import local_rpc_servers
         from specnative.workloads import Workload
         with local_rpc_servers(1, {str(BINARY)!r}, log_dir=Path({str(tmp_path)!r})) as endpoints:
             with Engine({str(target)!r}, n_gpu_layers=-1, rpc_servers=endpoints, n_ctx=256, n_threads=1) as e:

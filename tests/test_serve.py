@@ -6,13 +6,14 @@ import math
 
 import numpy as np
 import pytest
-
-from specnative import arrivals, lossless, serve_metrics
-from specnative.arrivals import Request
-from specnative.serve import serve
-from specnative.serve_sweep import serving_verdict
-
 from conftest import PROMPTS
+
+from specnative import lossless
+from specnative.serving import arrivals
+from specnative.serving import metrics as serve_metrics
+from specnative.serving.arrivals import Request
+from specnative.serving.loop import serve
+from specnative.serving.runner import serving_verdict
 
 NGRAM_OPTIONS = {"spec-ngram-simple-size-n": 1, "spec-ngram-simple-size-m": 4}
 
@@ -107,8 +108,9 @@ def test_slots_refill_and_no_kv_cells_leak_over_hundreds_of_requests(noisy_engin
 
 
 def test_prompts_longer_than_n_batch_are_prefilled_in_chunks_beside_decoding(noisy_pair):
-    from specnative import Engine
     from conftest import ENGINE_KW
+
+    from specnative import Engine
     target, draft = noisy_pair
     with Engine(target, draft, n_ctx=2048, n_batch=32, n_seq_max=4, **ENGINE_KW) as engine:
         short = engine.tokenize(PROMPTS[2]).tolist()
@@ -210,13 +212,15 @@ def test_request_metrics_and_goodput_by_hand():
 # ---- the load sweep and its crossover --------------------------------------------------------------
 def test_serve_sweep_writes_rows_requests_and_the_crossover_report(noisy_pair, tmp_path):
     import json
-    from specnative import schema, sweep
+
+    from specnative.cli import main
+    from specnative.record import schema
     target, draft = noisy_pair
     out = tmp_path / "serve"
-    argv = ["--serve", "-m", str(target), "-md", str(draft), "--request-rate", "inf,50", "--max-concurrency", "2",
+    argv = ["serve", "-m", str(target), "-md", str(draft), "--request-rate", "inf,50", "--max-concurrency", "2",
             "--num-requests", "4", "-r", "2", "-n", "6", "-k", "3", "-t", "1", "--slo", "ttft:1000,tpot:100",
             "-o", str(out)]
-    assert sweep.main(argv) == 0
+    assert main(argv) == 0
     rows = schema.read_traces(out / "traces.csv")
     assert len(rows) == 2 * 2 * 2  # rates x seeded traces x spec off/on
     assert set(rows["request_rate"]) == {50.0, math.inf} and set(rows["seed"]) == {0, 1}
@@ -236,7 +240,7 @@ def test_serve_sweep_writes_rows_requests_and_the_crossover_report(noisy_pair, t
     assert set(advice["k_by_batch_size"]) == {"1", "2"}
     replayed = arrivals.read_trace(out / "trace_files" / "rate=50-seed=1.jsonl")
     assert len(replayed) == 4 and all(r.output_len == 6 for r in replayed)
-    from specnative.serve_sweep import trace_sha256
+    from specnative.serving.runner import trace_sha256
     assert set(rows.query("request_rate == 50 and seed == 1")["trace_sha256"]) == {trace_sha256(replayed)}
     summary = (out / "summary.md").read_text()
     assert "Where speculation stops paying" in summary and "latency_vs_rate.png" in summary
@@ -261,7 +265,7 @@ def _synthetic_rows(benefits: dict, traces: int = 3):
 
 def test_advice_for_an_ngram_drafter_names_its_sizes():
     """llama-server runs an n-gram drafter at its own defaults unless told the sizes measured."""
-    from specnative import crossover
+    from specnative.serving import crossover
     rows = _synthetic_rows({1.0: 1.5, 4.0: 0.7})
     rows["drafter"] = "ngram-simple"
     rows["drafter_options"] = "spec-ngram-mod-n-min=8;spec-ngram-simple-size-m=48;spec-ngram-simple-size-n=4"
@@ -270,7 +274,7 @@ def test_advice_for_an_ngram_drafter_names_its_sizes():
 
 
 def test_crossover_is_found_between_the_rates_that_decide_it():
-    from specnative import crossover
+    from specnative.serving import crossover
     rows = _synthetic_rows({1.0: 1.5, 2.0: 1.2, 4.0: 0.8, 8.0: 0.6, math.inf: 0.5})
     table = crossover.benefit_table(rows)
     c = crossover.crossover(table, "output_throughput")
@@ -289,7 +293,8 @@ def test_crossover_is_found_between_the_rates_that_decide_it():
 
 
 def test_a_benefit_within_the_practical_margin_is_no_difference():
-    from specnative import crossover, stats
+    from specnative import stats
+    from specnative.serving import crossover
     assert crossover.status(stats.Interval(0.999, 0.9985, 0.9995, 0.95, 3)) == crossover.TIE  # arrival-bound
     assert crossover.status(stats.Interval(0.9, 0.85, 0.95, 0.95, 3)) == crossover.LOSES
     assert crossover.status(stats.Interval(1.3, 1.1, 1.5, 0.95, 3)) == crossover.PAYS
@@ -298,7 +303,7 @@ def test_a_benefit_within_the_practical_margin_is_no_difference():
 
 def test_a_dataset_feeds_requests_with_its_recorded_output_lengths(noisy_pair):
     from specnative import workloads
-    from specnative.serve_sweep import ServeConfig, traces_for, workload_requests
+    from specnative.serving.runner import ServeConfig, traces_for, workload_requests
     first = workloads.Prompt("chat", (("user", "Hello there"),), "set/1", dataset="set", output_len=7)
     prompts = [first, workloads.Prompt("chat", (("user", "Tell me more"),), "set/2", dataset="set"),
                workloads.Prompt("chat", (("user", "x"), ("assistant", workloads.MODEL_ANSWER), ("user", "y")),
@@ -312,7 +317,7 @@ def test_a_dataset_feeds_requests_with_its_recorded_output_lengths(noisy_pair):
 
 
 def test_request_rate_inf_is_a_value_in_traces_csv(tmp_path):
-    from specnative import schema
+    from specnative.record import schema
     path = tmp_path / "traces.csv"
     row = {"quant_bits": 4, "spec_decode": "off", "concurrency": 8, "ctx_len": 0, "tps": 100.0, "lossless_ok": True,
            "seed": 0}
@@ -326,8 +331,10 @@ def test_request_rate_inf_is_a_value_in_traces_csv(tmp_path):
 def test_close_from_another_thread_stops_a_serving_run_waiting_for_arrivals(noisy_pair):
     import threading
     import time
-    from specnative import Engine
+
     from conftest import ENGINE_KW
+
+    from specnative import Engine
     target, draft = noisy_pair
     engine = Engine(target, draft, n_ctx=1024, n_batch=64, n_seq_max=2, **ENGINE_KW)
     prompt = tuple(engine.tokenize(PROMPTS[0]).tolist())

@@ -7,11 +7,11 @@ import re
 import shutil
 
 import pytest
-
-from specnative import merge, schema, shards
-from specnative.sweep import SweepConfig, main, run_sweep
-
 from conftest import TEST_NGL
+
+from specnative.cli import merge_main
+from specnative.record import schema, shards
+from specnative.sweep import SweepConfig, main, run_sweep
 
 # Columns that do not depend on timing: identity, counts, verdicts.
 DETERMINISTIC = ["cell_id", "spec_decode", "ctx_len", "concurrency", "k", "task", "prompts_sha256", "drafted",
@@ -47,7 +47,7 @@ def test_shards_are_disjoint_round_robin_shares_of_the_grid(runs):
 
 def test_merged_shards_equal_the_unsharded_grid(runs):
     out = runs / "merged"
-    assert merge.main([str(out), str(runs / "shard1"), str(runs / "shard0"), "--no-report"]) == 0
+    assert merge_main([str(out), str(runs / "shard1"), str(runs / "shard0"), "--no-report"]) == 0
     whole = schema.read_traces(runs / "whole" / "traces.csv")
     merged = schema.read_traces(out / "traces.csv")
     assert list(merged["cell_id"]) == list(whole["cell_id"])  # grid order, whatever order the shards came in
@@ -82,8 +82,8 @@ def test_mismatched_or_incomplete_shards_are_refused(runs, tmp_path, capsys):
     ]
     for i, (dirs, message) in enumerate(cases):
         with pytest.raises(SystemExit, match="(?s)error: .*" + re.escape(message)):
-            merge.main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
-    allowed = merge.main([str(tmp_path / "mixed"), s0, _copy_with(runs, "shard1", tmp_path / "e", cpu_model="x"),
+            merge_main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
+    allowed = merge_main([str(tmp_path / "mixed"), s0, _copy_with(runs, "shard1", tmp_path / "e", cpu_model="x"),
                           "--no-report", "--allow-hardware-differences"])
     assert allowed == 0
     assert json.loads((tmp_path / "mixed" / "provenance.json").read_text())["cpu_model"].startswith("mixed")

@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 from scipy import stats
 
 from specnative import Engine, _core
 from specnative.models import tiny_pair
-
-from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
 
 # Statistical tests use fixed seeds, so their outcome is deterministic; the threshold says how
 # unlikely a correct implementation is to fail them (were the seed varied).

@@ -11,7 +11,8 @@ from scipy.stats import t as student_t
 
 from specnative import stats, sweep
 from specnative.stats import ABOVE, BELOW, MAX, NARROW, Interval, Policy
-
+from specnative.sweep import measure as sweep_measure
+from specnative.sweep import rows as sweep_rows
 
 # --------------------------------------------------------------------------------------------
 # Intervals
@@ -222,12 +223,12 @@ def fake_config(**overrides):
 
 def test_sweep_timing_loop_stops_early_on_a_clear_cell():
     engine = FakeEngine(100.0, 0.6, itertools.cycle([1.0, 1.01, 0.99]))
-    runs, measuring = sweep.timed_runs(engine, [[1]], fake_config(), {}, lambda msg: None)
+    runs, measuring = sweep_measure.timed_runs(engine, [[1]], fake_config(), {}, lambda msg: None)
     # cold pair discarded, the next agreed with the one after it: warm-up 2, then 2 repeats
     assert measuring["warmup_used"] == 2 and measuring["warmup_settled"]
     assert (measuring["repeats_used"], measuring["stop_reason"]) == (2, BELOW)
     assert engine.calls == ["off", "on"] * 4  # every on run right beside its off run
-    row = sweep.interval_columns(runs, 4, measuring)
+    row = sweep_rows.interval_columns(runs, 4, measuring)
     assert row["speedup_ci_low"] < 0.6 < row["speedup_ci_high"] < 1.0
     assert row["tps_ci_low"] < 60.0 * 1.005 < row["tps_ci_high"]
     assert (row["n_outliers"], row["outlier_note"], row["ci_level"]) == (0, None, 0.95)
@@ -236,12 +237,12 @@ def test_sweep_timing_loop_stops_early_on_a_clear_cell():
 def test_sweep_timing_loop_runs_to_the_maximum_and_flags_a_hiccup():
     noise = itertools.chain([1.0, 1.0, 1.0], itertools.cycle([0.92, 1.08, 1.0, 0.96, 1.04, 0.5]))
     engine = FakeEngine(100.0, 1.0, noise)
-    runs, measuring = sweep.timed_runs(engine, [[1]], fake_config(ci_width=0.01), {}, lambda msg: None)
+    runs, measuring = sweep_measure.timed_runs(engine, [[1]], fake_config(ci_width=0.01), {}, lambda msg: None)
     assert (measuring["repeats_used"], measuring["stop_reason"]) == (8, MAX)
-    on = sweep.interval_columns(runs, 4, measuring)
+    on = sweep_rows.interval_columns(runs, 4, measuring)
     assert on["speedup_ci_low"] < 1.0 < on["speedup_ci_high"]
     assert on["n_outliers"] == 1 and "speedup 0.5" in on["outlier_note"]
-    off = sweep.interval_columns(runs, "off", measuring)
+    off = sweep_rows.interval_columns(runs, "off", measuring)
     assert "speedup_ci_low" not in off and off["n_outliers"] == 0
 
 
@@ -249,7 +250,7 @@ def test_sweep_timing_loop_survives_a_run_without_a_rate():
     """A run that decoded nothing (tps 0) leaves no interval: the cell runs to the maximum and
     its row has empty bounds instead of the sweep failing."""
     engine = FakeEngine(100.0, 0.6, itertools.chain([1.0] * 3, [0.0], itertools.repeat(1.0)))
-    runs, measuring = sweep.timed_runs(engine, [[1]], fake_config(max_repeats=4), {}, lambda msg: None)
+    runs, measuring = sweep_measure.timed_runs(engine, [[1]], fake_config(max_repeats=4), {}, lambda msg: None)
     assert (measuring["repeats_used"], measuring["stop_reason"]) == (4, MAX)
-    row = sweep.interval_columns(runs, 4, measuring)
+    row = sweep_rows.interval_columns(runs, 4, measuring)
     assert math.isnan(row["speedup_ci_low"]) and math.isnan(row["tps_ci_high"]) and row["n_outliers"] == 0

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from specnative import sweep, theory
+from specnative import theory
+from specnative.sweep import rows as sweep_rows
 
 PROMPTS8 = ["The city of", "Once upon a time there was a", "Hello", "A B C D", "x", "Dear sir",
             "The report of the", "In the morning"]
@@ -43,7 +44,7 @@ def fake_run(tokens, ms, steps, n_seq=4, occupancy=1.0):
 def test_pooled_rows_keep_the_identity_exact():
     on = [fake_run(330, 700.0, 30), fake_run(310, 800.0, 29)]
     off = [fake_run(400, 900.0, 100), fake_run(400, 1000.0, 100)]
-    p_on, p_off = sweep.pooled_steady(on), sweep.pooled_steady(off)
+    p_on, p_off = sweep_rows.pooled_steady(on), sweep_rows.pooled_steady(off)
     c = theory.verify_cost_c(p_on["iteration_ms"], p_off["iteration_ms"])
     assert p_on["tps"] / p_off["tps"] == pytest.approx(p_on["tau"] / (1 + c), rel=1e-12)
     assert p_off["tau"] == pytest.approx(1.0)

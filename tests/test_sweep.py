@@ -6,11 +6,10 @@ import math
 
 import pandas as pd
 import pytest
-
-from specnative import schema, sweep
-from specnative.sweep import SweepConfig, main, run_sweep
-
 from conftest import TEST_NGL
+
+from specnative.record import schema
+from specnative.sweep import SweepConfig, main, run_sweep, runner
 
 
 def small_config(pair, out_dir, **overrides) -> SweepConfig:
@@ -106,7 +105,7 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating_cells(noisy_pair,
     target, draft = noisy_pair
     argv = ["-m", str(target), "-md", str(draft), "--ctx-len", "0,64", "-np", "1,2", "-k", "2",
             "-n", "6", "--warmup", "0", "-r", "1", "-t", "1", "-ngl", str(TEST_NGL), "-o", str(tmp_path), "--no-report"]
-    real_measure, calls = sweep.measure_cell, []
+    real_measure, calls = runner.measure_cell, []
 
     def interrupt_third_cell(*args, **kwargs):
         calls.append(1)
@@ -114,11 +113,11 @@ def test_interrupted_sweep_resumes_without_losing_or_repeating_cells(noisy_pair,
             raise KeyboardInterrupt
         return real_measure(*args, **kwargs)
 
-    monkeypatch.setattr(sweep, "measure_cell", interrupt_third_cell)
+    monkeypatch.setattr(runner, "measure_cell", interrupt_third_cell)
     assert main(argv) == 130
     first = schema.read_traces(tmp_path / "traces.csv")
     assert len(first) == 4  # two finished cells
-    monkeypatch.setattr(sweep, "measure_cell", real_measure)
+    monkeypatch.setattr(runner, "measure_cell", real_measure)
     with pytest.raises(SystemExit, match="--resume"):
         main(argv)  # refuses to overwrite
     assert main(argv + ["--resume"]) == 0
@@ -162,14 +161,14 @@ def test_cells_that_cannot_fit_are_refused_with_the_reason(noisy_pair, tmp_path)
 def test_each_context_length_gets_a_cache_sized_for_it(noisy_pair, tmp_path, monkeypatch):
     """A rollback's KV removal scans the whole cache (llama.cpp's seq_rm is O(n_ctx)), so a
     ctx=0 cell must not run in a cache sized for the grid's longest context."""
-    sizes, real_engine_for = {}, sweep.engine_for
+    sizes, real_engine_for = {}, runner.engine_for
 
     def recording(cfg, target, cells, own_tokens=64):
         engine = real_engine_for(cfg, target, cells, own_tokens)
         sizes[tuple(sorted({c.ctx_len for c in cells}))] = engine.n_ctx
         return engine
 
-    monkeypatch.setattr(sweep, "engine_for", recording)
+    monkeypatch.setattr(runner, "engine_for", recording)
     run_sweep(small_config(noisy_pair, tmp_path, ctx_lens=[0, 512], concurrencies=[1, 2], ks=[2],
                            warmup=0, repeats=1))
     assert set(sizes) == {(0,), (512,)}

@@ -9,13 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-
-from specnative import report, rundir, schema, sweep
-from specnative.sweep import main
-
 from conftest import TEST_NGL
 from synthetic_traces import grid_rows, write_run
 from test_reliability import byte_model  # noqa: F401  (fixture)
+
+from specnative.record import rundir, schema
+from specnative.report import cli
+from specnative.sweep import main, runner
 
 
 def argv_for(pair, out, *extra) -> list[str]:
@@ -29,7 +29,7 @@ def no_engine(monkeypatch):
     """Makes loading a model fail the test: what is checked here must be checked before."""
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded before the grid was checked")
-    monkeypatch.setattr(sweep, "Engine", refuse)
+    monkeypatch.setattr(runner, "Engine", refuse)
 
 
 def rows_by_cell(path) -> dict:
@@ -157,7 +157,7 @@ def test_resume_with_another_draft_is_refused(noisy_pair, copy_pair, finished_ru
 
 def test_resume_with_the_same_settings_measures_nothing_again(noisy_pair, finished_run, tmp_path, monkeypatch):
     out = fresh_copy(finished_run, tmp_path)
-    monkeypatch.setattr(sweep, "measure_cell", lambda *a, **k: pytest.fail("a finished cell was measured again"))
+    monkeypatch.setattr(runner, "measure_cell", lambda *a, **k: pytest.fail("a finished cell was measured again"))
     assert main(argv_for(noisy_pair, out, "--resume")) == 0
     assert (out / "traces.csv").read_bytes() == finished_run[1]
 
@@ -243,12 +243,12 @@ def test_report_on_a_damaged_run_dir_says_what_in_one_line(tmp_path, capsys, dam
     directory = write_run(tmp_path / "run", grid_rows(4))  # 12 rows: lines 2..13
     breaks, expected = DAMAGE[damage]
     breaks(directory)
-    assert report.main([str(directory)]) == 1
+    assert cli.main([str(directory)]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
     assert expected in err
 
 
 def test_report_on_a_directory_that_does_not_exist(tmp_path, capsys):
-    assert report.main([str(tmp_path / "nope")]) == 1
+    assert cli.main([str(tmp_path / "nope")]) == 1
     assert "not a directory" in capsys.readouterr().err

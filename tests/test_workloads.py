@@ -8,12 +8,14 @@ import re
 
 import pandas as pd
 import pytest
-
-from specnative import _core, advisor, report, schema, sweep, workloads
-from specnative.workloads import ALL, MIXED, PromptFileError, Workload
-
 from conftest import TEST_NGL
 from synthetic_traces import PROVENANCE, off_row, on_row
+
+from specnative import _core, sweep, workloads
+from specnative.record import schema
+from specnative.report import advisor, drafter_sections, summary as report_summary
+from specnative.workloads import ALL, MIXED, PromptFileError, Workload, suite
+from specnative.workloads import prompts as sweep_prompts
 
 SPEC_BENCH_LIKE = ("chat", "translation", "summarization", "qa", "math", "extraction")
 
@@ -29,7 +31,7 @@ def test_builtin_suite_covers_the_categories_with_distinct_prompts():
         assert len(mine) >= 3
         assert len({p.messages for p in mine}) == len(mine)
         for p in mine:
-            assert p.messages[-1][0] == "user" and all(role in workloads.ROLES for role, _ in p.messages)
+            assert p.messages[-1][0] == "user" and all(role in sweep_prompts.ROLES for role, _ in p.messages)
     assert any(len(p.messages) >= 3 for p in prompts if p.category == "chat")  # multi-turn
     assert workloads.builtin_prompts() == prompts  # deterministic
 
@@ -97,7 +99,7 @@ def test_tasks_resolve_against_the_prompt_set():
 
 def test_sequences_cycle_a_category_or_take_the_categories_in_turn():
     prompts = workloads.builtin_prompts()
-    n_math = len(workloads.BUILTIN["math"])
+    n_math = len(suite.BUILTIN["math"])
     chosen = workloads.prompts_for(prompts, "math", n_math + 1)
     assert [p.ident for p in chosen] == [f"math/{i}" for i in range(n_math)] + ["math/0"]
     n = len(workloads.CATEGORIES)
@@ -231,11 +233,11 @@ def test_report_has_the_task_table_and_figure(tmp_path):
     rows = _task_cell("code-completion", 1.6, 0.9) + _task_cell("chat", 0.8, 0.3)
     schema.append_rows(tmp_path / "traces.csv", rows)
     (tmp_path / "provenance.json").write_text(json.dumps(PROVENANCE))
-    out = report.write_artifacts(tmp_path)
+    out = report_summary.write_artifacts(tmp_path)
     assert out["by_task.png"].exists() and out["by_task.pdf"].exists()
     summary = out["summary.md"].read_text()
     assert "## By task category" in summary and "on for code-completion; off for chat" in summary
-    fig = report.plot_by_task(advisor.by_task(tmp_path / "traces.csv"))
+    fig = drafter_sections.plot_by_task(advisor.by_task(tmp_path / "traces.csv"))
     bars = [p.get_width() for p in fig.axes[0].patches]
     assert sorted(bars) == pytest.approx(sorted(advisor.by_task(tmp_path / "traces.csv")["alpha"]))
 

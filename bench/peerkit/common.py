@@ -196,7 +196,7 @@ def model_sets(names):
             sets.append({"name": "tiny", "title": "tiny deep (2+30 layers, f32) / 2-layer draft",
                          "target": target, "draft": draft, "extra_baselines": [], "swa_full": False})
         elif name == "gemma":
-            from specnative.presets import gemma_files
+            from specnative.models.presets import gemma_files
             files = gemma_files()
             sets.append({"name": "gemma", "title": "gemma3-270m Q8_0 target / Q4_K_M draft",
                          "target": files["Q8_0"], "draft": files["Q4_K_M"], "extra_baselines": [files["Q4_K_M"]],
@@ -213,7 +213,7 @@ def qwen_set() -> dict:
     are already in the cache (sha256-checked): a benchmark does not download 1.6 GB behind the
     user's back; `python -m specnative.sweep --preset qwen2.5-coder` (or presets.qwen_files())
     fetches them."""
-    from specnative import presets
+    from specnative.models import presets
     if not hasattr(presets, "QWEN_TARGET"):
         raise SystemExit("error: this specnative has no qwen2.5-coder preset")
     directory = presets.cache_dir() / "qwen2.5-coder"

@@ -82,7 +82,7 @@ def pairs(a, workdir: Path):
         for drafter in a.drafter.split(","):
             yield drafter, "given", a.target, a.draft
         return
-    from specnative.tiny_drafters import drafter_pair
+    from specnative.models.tiny_drafters import drafter_pair
 
     for drafter in a.drafter.split(","):
         for acceptance in a.acceptance.split(","):

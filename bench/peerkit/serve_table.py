@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .common import RESULTS, WORK, add_build_args, build_lines, cpu_model, find_tools, git_rev, log, show_cmd
+from .common import WORK, add_build_args, build_lines, cpu_model, find_tools, git_rev, log, show_cmd
 from .server import NAME, LlamaServer, install_sigterm_handler, server_cmd
 
 TRACE_NAME = re.compile(r"rate=([^-]+)-seed=(\d+)\.jsonl$")
@@ -78,7 +78,7 @@ def replay_open_loop(server: LlamaServer, trace: list, ignore_eos: bool = True) 
 
 def server_level(records: list[dict], slo: dict) -> dict:
     """The level summary of one replay, by specnative's own definitions."""
-    from specnative import serve_metrics
+    from specnative.serving import metrics as serve_metrics
     metrics = [serve_metrics.request_metrics(r) for r in records]
     summary = serve_metrics.level_summary(metrics, max(r["finish_ms"] for r in records), slo)
     drafted = sum(r["counts"]["drafted"] for r in records)
@@ -111,8 +111,8 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
 
 
 def measure(a, prov: dict, traces: list, tools: dict) -> pd.DataFrame:
-    from specnative import arrivals
-    from specnative.serve_sweep import trace_sha256
+    from specnative.serving import arrivals
+    from specnative.serving.runner import trace_sha256
 
     serve = prov["serve"]
     drafter = serve.get("drafter", "model")
@@ -138,8 +138,8 @@ def measure(a, prov: dict, traces: list, tools: dict) -> pd.DataFrame:
 
 
 def ours_frame(run_dir: Path) -> pd.DataFrame:
-    from specnative import crossover, schema
-    frame = crossover.serve_rows(schema.read_traces(run_dir / "traces.csv")).copy()
+    from specnative.record import schema
+    frame = schema.serve_rows(schema.read_traces(run_dir / "traces.csv")).copy()
     frame["side"] = "specnative"
     return frame
 
@@ -160,7 +160,7 @@ def table_md(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
 
 
 def crossover_md(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
-    from specnative import crossover
+    from specnative.serving import crossover
     lines = []
     for side, frame in (("specnative", ours), ("llama-server", theirs)):
         table = crossover.benefit_table(frame)

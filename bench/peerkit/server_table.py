@@ -39,8 +39,24 @@ import sys
 import time
 from pathlib import Path
 
-from .common import (RESULTS, WORK, Quiet, add_build_args, build_lines, cpu_model, default_max_busy, find_tools,
-                     fmt, git_rev, gpu_model, log, med, model_sets, show_cmd, vals)
+from .common import (
+    RESULTS,
+    WORK,
+    Quiet,
+    add_build_args,
+    build_lines,
+    cpu_model,
+    default_max_busy,
+    find_tools,
+    fmt,
+    git_rev,
+    gpu_model,
+    log,
+    med,
+    model_sets,
+    show_cmd,
+    vals,
+)
 from .ours import ours_baseline, ours_spec
 from .server import NAME, LlamaServer, install_sigterm_handler, metrics_delta, server_cmd
 
@@ -100,7 +116,7 @@ def build_prompts(engine, n: int, prompt_set: str) -> list:
     if prompt_set == "code":
         openings = CODE_PROMPTS
     else:
-        from specnative.sweep import SEQUENCE_PROMPTS as openings
+        from specnative.workloads import SEQUENCE_PROMPTS as openings
     head = engine.tokenize("", add_special=True).tolist()
     return [head + engine.tokenize(openings[i % len(openings)], add_special=False).tolist() for i in range(n)]
 
@@ -218,8 +234,8 @@ def measure(ms, n_par, a, tools, quiet) -> dict:
 # ---------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     a = parse_args(argv)
-    from specnative.engine import build_info
     import specnative
+    from specnative.engine import build_info
 
     install_sigterm_handler()
     info = build_info()

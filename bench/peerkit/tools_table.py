@@ -52,8 +52,25 @@ from pathlib import Path
 
 from specnative.stats import speedup_interval
 
-from .common import (RESULTS, Quiet, add_build_args, build_lines, cpu_model, default_max_busy, find_tools,
-                     fmt, git_rev, gpu_model, log, med, model_sets, pad256, rel, show_cmd, vals)
+from .common import (
+    RESULTS,
+    Quiet,
+    add_build_args,
+    build_lines,
+    cpu_model,
+    default_max_busy,
+    find_tools,
+    fmt,
+    git_rev,
+    gpu_model,
+    log,
+    med,
+    model_sets,
+    pad256,
+    rel,
+    show_cmd,
+    vals,
+)
 from .llama_bench import bench_cmd, theirs_bench
 from .ours import context_params, ours_baseline, ours_spec
 from .spec_simple import aligned_prompt, spec_cmd, theirs_debug, theirs_spec
@@ -88,8 +105,8 @@ def main(argv=None) -> int:
                     help="markdown file, or a folder for peers-<backend>-<date>.md (default bench/results)")
     a = ap.parse_args(argv)
 
-    from specnative.engine import Engine, build_info
     import specnative
+    from specnative.engine import Engine, build_info
 
     info = build_info()
     backend = info.get("backend", "CPU")

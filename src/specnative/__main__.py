@@ -1,4 +1,5 @@
-from specnative.sweep import main
 import sys
+
+from specnative.cli import main
 
 sys.exit(main())

@@ -1,0 +1,35 @@
+"""The engine layer: the only part of specnative that imports the C++ core (specnative._core).
+
+Engine loads a target (and a draft or a hidden-state drafter) and generates for N concurrent
+sequences with or without speculation, returning exact counts and step timers; native.py names
+the core's free functions other layers use.
+"""
+from specnative.engine.drafters import (
+                                        DRAFTERS,
+                                        HIDDEN_DRAFTERS,
+                                        check_draft_p_min,
+                                        checked_drafter_options,
+                                        drafter_defaults,
+                                        drafter_name,
+                                        drafter_options_problem,
+                                        drafter_options_text,
+)
+from specnative.engine.engine import (
+                                        ACCEPT_RULES,
+                                        DECODING_STEPS,
+                                        SPLIT_MODES,
+                                        Engine,
+                                        GenerationResult,
+                                        build_info,
+                                        decoding_ms,
+                                        default_threads,
+                                        engine_own_time,
+                                        placement_args,
+                                        quantize,
+                                        rpc_device_names,
+)
+
+__all__ = ["DRAFTERS", "HIDDEN_DRAFTERS", "check_draft_p_min", "checked_drafter_options", "drafter_defaults",
+           "drafter_name", "drafter_options_problem", "drafter_options_text", "ACCEPT_RULES", "DECODING_STEPS",
+           "SPLIT_MODES", "Engine", "GenerationResult", "build_info", "decoding_ms", "default_threads",
+           "engine_own_time", "placement_args", "quantize", "rpc_device_names"]

@@ -1,0 +1,126 @@
+"""summary.md and the figures of one sweep run folder (traces.csv + provenance.json): what the
+sweep writes when it finishes and `specnative report` writes again."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from specnative.record.schema import is_serve_run
+from specnative.report.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
+from specnative.report.cells import speedup_slope, theory_table
+from specnative.report.compare_runs import write_compare
+from specnative.report.drafter_sections import (
+    by_drafter,
+    drafters_md,
+    has_k_prediction,
+    has_ngram_drafters,
+    has_p_min,
+    p_min_md,
+    plot_by_drafter,
+    plot_by_task,
+    plot_which_k,
+    task_md,
+    which_k_md,
+)
+from specnative.report.figures import (
+    plot_acceptance_by_position,
+    plot_speedup_curve,
+    plot_theory,
+    plot_timing_breakdown,
+    save,
+)
+from specnative.report.record_md import (
+    ReportInputError,
+    hardware,
+    load_provenance,
+    notes_md,
+    provenance_md,
+    sweep_time_md,
+)
+from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
+from specnative.workloads import category_table
+
+
+def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) -> Path:
+    """Writes the report into run_dir (see write_artifacts); returns the summary.md path."""
+    return write_artifacts(run_dir, compare, thresholds)["summary.md"]
+
+
+def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None) -> dict:
+    """Writes figures, advice.csv and summary.md into run_dir; returns {file name: path}."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ReportInputError(f"{run_dir}: not a directory (give the sweep's run directory)")
+    prov = load_provenance(run_dir)
+    traces = load_traces(run_dir / "traces.csv")
+    if traces.empty:
+        raise ReportInputError(f"{run_dir / 'traces.csv'}: a header but no rows: nothing was measured")
+    if is_serve_run(traces):  # specnative report hands these to serving.report
+        raise ReportInputError(f"{run_dir}: a serve run (specnative serve); its report is specnative report's "
+                               f"serving report")
+    cells = pair_cells(traces)
+    verdicts = verdicts_frame(advise(traces, thresholds))
+    note = f"Self-measured on {hardware(prov)}." if prov else "Hardware not recorded."
+    table = theory_table(cells)
+    figures = {"speedup_curve": plot_speedup_curve(cells, note),
+               "timing_breakdown": plot_timing_breakdown(traces, note),
+               "theory_vs_measured": plot_theory(table, note),
+               "acceptance_by_position": plot_acceptance_by_position(cells, note),
+               "by_task": plot_by_task(by_task(traces, thresholds), note)}
+    if has_ngram_drafters(traces):
+        figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
+    if has_k_prediction(traces):
+        figures["which_k"] = plot_which_k(traces, note)
+    out = {}
+    for name, fig in figures.items():
+        out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
+    out["advice.csv"] = run_dir / "advice.csv"
+    verdicts.to_csv(out["advice.csv"], index=False)
+    sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
+    if has_ngram_drafters(traces):
+        sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
+    if has_k_prediction(traces):
+        sections.insert(3, ("Which k: recommended draft length", which_k_md(traces)))
+    if has_p_min(traces):
+        sections.insert(4, ("Draft stop rule (p_min) against fixed k", p_min_md(traces, thresholds or Thresholds())))
+    if (public := category_table.section_md(traces)) is not None:
+        sections.insert(4, ("Public set by category (Spec-Bench's shape)", public))
+    if (own_time := sweep_time_md((prov or {}).get("sweep_timing") or [])) is not None:
+        sections.append(("Where the sweep's time went", own_time))
+    if compare is not None:
+        sections.append(("Compare", write_compare(run_dir, prov, cells, verdicts, compare,
+                                                    thresholds, out)))
+    out["summary.md"] = run_dir / "summary.md"
+    out["summary.md"].write_text(_render(prov, sections, list(figures)))
+    return out
+
+
+def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
+    return [("Read first: notes from the sweep", notes_md(prov)),
+            ("Cells", cells_md(traces, cells, prov)),
+            ("Advice per regime (seed §6)",
+             verdicts_md(verdicts, thresholds, k_advice(traces) if has_k_prediction(traces) else None)),
+            ("How sure: intervals, repeats, outliers", measurement_md(traces)),
+            ("By task category", task_md(by_task(traces, thresholds))),
+            ("Lossless check", failures_md(cells)),
+            ("Speedup against concurrency: slope", slope_md(speedup_slope(cells))),
+            ("Theory against measurement", theory_md(table)),
+            ("Timing", timing_md(traces))]
+
+
+FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
+                 "timing_breakdown": "Per-step timing breakdown",
+                 "theory_vs_measured": "Closed form against measurement",
+                 "acceptance_by_position": "Acceptance by draft position",
+                 "by_task": "Acceptance and speedup by task category",
+                 "by_drafter": "Which drafter pays, by task",
+                 "which_k": "Which k: verify-cost curve and predicted speedup"}
+
+
+def _render(prov: dict, sections: list, figures: list) -> str:
+    title = f"# specnative report: run {prov.get('run_id', 'n/a')}"
+    parts = [title, "## Reproducibility record (seed §8)", provenance_md(prov)]
+    for heading, body in sections:
+        parts += [f"## {heading}", body]
+    parts.append("## Figures")
+    parts += [f"### {FIGURE_TITLES[f]}\n\n![{f}]({f}.png)\n\n[PDF]({f}.pdf)" for f in figures]
+    return "\n\n".join(parts) + "\n"

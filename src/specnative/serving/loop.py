@@ -1,0 +1,93 @@
+"""Serving under load, in-process: replay a list of requests (arrivals.Request: arrival time,
+prompt tokens, output length) through the engine's continuous-batching loop (csrc/serve.cpp)
+with speculation on or off, and get each request's exact timestamps, tokens and draft counts.
+
+The loop: up to `max_concurrency` slots; a free slot admits the next arrived request (first come,
+first served); its prompt is prefilled in chunks inside the same llama_decode batches as the other
+slots' decode or verify tokens (at most n_batch tokens a batch, as llama-server); a finished
+request frees its KV cells. The clock is real wall time (llama_synchronize before each stop);
+`virtual_clock=True` skips the idle waits between arrivals (tests, traces with long gaps).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from specnative.engine import ACCEPT_RULES, check_draft_p_min, checked_drafter_options, decoding_ms, engine_own_time
+from specnative.serving import metrics as serve_metrics
+from specnative.serving.arrivals import Request
+
+
+@dataclass
+class ServeRun:
+    """One replay of a trace. Times are ms on the serving clock (0 = start of the run)."""
+
+    speculative: bool
+    max_concurrency: int
+    records: list          # per request, in trace order: the engine's record (tokens, timestamps, counts)
+    metrics: list          # per request: serve_metrics.request_metrics
+    admission_order: list  # request indices in the order slots admitted them
+    times: dict            # step buckets (prefill_target, prefill_draft, draft, verify, resample,
+                           # decode, total), llama and kv_removal as in generate()
+    idle_ms: float         # waited with every slot free for the next arrival
+    skipped_ms: float      # virtual clock: idle time jumped over
+    duration_ms: float     # until the last completion
+    steps: int             # iterations, one target llama_decode each
+    decode_steps: int      # with decode/verify tokens (the rest prefilled prompts alone)
+    mixed_steps: int       # decode/verify and prompt tokens in one batch
+    prefill_tokens: int
+    busy_sum: int          # slots holding a request, summed over iterations
+    decoding_sum: int      # slots decoding, summed over iterations
+    kv_cells_left: int     # target + draft KV cells held after the run (0: nothing leaked)
+    totals: dict           # drafted, accepted, rounds, ... summed over requests
+    draft_accept_rate: float = math.nan  # alpha = accepted / drafted
+    mean_accept_len: float = math.nan    # tau = emitted / rounds
+    summary: dict = field(default_factory=dict)  # serve_metrics.level_summary
+
+    @property
+    def tokens(self) -> list:
+        return [r["tokens"] for r in self.records]
+
+    @property
+    def iteration_ms(self) -> float:
+        """Mean wall time of an iteration that decoded (T_round with speculation, T_step without)."""
+        return decoding_ms(self.times) / self.decode_steps if self.decode_steps else math.nan
+
+    @property
+    def mean_occupancy(self) -> float:
+        """Slots holding a request (prefilling or decoding), mean over iterations."""
+        return self.busy_sum / self.steps if self.steps else math.nan
+
+    @property
+    def engine_own(self) -> dict:
+        return engine_own_time(decoding_ms(self.times), self.times["llama"], self.times["kv_removal"])
+
+
+def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool = False, k: int = 4,
+          temperature: float = 0.0, seed: int = 0, accept_rule: str = "greedy", drafter: str = "model",
+          drafter_options: dict | None = None, draft_p_min: float = 0.0, ignore_eos: bool = True,
+          virtual_clock: bool = False, slo: dict | None = None) -> ServeRun:
+    """Replays `requests` (in arrival order) through `engine` (specnative.Engine). ignore_eos:
+    every request generates its output_len tokens (as a benchmark with recorded reply lengths
+    wants); False stops a request at an end-of-generation token. slo: serve_metrics.parse_slo."""
+    if not requests:
+        raise ValueError("no requests to serve")
+    if accept_rule not in ACCEPT_RULES:
+        raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
+        raise ValueError(f"max_concurrency must be an integer, not {max_concurrency!r}")
+    raw = engine._core.serve(
+        arrival_ms=[r.arrival_s * 1000.0 for r in requests], prompts=[list(r.prompt) for r in requests],
+        n_predict=[int(r.output_len) for r in requests], max_concurrency=max_concurrency,
+        virtual_clock=bool(virtual_clock), temperature=float(temperature), seed=int(seed), spec=bool(spec),
+        k=int(k), accept_rule=accept_rule, stop_at_eog=not ignore_eos, drafter=drafter,
+        drafter_options=checked_drafter_options(drafter, drafter_options), draft_p_min=check_draft_p_min(draft_p_min))
+    metrics = [serve_metrics.request_metrics(record) for record in raw["requests"]]
+    return ServeRun(
+        speculative=raw["speculative"], max_concurrency=raw["max_concurrency"], records=raw["requests"],
+        metrics=metrics, admission_order=raw["admission_order"].tolist(), times=raw["times"],
+        idle_ms=raw["idle_ms"], skipped_ms=raw["skipped_ms"], duration_ms=raw["duration_ms"], steps=raw["steps"],
+        decode_steps=raw["decode_steps"], mixed_steps=raw["mixed_steps"], prefill_tokens=raw["prefill_tokens"],
+        busy_sum=raw["busy_sum"], decoding_sum=raw["decoding_sum"], kv_cells_left=raw["kv_cells_left"],
+        totals=raw["totals"], draft_accept_rate=raw["draft_accept_rate"], mean_accept_len=raw["mean_accept_len"],
+        summary=serve_metrics.level_summary(metrics, raw["duration_ms"], slo or {}))

@@ -1,0 +1,260 @@
+"""The load sweep (`python -m specnative.sweep --serve`): replay seeded traces at each request
+rate through the continuous-batching engine, spec off and on on the same trace, and write one
+traces.csv row per (rate, trace seed, spec) plus one requests.jsonl line per request.
+
+Per rate and repeat r the trace is drawn with seed + r (arrivals.build_trace over the workload's
+prompts, n_predict tokens each), so the repeats give intervals and the off and on runs pair
+request by request. Each run's greedy outputs are judged against every request decoded alone
+(serving_verdict: lossless under continuous batching, numeric-noise verdict where batches mix).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specnative import workloads
+from specnative.engine import Engine, drafter_options_text
+from specnative.record import rundir, schema
+from specnative.record.provenance import environment, model_record, now_iso, write_json
+from specnative.serving import arrivals
+from specnative.serving.arrivals import Request
+from specnative.serving.loop import ServeRun, serve
+from specnative.serving.verdict import serving_verdict
+
+
+@dataclass
+class ServeConfig:
+    target: Path
+    draft: Path | None          # None: an n-gram drafter alone
+    rates: list                 # requests per second; inf = all at t=0
+    max_concurrency: int = 8
+    n_requests: int = 32
+    burstiness: float = 1.0
+    repeats: int = 2            # traces per rate (seeds seed .. seed+repeats-1)
+    k: int = 4
+    drafter: str = "model"
+    drafter_options: dict = field(default_factory=dict)
+    temperature: float = 0.0
+    accept_rule: str = "greedy"
+    n_predict: int = 64
+    slo: dict = field(default_factory=dict)
+    slo_text: str = ""
+    seed: int = 0
+    threads: int = 2
+    n_batch: int = 512
+    gpu_layers: int = 0
+    flash_attn: bool = False
+    tasks: list = field(default_factory=lambda: [workloads.MIXED])
+    prompts: list | None = None
+    prompts_source: str = "built-in"
+    dataset: dict | None = None  # --dataset: the public set's record (package, version, sha256, item ids)
+    trace_file: Path | None = None
+    check_lossless: bool = True
+    out_dir: Path = Path("runs/serve")
+    report: bool = True
+    preset: str | None = None
+    command: str = ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Losslessness under continuous batching
+# ---------------------------------------------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests and rows
+# ---------------------------------------------------------------------------------------------
+def workload_requests(cfg: ServeConfig) -> tuple[list, list, list]:
+    """(token prompts, labels, output lengths) of the workload: the built-in suite, --prompts or a
+    --dataset, filtered by task; a prompt's recorded reply length where the set gives one
+    (ShareGPT), else n_predict. Turns that need the model's own earlier answer (MT-Bench turn 2)
+    are left out: a request here stands alone."""
+    workload = workloads.Workload(cfg.target, cfg.prompts, None, cfg.prompts_source)
+    chosen = [p for p in workload.prompts if (workloads.MIXED in cfg.tasks or p.category in cfg.tasks)
+              and p.answer_of is None]
+    if not chosen:
+        raise ValueError(f"no prompts of tasks {cfg.tasks}")
+    return ([workload.tokenize(workload.text_of(p), True) for p in chosen], [p.ident for p in chosen],
+            [p.output_len or cfg.n_predict for p in chosen])
+
+
+def trace_sha256(trace: list[Request]) -> str:
+    text = json.dumps([[r.arrival_s, list(r.prompt), r.output_len] for r in trace])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def offered_rate(trace: list[Request]) -> float:
+    last = trace[-1].arrival_s
+    return len(trace) / last if last > 0 else math.inf
+
+
+def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: ServeConfig) -> dict:
+    """One traces.csv row of one replay (without identity columns and the on/off pairing)."""
+    t = run.times
+    row = {"spec_decode": "on" if run.speculative else "off", "concurrency": run.max_concurrency, "ctx_len": 0,
+           "tps": run.summary["output_throughput"], "seed": seed, "temperature": cfg.temperature,
+           "n_predict": cfg.n_predict, "repeats": cfg.repeats, "drafter": cfg.drafter,
+           "prefill_target_ms": t["prefill_target"], "prefill_draft_ms": t["prefill_draft"], "draft_ms": t["draft"],
+           "verify_ms": t["verify"], "resample_ms": t["resample"], "decode_ms": t["decode"], "total_ms": t["total"],
+           **run.engine_own, "occupancy": run.mean_occupancy / run.max_concurrency,
+           "mean_occupancy": run.mean_occupancy, "request_rate": rate,
+           "burstiness": cfg.burstiness if cfg.trace_file is None else math.nan, "n_requests": len(trace),
+           "trace_sha256": trace_sha256(trace), "slo": cfg.slo_text or None, "iteration_ms": run.iteration_ms,
+           "mixed_step_frac": run.mixed_steps / run.decode_steps if run.decode_steps else math.nan,
+           "kv_cells_left": run.kv_cells_left, **run.summary}
+    if run.speculative:
+        totals = run.totals
+        row.update({"k": cfg.k, "accept_rule": cfg.accept_rule, "draft_accept_rate": run.draft_accept_rate,
+                    "drafter_options": drafter_options_text(cfg.drafter, cfg.drafter_options),
+                    "mean_accept_len": run.mean_accept_len, "round_ms": run.iteration_ms,
+                    **{name: int(totals[name]) for name in ("drafted", "accepted", "rounds", "emitted", "rejected")},
+                    "accept_at_pos": ";".join(f"{a / d:.4f}" if d else "" for a, d in
+                                              zip(totals["accepted_at"], totals["drafted_at"])),
+                    "accept_len_hist": ";".join(str(int(h)) for h in totals["accept_len_hist"])})
+    else:
+        row["step_ms"] = run.iteration_ms
+    return row
+
+
+def pair_rows(off: dict, on: dict) -> None:
+    """The on row's comparison with the off row of the same trace."""
+    off.update({"tps_baseline": off["tps"], "speedup": 1.0})
+    on.update({"tps_baseline": off["tps"], "speedup": on["tps"] / off["tps"] if off["tps"] else math.nan,
+               "step_ms": off["iteration_ms"],
+               "verify_cost_c": on["iteration_ms"] / off["iteration_ms"] - 1 if off["iteration_ms"] else math.nan})
+
+
+def request_lines(run: ServeRun, trace: list[Request], row: dict) -> list[dict]:
+    """requests.jsonl: one line per request of one replay, keyed like its traces.csv row."""
+    lines = []
+    for i, (req, rec, m) in enumerate(zip(trace, run.records, run.metrics)):
+        lines.append({"run_id": row["run_id"], "cell_id": row["cell_id"], "spec_decode": row["spec_decode"],
+                      "request_rate": row["request_rate"], "seed": row["seed"], "request": i, "label": req.label,
+                      "prompt_len": len(req.prompt), "slot": rec["slot"], "arrival_ms": rec["arrival_ms"],
+                      "admitted_ms": rec["admitted_ms"], "first_token_ms": rec["first_token_ms"],
+                      "finish_ms": rec["finish_ms"], **{k: v for k, v in m.items()},
+                      "emit_tokens": rec["emit_tokens"].tolist()})
+    return lines
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    raise TypeError(f"not JSON: {value!r}")
+
+
+def append_requests(path: Path, lines: list[dict]) -> None:
+    with path.open("a") as f:
+        for line in lines:
+            f.write(json.dumps({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in line.items()},
+                               default=str) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep
+# ---------------------------------------------------------------------------------------------
+def traces_for(cfg: ServeConfig, prompts: list, labels: list, output_lens: list) -> list[tuple[float, int, list]]:
+    """(rate, seed, trace) of every replay, in the order they run."""
+    if cfg.trace_file is not None:
+        trace = arrivals.read_trace(cfg.trace_file)
+        return [(offered_rate(trace), cfg.seed + r, trace) for r in range(cfg.repeats)]
+    return [(rate, cfg.seed + r, arrivals.build_trace(prompts, output_lens, rate, cfg.n_requests, cfg.burstiness,
+                                                      cfg.seed + r, labels))
+            for rate in cfg.rates for r in range(cfg.repeats)]
+
+
+def trace_file_path(out: Path, rate: float, seed: int) -> Path:
+    """Where the run keeps the trace it replayed at `rate` with `seed`."""
+    folder = Path(out) / "trace_files"
+    folder.mkdir(exist_ok=True)
+    return folder / f"rate={arrivals.rate_label(rate)}-seed={seed}.jsonl"
+
+
+def engine_for(cfg: ServeConfig, traces: list) -> Engine:
+    need = max(len(r.prompt) + r.output_len for _, _, trace in traces for r in trace) + cfg.k + 1
+    n_ctx = max(256, need * cfg.max_concurrency + 64)
+    n_batch = max(cfg.n_batch, cfg.max_concurrency * (cfg.k + 1))
+    return Engine(cfg.target, cfg.draft, n_ctx=n_ctx, n_batch=n_batch, n_threads=cfg.threads,
+                  n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1), flash_attn=cfg.flash_attn)
+
+
+def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool) -> ServeRun:
+    return serve(engine, trace, max_concurrency=cfg.max_concurrency, spec=spec, k=cfg.k,
+                 temperature=cfg.temperature, seed=cfg.seed, accept_rule=cfg.accept_rule, drafter=cfg.drafter,
+                 drafter_options=cfg.drafter_options or None, slo=cfg.slo)
+
+
+def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
+    if not cfg.check_lossless or cfg.temperature > 0:
+        return {"lossless_ok": None, "lossless_method": None}
+    v = serving_verdict(engine, trace, run.tokens, cfg.k)
+    return {"lossless_ok": v.lossless_ok, "lossless_method": "alone-greedy", "verdict": v.verdict,
+            "verdict_reason": v.reason, "first_divergence": v.first_divergence}
+
+
+def run_serve_sweep(cfg: ServeConfig) -> Path:
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with rundir.locked(out):
+        traces_path, requests_path = out / "traces.csv", out / "requests.jsonl"
+        if traces_path.exists() and traces_path.stat().st_size > 0:
+            raise SystemExit(f"error: {traces_path} exists; choose another --out (a --serve run does not resume)")
+        requests_path.write_text("")
+        run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        replays = traces_for(cfg, *workload_requests(cfg))
+        for rate, seed, trace in replays:  # replayable elsewhere (--trace, bench/peerkit/serve_table.py)
+            arrivals.write_trace(trace_file_path(out, rate, seed), trace)
+        provenance = {**environment(), "date": now_iso(), "run_id": run_id, "command": cfg.command,
+                      "preset": cfg.preset, "mode": "serve", "n_threads": cfg.threads,
+                      "serve": {"request_rate": [arrivals.rate_label(r) for r in cfg.rates],
+                                "max_concurrency": cfg.max_concurrency, "n_requests": cfg.n_requests,
+                                "burstiness": cfg.burstiness, "repeats": cfg.repeats, "k": cfg.k,
+                                "drafter": cfg.drafter, "temperature": cfg.temperature, "n_predict": cfg.n_predict,
+                                "slo": cfg.slo, "trace_file": str(cfg.trace_file) if cfg.trace_file else None,
+                                "tasks": cfg.tasks, "warmup": "one replay of the first trace, off and on, discarded",
+                                # llama.cpp's option names: the llama-server replay passes them as they are
+                                "drafter_options": dict(cfg.drafter_options)},
+                      "workload": {"source": cfg.prompts_source, "dataset": cfg.dataset},  # as the sweep's
+                      "models": [], "completed": False}
+        with engine_for(cfg, replays) as engine:
+            target_rec = model_record(engine.target_info, "target")
+            draft_rec = model_record(engine.draft_info, "draft") if engine.draft_info else None
+            provenance["models"] = [r for r in (target_rec, draft_rec) if r]
+            write_json(out / "provenance.json", provenance)
+            identity = {"quant_bits": target_rec["quant_bits"], "target_model": target_rec["name"],
+                        "target_type": target_rec["type"], "target_sha256": target_rec["sha256"],
+                        "draft_model": draft_rec["name"] if draft_rec else None,
+                        "draft_type": draft_rec["type"] if draft_rec else None,
+                        "draft_sha256": draft_rec["sha256"] if draft_rec else None,
+                        "backend": provenance["backend"], "n_threads": cfg.threads, "flash_attn": cfg.flash_attn,
+                        "run_id": run_id, "task": ",".join(cfg.tasks), "warmup": 1}
+            for spec in (False, True):  # warm-up: caches, allocator, first graphs
+                replay(engine, replays[0][2], cfg, spec)
+            for n, (rate, seed, trace) in enumerate(replays, 1):
+                rows, lines = [], []
+                for spec in (False, True):
+                    run = replay(engine, trace, cfg, spec)
+                    row = {**identity, **level_row(run, trace, rate, seed, cfg),
+                           "cell_id": f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}"
+                                      f"/k={cfg.k}/{cfg.drafter}/{'on' if spec else 'off'}"}
+                    row.update(verdict_columns(engine, trace, run, cfg))
+                    rows.append(row)
+                    lines += request_lines(run, trace, row)
+                pair_rows(*rows)
+                schema.append_rows(traces_path, rows)
+                append_requests(requests_path, lines)
+                print(f"[{n}/{len(replays)}] rate {arrivals.rate_label(rate)} seed {seed}: output tok/s off "
+                      f"{rows[0]['tps']:.1f} on {rows[1]['tps']:.1f}, TPOT p50 off {rows[0]['tpot_p50_ms']:.1f} "
+                      f"on {rows[1]['tpot_p50_ms']:.1f} ms, alpha {rows[1]['draft_accept_rate']:.2f}",
+                      file=sys.stderr)
+        provenance["completed"] = True
+        write_json(out / "provenance.json", provenance)
+    return traces_path
+
+

