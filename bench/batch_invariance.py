@@ -16,7 +16,7 @@ vocabulary entries, how many compared positions are bit-identical, and how many 
 Only the public API is used, so the same script measures any build of the package: run it with
 the interpreter that imports the build you want (see bench/results/batch-invariance-cpu.md).
 
-    python bench/batch_invariance.py --gemma --tiny --json bench/work/inv-default.json
+    python bench/batch_invariance.py --gemma --tiny --json bench/scratch/inv-default.json
 """
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="a tiny llama (widths 256/512)")
     parser.add_argument("--model", action="append", default=[], help="any GGUF file (repeatable)")
     parser.add_argument("--types", default=",".join(TYPES), help="quantization types (comma list)")
-    parser.add_argument("--tiny-dir", default="bench/work/inv-models")
+    parser.add_argument("--tiny-dir", default="bench/scratch/inv-models")
     parser.add_argument("--threads", type=int, default=None,
                         help="1 is fastest on a busy machine; results do not depend on it")
     parser.add_argument("--flash-attn", action="store_true", help="llama.cpp's flash attention on")

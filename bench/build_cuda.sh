@@ -7,13 +7,13 @@
 #   bash bench/build_cuda.sh               # CUDA_ARCH=90 (H100/H200), JOBS=2
 #   BACKEND=cpu bash bench/build_cuda.sh   # the same package without CUDA: dry run of gpu_check.sh
 #
-# cuBLAS comes from the `nvidia-cublas` package, installed into bench/work/cuda-deps (not
+# cuBLAS comes from the `nvidia-cublas` package, installed into bench/scratch/cuda-deps (not
 # system-wide); the driver library is not needed to link (cmake/cuda_pip_libraries.cmake).
-# Outputs (NAME = cuda or cpu), all under the git-ignored bench/work/ and .carry/:
-#   bench/work/NAME-build/        the CMake build (separate from the editable install's build/)
-#   bench/work/NAME-prebuilt/     lib/ include/ bin/ llama.cpp/ (common sources) specnative-llama-build.cmake
+# Outputs (NAME = cuda or cpu), all under the git-ignored bench/scratch/ and .carry/:
+#   bench/scratch/NAME-build/        the CMake build (separate from the editable install's build/)
+#   bench/scratch/NAME-prebuilt/     lib/ include/ bin/ llama.cpp/ (common sources) specnative-llama-build.cmake
 #   .carry/NAME-prebuilt.tar.xz.partNN   the same, compressed, split to travel (bench/gpu_check.sh)
-#   bench/work/NAME-build-summary.md     wall time, compile time by kernel family, sizes
+#   bench/scratch/NAME-build-summary.md     wall time, compile time by kernel family, sizes
 # Env: CUDA_ARCH (90), JOBS (2), NICE (19), CUBLAS_VERSION (13.1.0.3, CUDA 13.0 update 2),
 #      EXTRA_CMAKE_ARGS (e.g. "-DGGML_CUDA_FA=OFF" to measure an option), PART_MIB (40).
 set -euo pipefail
@@ -24,7 +24,7 @@ JOBS=${JOBS:-2}
 NICE=${NICE:-19}
 CUBLAS_VERSION=${CUBLAS_VERSION:-13.1.0.3}
 PART_MIB=${PART_MIB:-40}
-WORK=bench/work
+WORK=bench/scratch
 BUILD=$WORK/$BACKEND-build
 PREBUILT=$WORK/$BACKEND-prebuilt
 DEPS=$WORK/cuda-deps

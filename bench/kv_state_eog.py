@@ -1,7 +1,7 @@
 """The KV-state check on one MT-Bench cell of the Qwen pair, sequence by sequence: each
 sequence's output length, whether an accepted end-of-generation draft left that token in the
 target's cache, and how far the logits on the run's cache moved from a clean replay's (the check
-fails a cell above its tolerance, 5-6 here). Stop 31 found the check fed such a token again after
+fails a cell above its tolerance, 5-6 here). The check once fed such a token again after
 itself: 8.7 on the first reasoning batch before the fix (commit ef2a0df), 0.74 after.
 
     python bench/kv_state_eog.py --category reasoning --batch 0 [-k 6] [-t 1]

@@ -5,7 +5,7 @@
 #   bash bench/prepare_device_carry.sh            # the CUDA libraries of bench/build_cuda.sh
 #   bash bench/prepare_device_carry.sh --gemma    # also Gemma 3 270M Q4_K_M (241 MiB: ~5 staging calls)
 #   bash bench/prepare_device_carry.sh --dry-run  # CPU libraries; runs bench/gpu_check.sh here,
-#                                                 # in a clean venv, into bench/work/gpu-check-dry
+#                                                 # in a clean venv, into bench/scratch/gpu-check-dry
 # Layout and the device calls it prints:
 #   .carry/main/     the main call: carry [".carry/main"], `bash bench/gpu_check.sh`, timeout_s 540
 #   .carry/stage-N/  what does not fit the main call, one call each BEFORE it, on the same warm
@@ -72,7 +72,7 @@ echo "== what travels (the working tree is $((tree_bytes / 1048576)) MiB in ever
 du -sh "$CARRY/main" "$CARRY"/stage-* 2>/dev/null || true
 if [ "$MODE" = cpu ]; then
   echo "== dry run of bench/gpu_check.sh here (CPU libraries, clean venv)"
-  venv=bench/work/dry-venv
+  venv=bench/scratch/dry-venv
   if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q numpy pandas matplotlib scipy pytest pyyaml tqdm scikit-build-core pybind11
@@ -80,7 +80,7 @@ if [ "$MODE" = cpu ]; then
   mkdir -p /tmp/specnative-carry
   for dir in "$CARRY"/stage-*; do [ -d "$dir" ] && cp "$dir"/* /tmp/specnative-carry/; done
   CARRY_DIR="$CARRY/main" PREBUILT_NAME=cpu PYTHON="$venv/bin/python" \
-    WORKDIR=bench/work/gpu-check-dry-tmp bash bench/gpu_check.sh bench/work/gpu-check-dry
+    WORKDIR=bench/scratch/gpu-check-dry-tmp bash bench/gpu_check.sh bench/scratch/gpu-check-dry
   exit
 fi
 echo "== device calls, in this order, back to back:"

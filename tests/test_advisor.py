@@ -1,4 +1,4 @@
-"""The seed §6 decision flow: every rule fires on a table crafted for it and stays silent where
+"""The decision flow (docs/advice.md): every rule fires on a table crafted for it and stays silent where
 it should, and the decision follows measured values only."""
 import dataclasses
 
@@ -197,7 +197,7 @@ def test_thresholds_are_parameters(tmp_path):
     assert strict.decision == OFF
     names = [name for name, _, _ in advisor.threshold_fields()]
     assert names == [f.name for f in dataclasses.fields(Thresholds)]
-    assert Thresholds().min_alpha == 0.5  # the seed's §6 value
+    assert Thresholds().min_alpha == 0.5  # the design's value
 
 
 def test_decides_on_measured_values_only(tmp_path):

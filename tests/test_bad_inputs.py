@@ -1,4 +1,4 @@
-"""Bad input said in one line, before any work (issue 27, lower-severity list): arguments that
+"""Bad input said in one line, before any work: arguments that
 used to raise a traceback, prompt files read as the user wrote them, damaged model files refused
 by llama.cpp's loader before the header reader, vocabularies checked for the whole grid, and
 generate()'s seed and temperature types."""

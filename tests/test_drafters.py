@@ -260,7 +260,7 @@ def test_bad_drafter_flags_fail_before_any_work(argv, message, capsys):
     assert message in str(exc.value.code) + capsys.readouterr().err
 
 
-# --- the draft model's stop rule: llama.cpp's --spec-draft-p-min (issue 18) ---------------------
+# --- the draft model's stop rule: llama.cpp's --spec-draft-p-min ---------------------
 P_MIN_PROMPTS = ["The city of", "Once upon a time there was a", "Hello"]
 P_MIN_RUN = dict(n_predict=40, spec=True, k=4)
 
@@ -399,7 +399,7 @@ def test_bad_p_min_flags_fail_before_any_work(argv, message, capsys):
     assert message in str(exc.value.code) + capsys.readouterr().err
 
 
-# --- --resume never mixes cells measured with other drafter options (issue 12) -------------------
+# --- --resume never mixes cells measured with other drafter options -------------------
 def test_resume_with_other_drafter_options_is_refused(noisy_pair, tmp_path):
     """An n-gram cell's cell_id does not hold its options; the run directory's provenance does
     (drafter_options, llama.cpp's defaults overlaid), and a resume with other options is refused

@@ -1,4 +1,4 @@
-"""Where a round's time goes (issue 17): inside llama.cpp calls (times["llama"], of which the
+"""Where a round's time goes: inside llama.cpp calls (times["llama"], of which the
 rollbacks' KV removal, times["kv_removal"]) or the engine's own (batch building, sampling,
 acceptance). A planted fault (slow_accept: a busy-wait of
 2 ms per sequence per iteration in the accept phase) must show up as engine time, not llama time."""

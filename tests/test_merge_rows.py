@@ -1,5 +1,5 @@
-"""merge checks each shard's rows against the cells its provenance says it measured (issue 27,
-item 5), and a refused merge or report changes no file."""
+"""merge checks each shard's rows against the cells its provenance says it measured, and a
+refused merge or report changes no file."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Inputs that used to end the interpreter with a signal or hang it (issue 27), each run in a child
+"""Inputs that used to end the interpreter with a signal or hang it, each run in a child
 interpreter with a time bound so that a regression fails the test instead of the suite: a lookup
 cache path that is a directory or a FIFO, a target without a tokenizer in the sweep, an RPC peer
 that is not an rpc-server, and an rpc-server killed in the middle of a sweep."""

@@ -27,7 +27,7 @@ class FakeClock:
 
 def default_grid() -> list:
     cfg = SweepConfig(targets=[Path("q4.gguf"), Path("q8.gguf")], draft=Path("d.gguf"))
-    return cells_of(cfg)  # the seed's grid, in the sweep's order: ctx ascending, heaviest last
+    return cells_of(cfg)  # the default grid, in the sweep's order: ctx ascending, heaviest last
 
 
 def true_costs(cells, works, coef, rng) -> list[float]:

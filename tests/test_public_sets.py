@@ -1,4 +1,4 @@
-"""Public sets (issue 23): MT-Bench, HumanEval and ShareGPT from fake wheels of each shape (built
+"""Public sets: MT-Bench, HumanEval and ShareGPT from fake wheels of each shape (built
 here with zipfile; no network): parsing, the turn-2 context, ShareGPT's output length rule and its
 skipping, a wrong hash refused with nothing written, a cached set used offline, the batches of N
 different items, the per-category table and the prompt-copy share."""

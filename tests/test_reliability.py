@@ -1,4 +1,4 @@
-"""Misuse must not crash the interpreter or lose a result (issue 10): threads sharing an engine,
+"""Misuse must not crash the interpreter or lose a result: threads sharing an engine,
 parameter combinations llama.cpp would abort on, non-UTF-8 output, draft vocabularies of another
 size, prompts of the wrong shape. Whatever could crash runs in a subprocess, so that a crash
 fails the test instead of killing pytest."""

@@ -199,7 +199,7 @@ def test_slope_needs_three_concurrencies(run):
 def test_summary_lists_lossless_failures_and_provenance(run):
     directory, _ = run
     text = (directory / "summary.md").read_text()
-    # provenance first, with what seed §8 asks for
+    # provenance first, with what the reproducibility record holds
     assert text.index("Reproducibility record") < text.index("## Cells")
     for needle in ("0c1e57098", "-DGGML_NATIVE=OFF", "Synthetic CPU", "ab" * 32, "cd" * 32,
                    "python -m specnative.sweep --out runs/synthetic", "1 discarded / 3 timed"):

@@ -1,4 +1,4 @@
-"""--resume and the run directory (issue 27): a refused resume changes no file (the header and
+"""--resume and the run directory: a refused resume changes no file (the header and
 every other check come before any repair), prompts, context and --check-k are compared by
 content, the provenance keeps every invocation's history, and one model given twice is refused."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""--shard i/N and python -m specnative.merge: shards of a sweep, merged, are the unsharded grid;
+"""--shard i/N and specnative merge: shards of a sweep, merged, are the unsharded grid;
 shards that do not belong together are refused with the reason."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Sweeps never mix runs or fail late, and reports say in one line what is wrong with a damaged
-run directory (issue 10): grid checks before loading, the run-directory lock, --resume only with
+run directory: grid checks before loading, the run-directory lock, --resume only with
 the same settings, torn and partial cells repaired, every cell refused, damaged traces.csv."""
 from __future__ import annotations
 

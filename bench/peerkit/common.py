@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 VENDOR = ROOT / "vendor" / "llama.cpp"
-WORK = ROOT / "bench" / "work"
+WORK = ROOT / "bench" / "scratch"
 BUILD = WORK / "llama-build"
 RESULTS = ROOT / "bench" / "results"
 

@@ -8,7 +8,7 @@ greedy, on the project's tiny files (src/specnative/tiny_drafters.py) or your ow
 
 Theirs: llama-speculative-simple -m T [-md D] --spec-type draft-<drafter> --spec-draft-n-max k
 --spec-draft-n-min 0 --spec-draft-p-min 0 --temp 0 (a build with SPECNATIVE_PEER_TOOLS=ON, or
-bench/peers.py's build in bench/work/llama-build). Ours: Engine(T, D).generate(spec=True,
+bench/peers.py's build in bench/scratch/llama-build). Ours: Engine(T, D).generate(spec=True,
 drafter=...). Printed per drafter and acceptance level: alpha ours / theirs (points apart),
 drafted, accepted, and whether the emitted text agrees. Their loop keeps the last prompt token out
 of its prefill and drafts once before the first generated token; ours prefills the whole prompt and
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     tool = tool_path(a.build, "llama-speculative-simple")
     if not tool.exists():
         raise SystemExit(f"error: {tool} not found: build llama.cpp's tools (SPECNATIVE_PEER_TOOLS=ON, or "
-                         f"python bench/peers.py, which builds them into bench/work/llama-build) or pass --build")
+                         f"python bench/peers.py, which builds them into bench/scratch/llama-build) or pass --build")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for drafter, acceptance, target, draft in pairs(a, Path(tmp)):

@@ -1,4 +1,4 @@
-"""specnative's serving mode against llama-server under the same arrivals (issue 24).
+"""specnative's serving mode against llama-server under the same arrivals.
 
 Takes a run directory of `python -m specnative.sweep --serve` and replays each of its trace files
 (trace_files/rate=R-seed=S.jsonl: arrival times, prompt token ids, output lengths) against

@@ -1,4 +1,4 @@
-"""specnative against llama-server, the deployment path of the seed's §9, at concurrency N.
+"""specnative against llama-server, the deployment path people measure with two servers, at concurrency N.
 
 For each model set and each N (default 1, 4, 8) the benchmark starts two llama-servers built from
 the same vendored tree with the same ggml flags, on 127.0.0.1 only: one with the draft model

@@ -34,7 +34,7 @@ def expected_tokens_per_round(alpha: float, k: int) -> float:
 
 
 def predicted_speedup(alpha: float, k: int, c: float) -> float:
-    """(1 - alpha^(k+1)) / ((1 - alpha)(1 + c)): the seed's closed form with the measured c."""
+    """(1 - alpha^(k+1)) / ((1 - alpha)(1 + c)): the closed form with the measured c."""
     if not math.isfinite(c) or c <= -1.0:
         return math.nan
     return expected_tokens_per_round(alpha, k) / (1.0 + c)

@@ -198,7 +198,7 @@ def decoding_ms(times: dict) -> float:
 
 
 def engine_own_time(decoding: float, llama: float, kv_removal: float = float("nan")) -> dict:
-    """The one definition of the engine's own time (issue 17): of `decoding` ms (decoding_ms), what
+    """The one definition of the engine's own time: of `decoding` ms (decoding_ms), what
     was not inside llama.cpp calls (`llama` ms: every decode of the baseline, draft and verify
     batches, a rollback's KV removal, an n-gram drafter's lookups) is the engine's own: batch
     building, sampling, acceptance. `kv_removal` (part of `llama`) is passed through on its own:

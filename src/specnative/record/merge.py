@@ -1,4 +1,4 @@
-"""`python -m specnative.merge OUT SHARD_DIR...`: join the run directories of a sweep's shards
+"""`specnative merge OUT SHARD_DIR...`: join the run directories of a sweep's shards
 (`--shard i/N`, shards.py) into one run directory, as if one sweep had measured the whole grid.
 
 Refused, naming the directories and what differs, unless:

@@ -1,4 +1,4 @@
-"""Where a number came from (seed §8): software, build, hardware, model files, command."""
+"""Where a number came from (the reproducibility record): software, build, hardware, model files, command."""
 from __future__ import annotations
 
 import datetime as _dt

@@ -1,6 +1,6 @@
-"""The traces.csv schema: defined here once, documented by `python -m specnative.schema`.
+"""The traces.csv schema: defined here once, printed by `specnative schema`.
 
-One row per measured cell and spec_decode value. The first nine columns are the seed's (§7), in
+One row per measured cell and spec_decode value. The first nine columns are the required ones, in
 its order; the rest only ever get appended (extend, never rename). Rows with spec_decode=off leave
 the draft columns empty.
 """
@@ -24,7 +24,7 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    # --- the seed's required columns, in its order ---------------------------------------------
+    # --- the nine required columns, in their order ---------------------------------------------
     Column("quant_bits", "int", "bits per weight of the target's quantization (from its GGUF file type)"),
     Column("spec_decode", "str", "'on' (speculative) or 'off' (target alone)"),
     Column("draft_accept_rate", "float", "alpha = accepted / drafted over the timed repeats (on rows)"),
@@ -157,7 +157,7 @@ COLUMNS: tuple[Column, ...] = (
            "none pays (on rows)"),
     Column("check_k_speedup", "float", "measured steady speedup at check_k, paired with spec-off runs of the same "
            "prompts (--check-k; on rows)"),
-    # --- where a round's time goes: inside llama.cpp or the engine's own (issue 17) -------------------
+    # --- where a round's time goes: inside llama.cpp or the engine's own -------------------
     Column("llama_ms", "float", "of the decoding time (draft+verify+resample, or decode): time inside llama.cpp calls "
            "(llama_decode of baseline, draft and verify batches; a rollback's KV removal; an n-gram drafter's "
            "lookups in common), per run, mean over repeats"),
@@ -188,7 +188,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("dist_runs", "int", "rejection cells: speculative runs (seeds seed, seed+1, ...) pooled (on rows)"),
     Column("proxy_verdict", "str", "rejection cells: the match rule's verdict at the same seed (exact, numeric or "
            "fail), which also checks the KV state; a fail fails the cell (on rows)"),
-    # --- serving under load (issue 24: serve_sweep.py; rows with request_rate set) -------------------
+    # --- serving under load (serving/runner.py; rows with request_rate set) -------------------
     # On these rows `concurrency` is the server's max concurrency (slots), `ctx_len` 0, `tps` the
     # output throughput over the run, `speedup` its on/off ratio on the same trace, `seed` the
     # trace's seed, round_ms/step_ms the mean decoding iteration on/off and verify_cost_c their ratio - 1.
@@ -233,7 +233,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("mixed_step_frac", "float", "serve rows: share of decoding iterations whose batch also carried prompt "
            "chunks (prefill interference)"),
     Column("kv_cells_left", "int", "serve rows: KV cells (target + draft) still held after the last request: 0, or a leak"),
-    # --- llama.cpp's hidden-state drafters (dflash, dspark, eagle3, mtp; issue 22) --------------------
+    # --- llama.cpp's hidden-state drafters (dflash, dspark, eagle3, mtp) --------------------
     Column("draft_ingest_ms", "float", "the drafter reading each verify batch's target features (a hidden-state "
            "drafter's common_speculative_process: feature copy, draft KV injection, EAGLE-3's encoder), "
            "synchronised, per run, mean over repeats (on rows; 0 for the other drafters)"),

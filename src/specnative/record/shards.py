@@ -2,7 +2,7 @@
 
 Every shard expands the whole grid in the same order (sweep.cells_of) and keeps the cells whose
 index is i modulo N, so N shards started with the same flags on identical machines measure each
-cell exactly once, and `python -m specnative.merge` can join their run directories into one run
+cell exactly once, and `specnative merge` can join their run directories into one run
 (merge.py). Round-robin rather than contiguous blocks: the grid is ordered by target, then
 ctx_len, so blocks would give one shard all the long contexts.
 """

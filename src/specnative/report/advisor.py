@@ -1,4 +1,4 @@
-"""The seed's decision flow (§6): per regime, should speculative decoding be on, off, or measured
+"""The decision flow (docs/advice.md): per regime, should speculative decoding be on, off, or measured
 again?
 
 Only measured columns of traces.csv decide, through the speedup's confidence interval (stats.py):
@@ -44,9 +44,10 @@ class Thresholds:
     """What the rules compare against. Defaults: the seed's where it gives one, else ours (why
     beside each)."""
 
-    # seed §5.1: the break-even line of the speedup curve.
+    # the break-even line of the speedup curve.
     break_even: float = 1.0
-    # seed §6: "α 偏低(如 < 0.5)". alpha is accepted / drafted, the llama.cpp definition.
+    # a low acceptance rate (below 0.5) is a reason to turn speculation off. alpha is accepted / drafted,
+    # the llama.cpp definition.
     min_alpha: float = 0.5
     # ours: a round costs at least 1 + k * c_draft baseline steps, so at c_draft >= 0.5 and k = 4
     # it needs tau >= 3 (three of four drafts accepted every round) just to break even.
@@ -58,7 +59,7 @@ class Thresholds:
     # break-even) before the fall is blamed on concurrency, not on noise.
     saturation_drop: float = 0.10
     # ours: 2 timed repeats are the fewest that give an interval (the interval, not the count,
-    # then says whether they were enough; seed §9.2 used 3 without one).
+    # then says whether they were enough; a fixed count of 3 has none).
     min_repeats: int = 2
     # ours: a speedup range wider than half the speedup itself means at least one run was far
     # off (a quiet machine spreads a few %); the step times are means over those same runs.

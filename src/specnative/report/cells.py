@@ -137,4 +137,4 @@ def _slope(name: str, cells: pd.DataFrame) -> dict:
     return result
 
 
-ENGINE_OWN_GOAL = 0.01  # issue 17: the engine's own share of a round (or step) at most 1 %
+ENGINE_OWN_GOAL = 0.01  # the engine's own share of a round (or step) at most 1 %

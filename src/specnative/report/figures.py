@@ -161,7 +161,7 @@ def plot_timing_breakdown(traces: pd.DataFrame, note: str = "") -> Figure:
         ax.set_yticks(y, labels if ax is axes[0] else [""] * len(y), fontsize=8)
         ax.set_ylim(-0.6, len(rows) - 0.4)
         ax.set_xlim(0, 1.03 * max(left.max(), 1e-9))
-        if ax is axes[1]:  # the engine's own share of generation (issue 17), where recorded
+        if ax is axes[1]:  # the engine's own share of generation, where recorded
             own = pd.to_numeric(rows["engine_own_share"], errors="coerce").to_numpy()
             for yi, x, share in zip(y, left, own):
                 if np.isfinite(share):

@@ -97,7 +97,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
 def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
     return [("Read first: notes from the sweep", notes_md(prov)),
             ("Cells", cells_md(traces, cells, prov)),
-            ("Advice per regime (seed §6)",
+            ("Advice per regime",
              verdicts_md(verdicts, thresholds, k_advice(traces) if has_k_prediction(traces) else None)),
             ("How sure: intervals, repeats, outliers", measurement_md(traces)),
             ("By task category", task_md(by_task(traces, thresholds))),
@@ -118,7 +118,7 @@ FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
 
 def _render(prov: dict, sections: list, figures: list) -> str:
     title = f"# specnative report: run {prov.get('run_id', 'n/a')}"
-    parts = [title, "## Reproducibility record (seed §8)", provenance_md(prov)]
+    parts = [title, "## Reproducibility record", provenance_md(prov)]
     for heading, body in sections:
         parts += [f"## {heading}", body]
     parts.append("## Figures")

@@ -236,6 +236,6 @@ def theory_md(table: pd.DataFrame) -> str:
 def slope_md(results: list[dict]) -> str:
     rows = [[r["series"], r["n"], r["concurrencies"], fmt(r["slope"], 4), fmt(r["p_value"], 3),
              r["note"]] for r in results]
-    return ("Linear fit of speedup on concurrency over the lossless cells with concurrency ≥ 4 "
-            "(seed §9.3).\n\n" + md_table(["series", "cells", "distinct conc.", "slope per unit "
+    return ("Linear fit of speedup on concurrency over the lossless cells with concurrency ≥ 4 (does batching "
+            "flatten speculation's gain?).\n\n" + md_table(["series", "cells", "distinct conc.", "slope per unit "
                                            "concurrency", "p", "reading"], rows))

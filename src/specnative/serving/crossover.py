@@ -1,4 +1,4 @@
-"""Where speculation stops paying under load (issue 24): from the load sweep's rows (spec off and on
+"""Where speculation stops paying under load: from the load sweep's rows (spec off and on
 on the same seeded traces at each request rate), the benefit of speculation per metric and rate
 with its interval over the traces, the crossover rate, and deployable advice.
 

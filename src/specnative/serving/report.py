@@ -193,7 +193,7 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
     out["advice.json"].write_text(json.dumps(_json_safe(adv), indent=2) + "\n")
     shown = dict(prov, grid=prov.get("serve") or {})
     parts = [f"# specnative serving report: run {prov.get('run_id', 'n/a')}",
-             "## Reproducibility record (seed §8)", provenance_md(shown),
+             "## Reproducibility record", provenance_md(shown),
              "## Where speculation stops paying", crossover_md(table, crosses),
              "## Per load level (means over the seeded traces)",
              "Latencies in ms. TTFT counts the queueing delay; TPOT is the mean time per output token after the "

@@ -46,7 +46,7 @@ class SweepConfig:
     dataset: dict | None = None  # --dataset: the public set's record (public_sets.load), prompts in `prompts`
     context_file: Path | None = None
     # Testing aid: run the lossless check's spec run with another seed, which must fail it (the
-    # way the seed note says real comparisons go wrong: two runs that differ in seed).
+    # way real comparisons go wrong: two runs that differ in seed).
     check_seed_offset: int = 0
     # --shard i/N: this run measures the grid cells whose index is i mod N (shards.py)
     shard: "shards.Shard | None" = None
