@@ -14,9 +14,10 @@ Reported per model file and shape: max |dlogit|, the 99.9th percentile of |dlogi
 vocabulary entries, how many compared positions are bit-identical, and how many flip the argmax.
 
 Only the public API is used, so the same script measures any build of the package: run it with
-the interpreter that imports the build you want (see bench/results/batch-invariance-cpu.md).
+the interpreter that imports the build you want (see bench/results/batch-invariance/README.md).
 
-    python bench/batch_invariance.py --gemma --tiny --json bench/scratch/inv-default.json
+    python bench/batch_invariance.py --gemma --tiny --threads 1 --json bench/results/batch-invariance/probe-default.jsonl
+    (the invariant build's interpreter) bench/batch_invariance.py ... --json bench/results/batch-invariance/probe-invariant.jsonl
 """
 from __future__ import annotations
 
@@ -189,7 +190,9 @@ def main(argv=None) -> int:
     label = (build_label() + (" flash_attn=on" if args.flash_attn else "")
              + (" kv_unified=off" if args.kv_split else "")
              + (f" gpu_layers={args.gpu_layers}" if args.gpu_layers else ""))
-    print(f"# build: {label}  ({specnative.__file__})")
+    package = Path(specnative.__file__).resolve().parent
+    shown = package.relative_to(Path.cwd()) if package.is_relative_to(Path.cwd()) else package
+    print(f"# build: {label}  (package {shown})")
     print(f"{'model':16} {'type':7} {'shape':8} {'max|d|':>10} {'p99.9|d|':>10} {'ident':>7} {'flips':>6}  weights")
     out = open(args.json, "a") if args.json else None
     for family, type_name, path in models:

@@ -7,7 +7,8 @@ PYTHONPATH, so the editable install's import hook (a .pth file in site-packages)
 The first build is the reference of the ratios. The builds run as child processes, interleaved
 (A B A B ...), and the table gives medians over the repeats.
 
-    python bench/batch_invariance_cost.py --model M.gguf --build default= --build invariant=/tmp/inv-site
+    python bench/batch_invariance_cost.py --model M.gguf --build default= --build invariant=$TMPDIR/inv-site \
+        --json bench/results/batch-invariance/cost.jsonl
 """
 from __future__ import annotations
 
@@ -66,7 +67,10 @@ def run_child(build_dir, args) -> dict:
     command, env = child_command(build_dir)
     command += [__file__, "--child", "--model", args.model, "--threads", str(args.threads),
                 "--n-predict", str(args.n_predict), "--k", str(args.k)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SystemExit(f"error: the build in {build_dir or 'this interpreter'} failed on {args.model}: {last}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -86,9 +90,15 @@ def main(argv=None) -> int:
         print(json.dumps(measure(args.model, args.threads, args.n_predict, args.k)))
         return 0
 
+    if not os.path.isfile(args.model):
+        parser.error(f"--model {args.model}: no such file")
     builds = {}
     for spec in args.build or ["default="]:
         name, _, directory = spec.partition("=")
+        if not name or name in builds:
+            parser.error(f"--build {spec!r}: NAME=DIR with a NAME of its own")
+        if directory and not os.path.isdir(directory):
+            parser.error(f"--build {spec!r}: {directory} is not a folder")
         builds[name] = directory or None
     reference = next(iter(builds))
     samples = {name: [] for name in builds}

@@ -14,6 +14,7 @@
 #   bench/scratch/NAME-prebuilt/     lib/ include/ bin/ llama.cpp/ (common sources) specnative-llama-build.cmake
 #   .carry/NAME-prebuilt.tar.xz.partNN   the same, compressed, split to travel (bench/gpu_check.sh)
 #   bench/scratch/NAME-build-summary.md     wall time, compile time by kernel family, sizes
+#                                           (a kept copy: bench/results/cuda-build/build-summary.md)
 # Env: CUDA_ARCH (90), JOBS (2), NICE (19), CUBLAS_VERSION (13.1.0.3, CUDA 13.0 update 2),
 #      EXTRA_CMAKE_ARGS (e.g. "-DGGML_CUDA_FA=OFF" to measure an option), PART_MIB (40).
 set -euo pipefail
@@ -31,7 +32,7 @@ DEPS=$WORK/cuda-deps
 # The CPU backend portable (x86-64-v3: AVX2/FMA/F16C/BMI2) because it runs on another machine's CPU.
 OPTIONS=(-DSPECNATIVE_CPU_AUTO=OFF -DGGML_NATIVE=OFF)
 if [ "$BACKEND" = cuda ]; then
-  # The options that keep the compile reasonable; bench/results/cuda-build-record.md says what
+  # The options that keep the compile reasonable; bench/results/cuda-build/README.md says what
   # each costs at run time. FA kernels for f16 K/V only (the KV cache type the engine uses);
   # CUDA graphs on (llama.cpp's default, no compile cost); no NCCL (one GPU).
   OPTIONS+=(-DSPECNATIVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH"

@@ -6,7 +6,7 @@
 2. a rollback's KV removal against the cache size: the tiny preset's Q4_0 target (α ≈ 0.35,
    most rounds roll back), 4 sequences, the sweep's prompts, only n_ctx changed.
 
-    python bench/engine_own_costs.py [-o bench/results/engine-own-costs-cpu.md]
+    python bench/engine_own_costs.py [-o bench/results/engine-own-time/kernels-and-kv-removal.md]
 
 Medians over repeats; nothing else should run meanwhile.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -71,16 +72,26 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--out", type=Path, default=Path("bench/results/engine-own-costs-cpu.md"))
-    args = ap.parse_args()
+    ap.add_argument("--n-ctx", default="1024,2048,4096,8192,33792", help="cache sizes of the KV removal rows")
+    ap.add_argument("--runs", type=int, default=40, help="speculative runs per cache size")
+    ap.add_argument("--calls", type=int, default=200, help="calls per sampling kernel")
+    ap.add_argument("-o", "--out", type=Path, default=Path(__file__).parent / "results" / "engine-own-time" / "kernels-and-kv-removal.md")
+    args = ap.parse_args(argv)
+    try:
+        n_ctxs = [int(n) for n in args.n_ctx.split(",")]
+    except ValueError:
+        ap.error(f"--n-ctx: comma-separated integers, not {args.n_ctx!r}")
+    if args.runs < 1 or args.calls < 1 or min(n_ctxs) < 256:
+        ap.error("--runs and --calls must be >= 1 and every --n-ctx >= 256")
+    command = " ".join(["python bench/engine_own_costs.py", *(sys.argv[1:] if argv is None else argv)])
     env = environment()
-    kernels = kernel_rows()
-    removal = removal_rows()
+    kernels = kernel_rows(calls=args.calls)
+    removal = removal_rows(tuple(n_ctxs), runs=args.runs)
     text = "\n\n".join([
         f"# The engine's own costs ({time.strftime('%Y-%m-%d %H:%M')}, {env.get('cpu_model', platform.processor())})",
-        "`python bench/engine_own_costs.py` (medians; nothing else running).",
+        f"`{command}` (medians; nothing else running).",
         "Sampling kernels over 262,144 float logits, through the test bindings (each figure includes "
         "a Python call; the softmax also a numpy copy of its 1 MB table):",
         table(["kernel", "µs per call"], kernels),
@@ -92,6 +103,7 @@ def main() -> int:
         table(["n_ctx (cells)", "α", "round, ms", "KV removal, µs per round", "engine's own, µs per round",
                "engine's own share"], removal),
     ]) + "\n"
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
     return 0

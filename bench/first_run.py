@@ -2,7 +2,10 @@
 tiny default), its wall time, where the time went (per context length and phase, from
 provenance.json's sweep_timing) and how honest the progress line's ETA was.
 
-    python bench/first_run.py -o bench/results/first-run/after [-- extra sweep flags]
+    python bench/first_run.py -o bench/results/first-run/fresh-clone [-- extra sweep flags]
+
+The sweep's run folder, with its report, goes to <out>/run; README.md, stderr.txt and
+cell_seconds.json beside it.
 
 The sweep runs in a child process with its stderr captured line by line (not a terminal, so one
 line per finished cell, each with its ETA); every line is stamped on arrival. The ETA error at the
@@ -37,6 +40,8 @@ def eta_checks(total: float, lines: list[tuple[float, str]]) -> list[tuple[float
     said = [(t, int(m.group(1)) * 60 + int(m.group(2))) for t, line in lines
             if line.startswith("[") and (m := ETA.search(line))]
     checks = []
+    if not said:
+        return checks
     for share in (0.2, 0.5, 0.8):
         t, eta = min(said, key=lambda item: abs(item[0] - share * total))
         checks.append((t / total, float(eta), total - t))
@@ -50,12 +55,15 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--out", type=Path, required=True)
     args = ap.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.out.exists():
+        if any(args.out.iterdir()) and not (args.out / "run").is_dir():
+            raise SystemExit(f"{args.out} exists and is not an earlier output of this script (no run/ in it): "
+                             f"give a new folder")
         shutil.rmtree(args.out)
     args.out.mkdir(parents=True)
     total, lines = run(args.out, extra)
     (args.out / "stderr.txt").write_text("".join(f"{t:8.1f}s  {line}\n" for t, line in lines))
     prov = json.loads((args.out / "run" / "provenance.json").read_text())
-    from specnative.sweep import progress
+    from specnative.report.record_md import sweep_time_md
 
     checks = eta_checks(total, lines)
     report = [f"# First run: `python -m specnative.sweep {' '.join(extra)}`".rstrip(), "",
@@ -67,7 +75,7 @@ def main(argv=None) -> int:
               "## ETA against the time actually left", "",
               "| at | ETA said | actually left | error |", "|---|---|---|---|"]
     report += [f"| {share:.0%} | {eta:.0f} s | {left:.0f} s | {(eta - left) / left:+.0%} |" for share, eta, left in checks]
-    report += ["", "## Where the time went", "", progress.timing_md(prov.get("sweep_timing") or []) or "not recorded",
+    report += ["", "## Where the time went", "", sweep_time_md(prov.get("sweep_timing") or []) or "not recorded",
                "", "Per cell (wall s): " + ", ".join(f"{r['cell'].split()[1]} {r['cell'].split()[2]}: {r['wall_s']:.1f}"
                                                     for r in prov.get("sweep_timing") or [])]
     (args.out / "README.md").write_text("\n".join(report) + "\n")

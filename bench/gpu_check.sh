@@ -6,7 +6,7 @@
 #
 #   here, once:   bash bench/build_cuda.sh                (sm_90 libraries; long on 2 cores)
 #   here:         bash bench/prepare_device_carry.sh      (fills .carry/, checks the 64 MiB limit)
-#   on the GPU:   bash bench/gpu_check.sh                 (device tool: carry [".carry/main"], timeout_s 540)
+#   on the GPU:   bash bench/gpu_check.sh                 (with .carry/main beside the tree; ~9 min at most)
 #   dry run here: bash bench/prepare_device_carry.sh --dry-run   (CPU libraries, a clean venv)
 #
 # Chunks are read from CARRY_DIR (.carry/main) and from /tmp/specnative-carry/, where earlier calls
@@ -66,7 +66,7 @@ cat "$PREBUILT/specnative-llama-build.cmake"
 # own libraries also look in site-packages/nvidia/cu13/lib); the driver comes from the system.
 NV_LIB=$("$PYTHON" -c "import nvidia, os; print(next((os.path.join(p, 'cu13', 'lib') for p in nvidia.__path__ if os.path.isdir(os.path.join(p, 'cu13', 'lib'))), ''))" 2>/dev/null)
 echo "nvidia libraries: ${NV_LIB:-none}"
-DRIVER_LIB=/usr/local/nvidia/lib64  # where this workplace's GPU machines mount the driver
+DRIVER_LIB=/usr/local/nvidia/lib64  # where NVIDIA's container runtime mounts the driver
 [ -d "$DRIVER_LIB" ] || DRIVER_LIB=""
 export LD_LIBRARY_PATH="$PREBUILT/lib${NV_LIB:+:$NV_LIB}${DRIVER_LIB:+:$DRIVER_LIB}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if [ -f "$PREBUILT/lib/libggml-cuda.so" ]; then
@@ -100,7 +100,7 @@ timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0,8192 
 pack
 
 step "DFlash cell: tiny forced-high target + tiny DFlash2 draft (llama.cpp's draft-dflash), -ngl -1 (limit ${T_SWEEP}s)"
-read -r TINY_T TINY_D < <("$PYTHON" -c "from specnative.tiny_drafters import drafter_pair; print(*drafter_pair('$WORKDIR/hidden', 'dflash2'))")
+read -r TINY_T TINY_D < <("$PYTHON" -c "from specnative.models.tiny_drafters import drafter_pair; print(*drafter_pair('$WORKDIR/hidden', 'dflash2'))")
 timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep -m "$TINY_T" -md "$TINY_D" --drafter dflash --ctx-len 0 -np 1,4 \
   -ngl -1 -fa "$FA" -r 3 --max-repeats 5 -o "$RESULTS/sweep-dflash" | tail -12
 pack
@@ -124,7 +124,7 @@ fi
 step "timers cover the wall time: (prefill + draft + draft_ingest + verify + resample + decode) / total, every row"
 "$PYTHON" - "$RESULTS" <<'PY'
 import glob, sys
-from specnative.schema import read_traces
+from specnative.record.schema import read_traces
 parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "draft_ingest_ms", "verify_ms", "resample_ms",
          "decode_ms"]
 for path in sorted(glob.glob(f"{sys.argv[1]}/sweep-*/traces.csv")):
@@ -138,12 +138,12 @@ PY
 
 step "peers side by side: llama-bench, llama-speculative-simple, -ngl 99 (limit ${T_PEERS}s)"
 timeout "$T_PEERS" "$PYTHON" bench/peers.py --models tiny --gpu-layers 99 --flash-attn "$FA" \
-  --tools-dir "$PREBUILT/bin" --max-wait 20 --out "$RESULTS" ${PEERS_ARGS:-} || echo "peers exit $?"
-cat "$RESULTS"/peers-*.md 2>/dev/null | head -60
+  --tools-dir "$PREBUILT/bin" --max-wait 20 --out "$RESULTS/peers-closed-loop" ${PEERS_ARGS:-} || echo "peers exit $?"
+cat "$RESULTS"/peers-closed-loop/*.md 2>/dev/null | head -60
 if [ -x "$PREBUILT/bin/llama-speculative-simple" ]; then
   step "hidden-state drafters beside llama-speculative-simple --spec-type draft-*, tiny files (limit 30s)"
   timeout 30 "$PYTHON" bench/peerkit/hidden_peer.py --build "$PREBUILT" -t "$(nproc)" \
-    --out "$RESULTS/hidden-drafters-peer.json" || echo "hidden peer exit $?"
+    --out "$RESULTS/hidden-state-drafters/peer.json" || echo "hidden peer exit $?"
 fi
 
 step "pack results"

@@ -2,12 +2,19 @@
 """specnative against llama.cpp's own programs, side by side.
 
     python bench/peers.py [options]          ours vs llama-bench and llama-speculative-simple
-                                             (python bench/peers.py --help; bench/peerkit/tools_table.py)
+                                             (python bench/peers.py --help; bench/peerkit/tools_table.py);
+                                             writes bench/results/peers-closed-loop/<sets>-<backend>.md
     python bench/peers.py server [options]   ours vs llama-server at concurrency 1, 4, 8 over HTTP on
                                              loopback (python bench/peers.py server --help;
-                                             bench/peerkit/server_table.py)
-    python bench/peers.py serve RUN_DIR      a --serve run's traces replayed against llama-server, open
-                                             loop and streamed (bench/peerkit/serve_table.py)
+                                             bench/peerkit/server_table.py);
+                                             writes bench/results/server-peer/<sets>-<backend>.md
+    python bench/peers.py serve RUN_DIR      a `specnative serve` run's traces replayed against
+                                             llama-server, open loop and streamed
+                                             (bench/peerkit/serve_table.py); writes
+                                             RUN_DIR/llama-server-replay.md and .csv
+
+llama.cpp's programs are built once from the vendored tree into bench/scratch/llama-build
+(--build-only builds and stops; --tools-dir uses programs built elsewhere).
 
 One module per peer lives in bench/peerkit/ (llama_bench, spec_simple, server), with what they
 share in peerkit/common.py and our own side in peerkit/ours.py.

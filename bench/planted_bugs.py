@@ -8,7 +8,8 @@ the correct engine never.
 For each pair, concurrency and temperature (greedy, and T=0.8 with the `match` rule), the script
 runs the baseline, then the speculative loop with each fault switched on (the C++ test-only
 switch `_inject_fault`), and judges it with specnative.lossless (noise control at the cell's
-shape, forced replay). Writes bench/results/planted-bugs-<models>.md.
+shape, forced replay). Writes bench/results/planted-bugs/<models>.md (the model sets joined by '-';
+-o elsewhere).
 """
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ def main(argv=None) -> int:
               f"- correct engine judged fail: {len(false_alarms)} {'; '.join(false_alarms)}",
               f"- faults whose trigger never occurred in the run (a correct run; nothing to catch): "
               f"{'; '.join(idle) or 'none'}", ""]
-    out = args.out or Path(__file__).parent / "results" / f"planted-bugs-{args.models.replace(',', '-')}.md"
+    out = args.out or Path(__file__).parent / "results" / "planted-bugs" / f"{args.models.replace(',', '-')}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print(out)
     return 0 if not missed and not false_alarms else 1

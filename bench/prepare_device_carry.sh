@@ -44,7 +44,7 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$CARRY/main/wh
 
 # 3. Optional: the Gemma model, chunked, checked against the whole file's sha256 on arrival.
 if [ "$GEMMA" = 1 ]; then
-  gguf=$(python3 -c "from specnative.presets import gemma_files; print(gemma_files()['Q4_K_M'])")
+  gguf=$(python3 -c "from specnative.models.presets import gemma_files; print(gemma_files()['Q4_K_M'])")
   split -b $CHUNK -d -a 3 "$gguf" "$CARRY/chunks/gemma-Q4_K_M.gguf.part"
   (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") | sed 's/ .*/  gemma-Q4_K_M.gguf/' \
     > "$CARRY/main/gemma.sha256"

@@ -10,7 +10,7 @@ For each pair, concurrency and fault (switched on with the C++ test-only `_injec
 sweep's test: each emitted token placed in the p of its own verify row), then estimates
 the failure rate at n positions by testing `--draws` random subsets of whole runs of the pool
 (without replacement within a subset; subsets overlap, so rates near the pool size are optimistic).
-Writes bench/results/rejection-power-<models>.md.
+Writes bench/results/rejection-power/<models>.md (the model sets joined by '-'; -o elsewhere).
 """
 from __future__ import annotations
 
@@ -148,7 +148,8 @@ def main(argv=None) -> int:
                     print(f"{label} c={conc} {fault}: alpha {alpha:.3f} rates {rates} "
                           f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
                 lines.append("")
-    out = args.out or Path(__file__).parent / "results" / f"rejection-power-{args.models.replace(',', '-')}.md"
+    out = args.out or Path(__file__).parent / "results" / "rejection-power" / f"{args.models.replace(',', '-')}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
     print(out)
     return 0

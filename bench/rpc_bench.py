@@ -8,7 +8,9 @@ All engines stay open and each repeat runs every placement (spec off, then on), 
 hits them alike; figures are medians over the repeats (speedup: geometric mean of the paired
 ratios with its 95 % interval, stats.speedup_interval).
 
-    python bench/rpc_bench.py --preset gemma3-270m --target-index 1 -r 5 -n 32 --out bench/results/rpc-loopback-gemma3-270m-q8.md
+    python bench/rpc_bench.py --preset gemma3-270m --target-index 1 -r 5 -n 32 --out bench/results/rpc-loopback/gemma3-270m-q8.md
+
+Prints the table; --out also writes it, by convention to bench/results/rpc-loopback/<preset>[-q8][-np<N>].md.
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ def table(rows: list) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", default="tiny", help="model pair (specnative.presets): tiny or gemma3-270m")
+    p.add_argument("--preset", default="tiny", help="model pair (specnative.models.presets): tiny or gemma3-270m")
     p.add_argument("--target-index", type=int, default=0,
                    help="which of the preset's targets (gemma3-270m: 0 Q4_K_M, the draft's own file; 1 Q8_0)")
     p.add_argument("-np", "--concurrency", type=int, default=1)
@@ -106,11 +108,14 @@ def main(argv=None) -> int:
             for engine in engines.values():
                 engine.close()
     env = environment()
+    root = Path(__file__).resolve().parent.parent
+    shown = Path(binary).resolve()
+    shown = shown.relative_to(root) if shown.is_relative_to(root) else Path(binary).name  # no host paths
     text = "\n\n".join([
         f"# Local vs RPC on loopback: {Path(target).name} / {Path(draft).name}",
         f"Command: `python bench/rpc_bench.py {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`",
         f"{started}; {env['cpu_model']} ({env['cpu_count']} cores, shared with other jobs), "
-        f"backend {env['backend']}, llama.cpp {env['llama_cpp_commit'][:12]}; rpc-server: {binary}; "
+        f"backend {env['backend']}, llama.cpp {env['llama_cpp_commit'][:12]}; rpc-server: {shown} ({how}); "
         f"concurrency {args.concurrency}, n_predict {args.n_predict}, k {args.k}, {args.repeats} repeats, "
         f"{args.threads} thread(s) here and per server. Target layers: local CPU / one rpc-server / two "
         f"(layer split 1:1); draft always local. c = T_round / T_step - 1 per placement; the verdict "

@@ -11,7 +11,7 @@
 #                        1 row takes a gemv kernel, more rows a gemm kernel
 #   GGML_CPU_TILED_MM=0  ggml's tiled K-quant product for >= 8 rows. It has no build switch, only
 #                        this environment variable, read once at the first matrix product; the
-#                        extension sets it when it is loaded (csrc/batch_invariant.cpp).
+#                        extension sets it when it is loaded (csrc/core/batch_invariant.cpp).
 # Two run-time settings complete it: flash_attn off (ggml's CPU flash attention has tiled and
 # split-KV paths chosen by the batch) and, with several sequences, kv_unified=False: in a shared KV
 # stream the other sequences' (masked) cells sit between a sequence's own, which regroups the sums

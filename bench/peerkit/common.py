@@ -187,6 +187,19 @@ def default_max_busy(threads: int) -> float:
 # ---------------------------------------------------------------------------------------------
 # Model sets
 # ---------------------------------------------------------------------------------------------
+MODEL_SETS = ("tiny", "gemma", "qwen")
+
+
+def set_names(text: str) -> list:
+    """The model sets of a comma list, checked before anything is built or loaded."""
+    names = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODEL_SETS]
+    if unknown or not names:
+        raise SystemExit(f"error: unknown model set {', '.join(map(repr, unknown)) or 'none given'} "
+                         f"({', '.join(MODEL_SETS)})")
+    return names
+
+
 def model_sets(names):
     sets = []
     for name in names:
@@ -211,7 +224,7 @@ def model_sets(names):
 def qwen_set() -> dict:
     """The Qwen2.5-Coder 1.5B target / 0.5B draft pair of the qwen2.5-coder preset, if its files
     are already in the cache (sha256-checked): a benchmark does not download 1.6 GB behind the
-    user's back; `python -m specnative.sweep --preset qwen2.5-coder` (or presets.qwen_files())
+    user's back; `specnative models fetch qwen2.5-coder` (or models.presets.qwen_files())
     fetches them."""
     from specnative.models import presets
     if not hasattr(presets, "QWEN_TARGET"):
@@ -221,8 +234,8 @@ def qwen_set() -> dict:
     for role, spec in (("target", presets.QWEN_TARGET), ("draft", presets.QWEN_DRAFT)):
         path = directory / spec.file_name
         if not path.exists():
-            raise SystemExit(f"error: {path} is missing; fetch the pair first: python -c "
-                             f"'from specnative.presets import qwen_files; qwen_files()'")
+            raise SystemExit(f"error: {path} is missing; fetch the pair first: "
+                             f"specnative models fetch qwen2.5-coder")
         try:
             files[role] = presets.verified(spec, path)
         except presets.FetchError as exc:

@@ -1,8 +1,8 @@
 """llama.cpp's hidden-state drafters in its own llama-speculative-simple beside ours, one sequence,
-greedy, on the project's tiny files (src/specnative/tiny_drafters.py) or your own:
+greedy, on the project's tiny files (src/specnative/models/tiny_drafters.py) or your own:
 
     python bench/peerkit/hidden_peer.py [--drafter dflash,dspark,eagle3,mtp] [-k 4] [-n 64] \
-        [--acceptance low,mid,high] [--build DIR]
+        [--acceptance low,mid,high] [--build DIR] [--server]   # writes bench/results/hidden-state-drafters/peer.json
 
     python bench/peerkit/hidden_peer.py --drafter dflash -m TARGET.gguf -md DFLASH.gguf
 
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--build", type=Path, default=BUILD, help="llama.cpp build dir with llama-speculative-simple")
     ap.add_argument("--server", action="store_true", help="also llama-server with the same --spec-type")
-    ap.add_argument("--out", type=Path, default=RESULTS / "hidden-drafters-peer.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "hidden-state-drafters" / "peer.json")
     a = ap.parse_args(argv)
     tool = tool_path(a.build, "llama-speculative-simple")
     if not tool.exists():
@@ -141,6 +141,7 @@ def main(argv=None) -> int:
                      f"{row['ours_at_server_length']['drafted']}/{row['server']['drafted']}, accepted "
                      f"{row['ours_at_server_length']['accepted']}/{row['server']['accepted']}, text agrees: "
                      f"{row['server_text_agrees']}" if a.server else ""))
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/hidden_peer.py"] + (argv or sys.argv[1:])),
                                  "k": a.k, "n": a.n, "prompt": PROMPT, "rows": rows}, indent=1))
     return 0

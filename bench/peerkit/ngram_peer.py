@@ -1,6 +1,9 @@
 """llama.cpp's n-gram drafters in its own llama-speculative-simple beside ours, one sequence, greedy:
 
-    python bench/peerkit/ngram_peer.py -m TARGET.gguf [--drafter ngram-simple,ngram-mod] [-k 4] [-n 64]
+    python bench/peerkit/ngram_peer.py -m TARGET.gguf [--drafter ngram-simple,ngram-mod] [-k 4] [-n 64] [-r 5]
+
+Writes bench/results/drafters/ngram-peer.json (--out elsewhere; the kept Gemma run is
+bench/results/drafters/gemma-ngram-peer.json).
 
 Both run the same drafter through common/speculative.h with the same options: for ngram-simple
 the draft length is --spec-ngram-simple-size-m, set to k on both sides (ours caps drafts at k).
@@ -71,9 +74,16 @@ def main(argv=None) -> int:
     ap.add_argument("-r", "--repeats", type=int, default=1,
                     help="runs per side, interleaved (order alternating); t/s: medians and the paired ratio's interval")
     ap.add_argument("--build", type=Path, default=BUILD, help="llama.cpp build dir with llama-speculative-simple")
-    ap.add_argument("--out", type=Path, default=RESULTS / "drafters-peer.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "drafters" / "ngram-peer.json")
     a = ap.parse_args(argv)
     tool = tool_path(a.build, "llama-speculative-simple")
+    if not tool.exists():
+        raise SystemExit(f"error: {tool} not found: build llama.cpp's tools (python bench/peers.py --build-only, "
+                         f"into bench/scratch/llama-build) or pass --build")
+    if not a.target.is_file():
+        raise SystemExit(f"error: -m {a.target}: no such file")
+    for drafter in a.drafter.split(","):
+        options_for(drafter, a.k)  # an unknown drafter is refused before anything loads
     rows = []
     with Engine(a.target, n_ctx=4096, n_threads=a.threads, n_seq_max=1) as engine:
         for drafter in a.drafter.split(","):
@@ -111,6 +121,7 @@ def main(argv=None) -> int:
                 print(f"{drafter:13s} {name:12s} alpha ours {o['alpha']:.3f} theirs {t['alpha']:.3f} "
                       f"({row['alpha_points']:+.1f} pts); drafted {o['drafted']}/{t['drafted']}, "
                       f"accepted {o['accepted']}/{t['accepted']}; t/s ours/theirs {row['tps_ratio']:.2f}{interval}")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/ngram_peer.py"] + (argv or sys.argv[1:])),
                                  "target": str(a.target), "k": a.k, "n": a.n, "repeats": a.repeats,
                                  "rows": rows}, indent=1))

@@ -1,6 +1,6 @@
 """specnative's serving mode against llama-server under the same arrivals.
 
-Takes a run directory of `python -m specnative.sweep --serve` and replays each of its trace files
+Takes a run folder of `specnative serve` and replays each of its trace files
 (trace_files/rate=R-seed=S.jsonl: arrival times, prompt token ids, output lengths) against
 llama-server started with the run's files: `-np` = the run's max concurrency, spec off (target
 alone) and on (`-md` with draft-simple, `--spec-draft-n-max k`, no minimum draft length or
@@ -8,11 +8,13 @@ probability; or the run's n-gram drafter, `--spec-type ngram-*` with the llama.c
 recorded in provenance.json), greedy, ignore_eos, prompt cache off, on 127.0.0.1 only. The client is open loop:
 each request is sent at its arrival time on its own connection, whatever the others are doing,
 and streamed, so TTFT and ITL are taken per chunk the way our engine stamps its emissions; the
-metrics are computed by the same code (specnative.serve_metrics). α comes from the final
+metrics are computed by the same code (specnative.serving.metrics). α comes from the final
 chunk's timings.draft_n / draft_n_accepted. The crossover of each side comes from
-specnative.crossover on the same rates.
+specnative.serving.crossover on the same rates.
 
-    python bench/peers.py serve bench/results/serve-tiny-cpu [--tools-dir DIR] [-t 2]
+    python bench/peers.py serve bench/results/serving-under-load/tiny-preset [--tools-dir DIR] [-t 2]
+
+Writes RUN_DIR/llama-server-replay.md and .csv beside the run (-o elsewhere).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ COMPARED = (("output_throughput", "out tok/s"), ("ttft_p50_ms", "TTFT p50"), ("t
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(prog="python bench/peers.py serve", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path, help="a run directory of specnative.sweep --serve")
+    ap.add_argument("run_dir", type=Path, help="a run folder of `specnative serve`")
     ap.add_argument("-t", "--threads", type=int, default=None, help="threads (default: the run's)")
     ap.add_argument("-b", "--n-batch", type=int, default=512)
     ap.add_argument("--flash-attn", choices=("off", "on"), default="off")
@@ -58,7 +60,7 @@ def trace_files(run_dir: Path) -> list[tuple[float, int, Path]]:
         if m:
             found.append((float(m.group(1)), int(m.group(2)), path))
     if not found:
-        raise SystemExit(f"error: {run_dir}/trace_files has no traces (a --serve run of an older specnative?)")
+        raise SystemExit(f"error: {run_dir}/trace_files has no traces (a serve run of an older specnative?)")
     return sorted(found)
 
 
@@ -88,7 +90,7 @@ def server_level(records: list[dict], slo: dict) -> dict:
 
 
 def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a) -> list:
-    """llama-server for one side of the replay of a --serve run (`serve`: its provenance record):
+    """llama-server for one side of the replay of a serve run (`serve`: its provenance record):
     the target alone (spec off), with the draft model (draft-simple), or with the run's n-gram
     drafter and the options it ran with, passed under llama.cpp's own flag names. For ngram-simple
     the draft length is its size-m (llama.cpp's n-gram drafters ignore --spec-draft-n-max; it is
@@ -101,7 +103,7 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
     if not drafter.startswith("ngram-"):
         raise SystemExit(f"error: the llama-server replay covers the draft model and the n-gram drafters, not {drafter}")
     if "drafter_options" not in serve:  # its options are unknown: llama.cpp's defaults might not be what ran
-        raise SystemExit("error: provenance.json records no drafter_options (a --serve run of an older specnative); "
+        raise SystemExit("error: provenance.json records no drafter_options (a serve run of an older specnative); "
                          "run it again to replay its n-gram drafter")
     cmd = server_cmd(tools, models["target"], None, k, n_par, n_ctx, a, swa_full=True)
     cmd += ["--spec-type", drafter, "--spec-draft-n-max", str(k)]

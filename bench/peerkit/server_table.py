@@ -29,6 +29,7 @@ What is compared (medians over -r repeats, ours and the server's interleaved, or
              off within each side (the lossless check).
 
     python bench/peers.py server --models tiny,qwen -np 1,4,8 -n 64 -k 4 -r 3
+                                             # writes bench/results/server-peer/tiny-qwen-cpu.md
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ from .common import (
     log,
     med,
     model_sets,
+    set_names,
     show_cmd,
     vals,
 )
@@ -90,7 +92,7 @@ def parse_args(argv):
                          "(default: what leaves our threads their cores, at least 0.25)")
     ap.add_argument("--max-wait", type=float, default=120, help="seconds to wait for a quiet machine")
     ap.add_argument("-o", "--out", type=Path, default=None,
-                    help="markdown file, or a folder for server-<backend>-<sets>-<date>.md (default bench/results)")
+                    help="markdown file, or a folder for <sets>-<backend>.md (default: bench/results/server-peer)")
     return ap.parse_args(argv)
 
 
@@ -244,13 +246,16 @@ def main(argv=None) -> int:
         a.ngl = -1 if backend.upper() == "CUDA" else 0
     if a.max_busy is None:
         a.max_busy = default_max_busy(a.threads)
+    names = set_names(a.models)
+    try:
+        concurrencies = [int(x) for x in a.concurrency.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"error: -np: comma-separated integers, not {a.concurrency!r}") from None
+    if not concurrencies or any(n < 1 for n in concurrencies):
+        raise SystemExit("error: concurrencies must be >= 1")
     tools, build = find_tools(a, info, (NAME,))
     if a.build_only:
         return 0
-    concurrencies = [int(x) for x in a.concurrency.split(",") if x.strip()]
-    if any(n < 1 for n in concurrencies):
-        raise SystemExit("error: concurrencies must be >= 1")
-    names = [m.strip() for m in a.models.split(",") if m.strip()]
     sets = model_sets(names)
     quiet = Quiet(a.max_busy, a.max_wait)
     loadavg = open("/proc/loadavg").read().split()[:3]
@@ -262,9 +267,9 @@ def main(argv=None) -> int:
             log(f"== {ms['title']}, N = {n_par}")
             results.append((ms, measure(ms, n_par, a, tools, quiet)))
     md = render(a, info, build, results, quiet, started, specnative.__version__, loadavg, time.time() - t0)
-    out = a.out or RESULTS
+    out = a.out or RESULTS / "server-peer"
     if out.suffix != ".md":
-        out = out / f"server-{backend.lower()}-{'-'.join(names)}-{started:%Y-%m-%d}.md"
+        out = out / f"{'-'.join(names)}-{backend.lower()}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md)
     print(md)

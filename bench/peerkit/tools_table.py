@@ -3,10 +3,12 @@
 Builds `llama-bench` and `llama-speculative-simple` from the same vendored llama.cpp tree with the
 same ggml flags as the installed specnative, then interleaves both sides on the same models,
 threads and prompt, greedy, repeated R times, and writes a markdown table with provenance to
-bench/results/peers-<backend>-<date>.md.
+bench/results/peers-closed-loop/<sets>-<backend>.md (the model sets joined by '-', e.g.
+tiny-gemma-cpu.md; a run with other -r, -n or --baseline-prompt than the default deserves its own
+name, given with -o).
 
     python bench/peers.py                          # tiny and gemma sets, 3 repeats
-    python bench/peers.py --models tiny -r 5 -n 256
+    python bench/peers.py --models tiny -r 15 -n 512 -o bench/results/peers-closed-loop/tiny-cpu-r15-n512.md
     python bench/peers.py --build-only [--rebuild]
     python bench/peers.py --models tiny --gpu-layers -1 --tools-dir build/<tag>/bin --out DIR
 
@@ -66,6 +68,7 @@ from .common import (
     log,
     med,
     model_sets,
+    set_names,
     pad256,
     rel,
     show_cmd,
@@ -102,7 +105,8 @@ def main(argv=None) -> int:
                          "(default: what leaves our threads their cores, at least 0.25)")
     ap.add_argument("--max-wait", type=float, default=900, help="seconds to wait for a quiet machine")
     ap.add_argument("-o", "--out", type=Path, default=None,
-                    help="markdown file, or a folder for peers-<backend>-<date>.md (default bench/results)")
+                    help="markdown file, or a folder for <sets>-<backend>.md "
+                         "(default: bench/results/peers-closed-loop)")
     a = ap.parse_args(argv)
 
     import specnative
@@ -114,10 +118,11 @@ def main(argv=None) -> int:
         a.ngl = -1 if backend.upper() == "CUDA" else 0
     if a.max_busy is None:
         a.max_busy = default_max_busy(a.threads)
+    names = set_names(a.models)
     tools, build = find_tools(a, info, TOOLS)
     if a.build_only:
         return 0
-    sets = model_sets([m.strip() for m in a.models.split(",") if m.strip()])
+    sets = model_sets(names)
     quiet = Quiet(a.max_busy, a.max_wait)
     loadavg = open("/proc/loadavg").read().split()[:3]
     log(f"load average: {' '.join(loadavg)}")
@@ -211,9 +216,9 @@ def main(argv=None) -> int:
         results.append(res)
 
     md = render(a, info, build, results, quiet, started, specnative.__version__, loadavg)
-    out = a.out or RESULTS
+    out = a.out or RESULTS / "peers-closed-loop"
     if out.suffix != ".md":
-        out = out / f"peers-{backend.lower()}-{started:%Y-%m-%d}.md"
+        out = out / f"{'-'.join(names)}-{backend.lower()}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(md)
     print(md)

@@ -14,6 +14,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from specnative import _core
+from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
 
 ACCEPT_RULES = ("greedy", "match", "rejection")
@@ -113,9 +114,12 @@ def placement_args(split_mode="layer", tensor_split=None, main_gpu=0, devices=No
 
 
 def _check_model_file(path, role: str) -> str:
+    """The path of an existing model file whose header llama.cpp can load without aborting
+    (gguf_checks: a ValueError naming the file and the field)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{role} model not found: {path}")
+    gguf_checks.check_model_file(path, role)
     return str(path)
 
 
@@ -244,7 +248,9 @@ class Engine:
         `draft` may also be a hidden-state drafter file (a DFlash, DFlash2, DSpark or EAGLE-3
         GGUF for this target; see `hidden_drafter`), run with drafter="dflash"/"dspark"/"eagle3";
         `mtp=True` loads the target's own nextn (MTP) head for drafter="mtp" (no draft file).
-        A pair llama.cpp cannot run is refused before anything is loaded."""
+        A pair llama.cpp cannot run, or a header field llama.cpp would abort on (a block count of
+        0, kv heads that do not divide the heads, a DFlash mask token outside the vocabulary, ...:
+        engine.gguf_checks), is refused before anything is loaded."""
         self.target_path = _check_model_file(target, "target")
         self.draft_path = _check_model_file(draft, "draft") if draft is not None else None
         self._core = _core.Engine(

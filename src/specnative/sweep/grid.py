@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from specnative import workloads
+from specnative.engine import gguf_checks
 from specnative.record import shards
 from specnative.record.provenance import sha256_file
 from specnative.sweep import gridcheck, hidden_drafters
@@ -60,12 +61,10 @@ def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens
 def gguf_shape(path: Path) -> dict:
     """Training context and KV bytes per cell (f16 K and V) from a GGUF header, read before
     any model is loaded so that impossible cells are refused up front."""
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    arch = reader.get_field("general.architecture").contents()
-    value = lambda key, default=None: (reader.get_field(f"{arch}.{key}").contents()
-                                       if reader.get_field(f"{arch}.{key}") is not None else default)
+    header = gguf_checks.read_header(path)
+    arch = header.arch
+    value = lambda key, default=None: header.get(f"{arch}.{key}") if header.get(f"{arch}.{key}") is not None \
+        else default
     n_head = value("attention.head_count")
     n_head = max(n_head) if isinstance(n_head, list) else n_head
     n_head_kv = value("attention.head_count_kv", n_head)
@@ -96,6 +95,9 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
     for the whole grid before anything is measured. Returns (target, runnable cells, own
     tokens) per target; refused cells are recorded with their reason."""
     vocabs = {target: gridcheck.vocab_model(target, "target") for target in map(Path, cfg.targets)}
+    for path, role in ([(t, "target") for t in vocabs] + ([(Path(cfg.draft), "draft")] if cfg.draft else [])
+                       + [(Path(p), "draft") for p in cfg.drafter_files.values()]):
+        gridcheck.header_checked(path, role)
     # no -md: only drafters that need no draft model (n-gram, mtp, hidden drafters by --drafter-file)
     # (-md a hidden-state drafter's file: the Engine checks its vocabulary; the draft model's here)
     draft_vocab = gridcheck.vocab_model(cfg.draft, "draft") if cfg.draft and "model" in cfg.drafters else None

@@ -1,7 +1,7 @@
 """The sweep's model files checked for the whole grid before any cell is measured: every model
 goes through llama.cpp's own loader checks first (the vocabulary-only load that the prompts'
 tokenizer uses refuses what an Engine refuses: a file without a tokenizer, an encoder, ...), then
-the sweep's GGUF header reader, then the draft's vocabulary against every target. A problem is a
+the header fields llama.cpp would abort on (engine.gguf_checks), the sweep's GGUF header reader, then the draft's vocabulary against every target. A problem is a
 SystemExit("error: ...") naming the file; nothing is measured, and no run-directory file has
 been changed yet (a resume repairs traces.csv only after these checks).
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specnative.engine import native
+from specnative.engine import gguf_checks, native
 from specnative.record.provenance import sha256_file
 
 
@@ -20,6 +20,15 @@ def vocab_model(path: Path, role: str):
         return native.VocabModel(str(path))
     except (ValueError, RuntimeError) as error:
         raise SystemExit(f"error: {role} {path}: {error}") from None
+
+
+def header_checked(path: Path, role: str) -> None:
+    """The header fields llama.cpp would abort on (engine.gguf_checks, the Engine's own check), for
+    the whole grid before any engine is made: a SystemExit naming the file and the field."""
+    try:
+        gguf_checks.check_model_file(path, role)
+    except ValueError as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def header_shape(read_shape, path: Path, role: str) -> dict:

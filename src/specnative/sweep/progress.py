@@ -263,20 +263,18 @@ def header_attn_scale(path) -> float:
     """attn_scale_of() from a GGUF header (a file it cannot read gets a middling default: the
     ETA only weighs cells with it, and the refits correct the scale)."""
     try:
-        import gguf
+        from specnative.engine.gguf_checks import read_header
 
-        reader = gguf.GGUFReader(str(path))
-        arch = reader.get_field("general.architecture").contents()
+        header = read_header(path)
 
         def value(key, default=None):
-            field = reader.get_field(f"{arch}.{key}")
-            found = field.contents() if field is not None else default
+            found = header.get(f"{header.arch}.{key}")
+            found = default if found is None else found
             return max(found) if isinstance(found, list) else found
 
         n_embd, n_layer = int(value("embedding_length")), int(value("block_count"))
         n_ff = int(value("feed_forward_length", 4 * n_embd))
-        tokens = reader.get_field("tokenizer.ggml.tokens")
-        n_vocab = len(tokens.data) if tokens is not None else 32000
+        n_vocab = header.n_vocab() or 32000
         params = n_layer * (4 * n_embd * n_embd + 3 * n_embd * n_ff) + n_embd * n_vocab
         return attn_scale_of({"params_per_token": params, "attn_per_cell": 2 * n_layer * n_embd})
     except Exception:  # noqa: BLE001 - an estimate only; gridcheck has refused broken files already

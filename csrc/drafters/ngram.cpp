@@ -8,6 +8,7 @@
 // is a plain target step for the sequence). Drafts are deterministic, so when sampling the
 // proposal distribution is one-hot: the rejection rule then accepts x with probability p(x) and
 // resamples from p without x (still exactly p in distribution); `match` works unchanged.
+#include "common_loop.h"
 #include "drafter.h"
 #include "phase_clock.h"
 
@@ -170,89 +171,22 @@ common_params_speculative to_common_params(const DrafterParams& params) {
     return c;
 }
 
-class NgramDrafter final : public Drafter {
+// llama.cpp's n-gram lookups through the shared common_speculative loop (common_loop.h).
+class NgramDrafter final : public CommonSpeculativeDrafter {
 public:
     NgramDrafter(const DrafterParams& params, const GenerateParams& p, int n_seq, int target_vocab)
-        : cparams_(to_common_params(params)), p_(p), vocab_(target_vocab), history_(n_seq), synced_(n_seq, 0),
-          result_(n_seq) {
-        spec_.reset(common_speculative_init(cparams_, static_cast<uint32_t>(n_seq)));
-        if (!spec_) throw std::runtime_error("llama.cpp could not set up the drafter " + params.type);
+        : CommonSpeculativeDrafter(p, n_seq, target_vocab), cparams_(to_common_params(params)) {
+        init(cparams_, n_seq, params.type);
     }
 
-    int n_vocab() const override { return vocab_; }
-
-    // The drafter's history of a sequence is what the target's cache holds: the prompt, then the
-    // emitted tokens up to (not including) the pending one (llama-speculative-simple's prompt_tgt).
     void begin(std::vector<Engine::Sequence>& seqs, int /*shared_prefix*/) override {
-        for (Engine::Sequence& seq : seqs) admit(seq);
+        for (Engine::Sequence& seq : seqs) start(seq);
     }
-
-    void admit(Engine::Sequence& seq) override {
-        history_[seq.id] = seq.prompt;
-        synced_[seq.id] = 0;
-        const ScopedMs timer(library_ms_);
-        common_speculative_begin(spec_.get(), seq.id, history_[seq.id]);
-    }
-
-    void release(const Engine::Sequence& seq) override {
-        history_[seq.id].clear();  // the next request's admit() starts the slot afresh
-        synced_[seq.id] = 0;
-    }
-
-    void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
-               std::vector<std::vector<int32_t>>& drafts, DraftDists& q) override {
-        for (size_t s = 0; s < seqs.size(); ++s) {
-            Engine::Sequence& seq = seqs[s];
-            common_speculative_draft_params& dp = common_speculative_get_draft_params(spec_.get(), seq.id);
-            dp.drafting = false;
-            if (k_max[s] < 1) continue;
-            llama_tokens& history = history_[seq.id];
-            for (; synced_[seq.id] + 1 < seq.out.size(); ++synced_[seq.id]) history.push_back(seq.out[synced_[seq.id]]);
-            result_[seq.id].clear();
-            dp.drafting = true;
-            dp.n_max = k_max[s];  // llama.cpp truncates the proposal to this
-            dp.pos0 = seq.n_past_target;
-            dp.id_last = seq.pending();
-            dp.prompt = &history;
-            dp.result = &result_[seq.id];
-        }
-        {
-            const ScopedMs timer(library_ms_);
-            common_speculative_draft(spec_.get());
-        }
-        for (size_t s = 0; s < seqs.size(); ++s) {
-            if (k_max[s] < 1) continue;
-            for (llama_token token : result_[seqs[s].id]) {
-                // a static cache made with another tokenizer can hold ids the target lacks
-                if (static_cast<int>(drafts[s].size()) == k_max[s] || token < 0 || token >= vocab_) break;
-                drafts[s].push_back(token);
-            }
-            if (p_.temperature > 0.0f) {  // a deterministic proposal: q is one-hot
-                for (size_t j = 0; j < drafts[s].size(); ++j) {
-                    q[s][j].assign(vocab_, 0.0f);
-                    q[s][j][drafts[s][j]] = 1.0f;
-                }
-            }
-        }
-    }
-
-    void accept(Engine::Sequence& seq, const RoundOutcome& o) override {
-        // as llama-speculative-simple: after every verify, also when nothing was drafted
-        const ScopedMs timer(library_ms_);
-        common_speculative_accept(spec_.get(), seq.id, static_cast<uint16_t>(o.accepted));
-    }
-
-    double library_ms() const override { return library_ms_; }
+    void admit(Engine::Sequence& seq) override { start(seq); }
+    void release(const Engine::Sequence& seq) override { forget(seq); }
 
 private:
-    double library_ms_ = 0;  // inside common_speculative_* since construction
     common_params_speculative cparams_;
-    common_speculative_ptr spec_;
-    const GenerateParams& p_;
-    int vocab_;
-    std::vector<llama_tokens> history_;  // per sequence id
-    std::vector<size_t> synced_;         // emitted tokens already in history_
-    std::vector<llama_tokens> result_;   // the proposal llama.cpp writes
 };
 
 }  // namespace

@@ -230,28 +230,9 @@ struct CostCurve {
     int repeats = 0;
 };
 
-// Deliberate bugs for tests of the lossless verdict (never set in normal use): each breaks the
-// speculative loop the way real implementations have been broken.
-enum class Fault {
-    none,
-    rollback_short,   // the target cache rolls back one token too many (the last kept is lost)
-    rollback_long,    // the target cache keeps the first rejected draft
-    verify_position,  // each draft is judged by the target's logits one position late
-    seed_mixup,       // the target's samples in a round use the draft's random stream
-    bonus_from_q,     // the bonus token after a fully accepted round comes from the draft's q
-    slow_accept,      // busy-waits kSlowAcceptMs per sequence per iteration in the accept phase
-                      // (baseline: its sampling): engine's own time that llama.cpp never sees
-    // The rejection rule's own mistakes (lossless only in distribution; lossless.py's
-    // distributional verdict must catch each):
-    residual_from_p,  // after a rejection, draw from p instead of norm(max(0, p - q))
-    accept_q_over_p,  // accept with probability min(1, q(x)/p(x)) instead of min(1, p(x)/q(x))
-    q_prev_position,  // judge draft i with the draft distribution of position i - 1
-    accept_always,    // accept every draft
-    skip_draft_trim,  // a hidden-state drafter's cache keeps its draft cells after a draft (a
-                      // drafter-quality bug: changes acceptance, never the output)
-};
-constexpr double kSlowAcceptMs = 2.0;
 
+class Acceptor;        // acceptor.h
+enum class Fault;      // acceptor.h
 class Drafter;         // drafter.h
 struct AcceptScratch;  // engine_internal.h
 struct ServeRequest;   // serve.h
@@ -331,7 +312,8 @@ public:
     // The target's (or with `draft` the draft model's) context: parameters and perf counters.
     ContextInfo context_info(bool draft) const;
 
-    void inject_fault(Fault fault) { fault_ = fault; }  // tests only
+    // Tests only: the acceptance rule's decisions come from a planted fault (acceptor.h).
+    void inject_fault(Fault fault);
 
 private:
     using ForcedVisit = std::function<void(int seq, int64_t index, const float* logits)>;
@@ -388,7 +370,7 @@ private:
     std::vector<int32_t> last_pending_;  // per sequence: last generated token, not yet in target KV
     std::vector<int32_t> last_n_past_;   // per sequence: tokens in the target KV after the run
     std::vector<int32_t> last_pending_pos_;  // where the pending token goes (prompt + emitted - 1)
-    Fault fault_ = Fault::none;
+    std::unique_ptr<Acceptor> acceptor_;  // the correct rule; a planted fault in tests
 };
 
 }  // namespace specnative

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "acceptor.h"
 #include "drafter.h"
 #include "phase_clock.h"
 #include "sampling.h"
@@ -27,15 +28,6 @@ int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
         n = i;
     }
     return static_cast<int>(n);
-}
-
-// Fault::bonus_from_q: the bonus token drawn from the last draft distribution instead of p (at
-// temperature 0, q's choice: the last draft itself).
-int32_t faulty_bonus(const std::vector<float>& q_last, int32_t last_draft, const GenerateParams& p, uint64_t key,
-                     int64_t index) {
-    if (p.temperature <= 0.0f || q_last.empty()) return last_draft;
-    return sample_from_weights(q_last.data(), static_cast<int32_t>(q_last.size()),
-                               keyed_uniform(p.seed, key, index, Stream::target));
 }
 
 // Accounts one engine iteration for the steady-state window: `active` sequences took part,
@@ -133,7 +125,7 @@ Placement draft_placement(const EngineParams& params) {
 }  // namespace
 
 Engine::Engine(const std::string& target_path, const std::string& draft_path, const EngineParams& params)
-    : params_(params), target_path_(target_path), draft_path_(draft_path) {
+    : params_(params), target_path_(target_path), draft_path_(draft_path), acceptor_(make_acceptor(Fault::none)) {
     if (params.n_ctx < 16) throw std::invalid_argument("n_ctx must be at least 16");
     if (params.n_batch < 1) throw std::invalid_argument("n_batch must be at least 1");
     if (params.n_threads < 1) throw std::invalid_argument("n_threads must be at least 1");
@@ -191,6 +183,8 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
 }
 
 Engine::~Engine() { close(); }
+
+void Engine::inject_fault(Fault fault) { acceptor_ = make_acceptor(fault); }
 
 // Loads a DFlash/DSpark/EAGLE-3 file (its context is made once the target's exists), or marks
 // the target itself as the MTP drafter's model.
@@ -582,13 +576,13 @@ void Engine::step_baseline(Sequence& seq, const float* logits, const GeneratePar
     seq.n_past_target += 1;
     seq.out.push_back(token);
     seq.done = finished(seq, p, t.vocab);
-    if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs);
+    acceptor_->after_accept_phase(1);
 }
 
 // The drafter of a speculative run (csrc/drafter.h): the draft model, or an n-gram lookup.
 std::unique_ptr<Drafter> Engine::make_drafter(const GenerateParams& p, int n_seq) {
     if (is_hidden_drafter(p.drafter.type)) {
-        return make_hidden_drafter(*hidden_, *target_, p, n_seq, fault_ != Fault::skip_draft_trim);
+        return make_hidden_drafter(*hidden_, *target_, p, n_seq, acceptor_->trims_draft_cache());
     }
     if (p.drafter.type != "model") return make_ngram_drafter(p.drafter, p, n_seq, target_->n_vocab);
     auto prefill_draft = [this, reuse = p.reuse_prompts](std::vector<Sequence>& seqs, int shared) {
@@ -679,7 +673,7 @@ GenerateResult Engine::run_speculative(std::vector<Sequence>& seqs, int shared_p
         for (int s = 0; s < n_seq; ++s) {
             if (!seqs[s].done) judge_round(seqs[s], drafts[s], q[s], row[s], p, *drafter, scratch);
         }
-        if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs * active_now);
+        acceptor_->after_accept_phase(active_now);
         clock.charge(r.times.resample);
         count_iteration(r, active_now, generated(seqs) - tokens_before,
                         r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample - ms_before);
@@ -711,14 +705,13 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
     int accepted = 0;
     bool stopped_on_eog = false;
     int32_t correction = -1;
+    const Acceptor& rule_of = *acceptor_;
     for (int i = 0; i <= drafted; ++i) {
-        const int late = fault_ == Fault::verify_position && i < drafted ? 1 : 0;
-        const float* logits = t.logits(row + i + late);
+        const float* logits = t.logits(rule_of.verify_row(row, i, drafted));
         const int64_t index = base_index + i;
+        const TargetDraw draw{logits, t.n_vocab, p, seq.key, index, seq.margins, norm};
         if (i == drafted) {  // every draft accepted: bonus token from p
-            correction = fault_ == Fault::bonus_from_q && i > 0
-                             ? faulty_bonus(q[i - 1], drafts[i - 1], p, seq.key, index)
-                             : sample_target(logits, t.n_vocab, p, seq.key, index, seq.margins, norm);
+            correction = rule_of.bonus(draw, i > 0 ? &q[i - 1] : nullptr, i > 0 ? drafts[i - 1] : -1);
             break;
         }
         const int32_t x = drafts[i];
@@ -728,28 +721,18 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
             // p(x) alone decides an acceptance; the whole of p only a rejection's residual
             softmax_norm(logits, t.n_vocab, p.temperature, norm);
             const float p_x = x < t.n_vocab ? softmax_prob(logits, norm, x) : 0.0f;
-            const std::vector<float>& q_i = q[fault_ == Fault::q_prev_position && i > 0 ? i - 1 : i];
-            const double u_accept = keyed_uniform(p.seed, seq.key, index, Stream::accept);
-            const bool accept = fault_ == Fault::accept_always     ? true
-                                : fault_ == Fault::accept_q_over_p ? draft_accepted(u_accept, q_i[x], p_x)
-                                                                   : draft_accepted(u_accept, p_x, q_i[x]);
-            if (accept) {
+            const std::vector<float>& q_i = rule_of.q_of(q, i);
+            if (rule_of.keep(keyed_uniform(p.seed, seq.key, index, Stream::accept), p_x, q_i[x])) {
                 target_token = x;
             } else {
                 softmax(logits, t.n_vocab, norm, scratch.p_probs);
                 scratch.p_probs.resize(vocab, 0.0f);  // zero beyond the target's vocabulary
-                const double u_residual = keyed_uniform(p.seed, seq.key, index, Stream::residual);
-                target_token = fault_ == Fault::residual_from_p
-                                   ? sample_from_weights(scratch.p_probs.data(), vocab, u_residual)
-                                   : residual_sample(scratch.p_probs.data(), q_i.data(), vocab, u_residual,
-                                                     scratch.residual);
+                target_token = rule_of.residual(scratch.p_probs.data(), q_i.data(), vocab,
+                                                keyed_uniform(p.seed, seq.key, index, Stream::residual),
+                                                scratch.residual);
             }
-        } else if (fault_ == Fault::seed_mixup) {  // the target's draws from another seed's stream
-            GenerateParams mixed_up = p;
-            mixed_up.seed = p.seed + 1;
-            target_token = sample_target(logits, t.n_vocab, mixed_up, seq.key, index, seq.margins, norm);
         } else {  // greedy and match: the target's own (argmax or keyed) sample
-            target_token = sample_target(logits, t.n_vocab, p, seq.key, index, seq.margins, norm);
+            target_token = rule_of.target_token(draw);
         }
         if (target_token != x) {
             correction = target_token;
@@ -774,12 +757,8 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
     seq.counts.accept_len_hist[accepted] += 1;
     seq.counts.emitted += accepted + (stopped_on_eog ? 0 : 1);
 
-    // target cache keeps pending + accepted drafts
-    // Fault::rollback_long keeps the first rejected draft in both caches (where both
-    // hold it, so that positions stay consecutive); rollback_short drops the last kept token.
-    const int stale = fault_ == Fault::rollback_long && accepted + 2 <= drafted ? 1
-                      : fault_ == Fault::rollback_short                      ? -1
-                                                                             : 0;
+    // the target cache keeps pending + the accepted drafts (stale: 0 but for a planted fault)
+    const int stale = rule_of.stale_cells(accepted, drafted);
     seq.n_past_target = pos0 + 1 + accepted + stale;
     t.remove_from(seq.id, seq.n_past_target);  // the rejected tail, if any
     drafter.accept(seq, RoundOutcome{pos0, drafted, accepted, stale, stopped_on_eog,

@@ -23,7 +23,7 @@ struct RoundOutcome {
     int32_t pos0;           // position of the pending token (the first verified one)
     int drafted;            // tokens the drafter proposed this round (0..k_max)
     int accepted;           // of those, how many the target kept
-    int stale;              // Fault::rollback_*: cells kept (+1) or lost (-1) by a planted bug
+    int stale;              // cells kept (+1) or lost (-1) beyond the accepted ones: 0 but for a planted fault
     bool stopped_on_eog;    // an accepted end-of-generation token ended the sequence
     int32_t correction;     // the corrected/bonus token emitted after the accepted drafts (-1 if none)
     int32_t last_draft;     // the last proposed token (when drafted > 0)
@@ -114,7 +114,7 @@ struct HiddenDraft {
 // Makes h.ctx for h.model, sharing the target's context (ctx_other).
 void open_hidden_context(HiddenDraft& h, llama_context* target_ctx, const EngineParams& params);
 // One generate()'s drafter; trim_after_draft=false skips the draft-cache trim after each draft
-// (Fault::skip_draft_trim: a test that it changes acceptance, never the output).
+// (a planted fault: a test that it changes acceptance, never the output).
 std::unique_ptr<Drafter> make_hidden_drafter(HiddenDraft& h, Engine::Context& target, const GenerateParams& p,
                                              int n_seq, bool trim_after_draft);
 

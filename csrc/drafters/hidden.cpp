@@ -9,6 +9,7 @@
 // from pos0 on (DFlash leaves its noise block there); after accept it is trimmed to the target's.
 // Nothing of the drafters is reimplemented here; what is ours: refusing a pair llama.cpp would
 // abort on, from the GGUF metadata alone, before anything is loaded.
+#include "common_loop.h"
 #include "drafter.h"
 #include "phase_clock.h"
 
@@ -233,11 +234,14 @@ common_speculative_type common_type(const std::string& drafter) {
     return common_speculative_type_from_name("draft-" + drafter);
 }
 
-class HiddenDrafter final : public Drafter {
+// A hidden-state drafter through the shared common_speculative loop (common_loop.h), plus what
+// these need: common_speculative_process on every target decode (the extracted features) and the
+// draft cache trimmed after each draft and each verify.
+class HiddenDrafter final : public CommonSpeculativeDrafter {
 public:
     HiddenDrafter(HiddenDraft& h, Engine::Context& target, const GenerateParams& p, int n_seq, bool trim_after_draft)
-        : h_(h), target_(target), p_(p), vocab_(target.n_vocab), trim_after_draft_(trim_after_draft),
-          history_(n_seq), synced_(n_seq, 0), result_(n_seq) {
+        : CommonSpeculativeDrafter(p, n_seq, target.n_vocab), h_(h), target_(target),
+          trim_after_draft_(trim_after_draft) {
         cparams_.types = {common_type(p.drafter.type)};
         cparams_.draft.n_max = p.k;  // DFlash clamps it to block_size - 1 itself
         cparams_.draft.n_min = 0;
@@ -247,15 +251,13 @@ public:
         cparams_.draft.ctx_dft = h.ctx;
         llama_memory_clear(llama_get_memory(h.ctx), true);
         quiet_common_log();
-        const ScopedMs timer(library_ms_);
-        spec_.reset(common_speculative_init(cparams_, static_cast<uint32_t>(n_seq)));  // target extraction on
-        if (!spec_) throw std::runtime_error("llama.cpp could not set up the drafter " + p.drafter.type);
+        init(cparams_, n_seq, p.drafter.type);  // turns the target's extraction on
         batch_ = common_batch(target.ctx);
     }
 
     // The target context goes back to plain decoding (what a user runs without speculation).
     ~HiddenDrafter() override {
-        spec_.reset();
+        release_state();
         const int32_t n_layer = llama_model_n_layer(llama_get_model(target_.ctx));
         if (h_.kind != "mtp") {
             const int32_t* ids = llama_model_target_layer_ids(h_.model);
@@ -266,9 +268,6 @@ public:
         llama_set_embeddings_nextn(target_.ctx, false, false);
     }
 
-    int n_vocab() const override { return vocab_; }
-    double library_ms() const override { return library_ms_; }
-
     // common_speculative_process on what the target just decoded: the features it extracted.
     void after_target_decode(const llama_batch& batch) override {
         const ScopedMs timer(library_ms_);
@@ -276,7 +275,7 @@ public:
         for (int i = 0; i < batch.n_tokens; ++i) {
             batch_.add(batch.token[i], batch.pos[i], batch.seq_id[i][0], batch.logits[i] != 0);
         }
-        if (!common_speculative_process(spec_.get(), batch_)) {
+        if (!common_speculative_process(state(), batch_)) {
             throw std::runtime_error("llama.cpp's " + p_.drafter.type + " drafter failed to process a target batch: " +
                                      last_llama_errors());
         }
@@ -285,60 +284,22 @@ public:
 
     void begin(std::vector<Engine::Sequence>& seqs, int /*shared_prefix*/) override {
         for (Engine::Sequence& seq : seqs) {
-            history_[seq.id] = seq.prompt;
-            synced_[seq.id] = 0;
             check_prompt_ingested(seq);
-            const ScopedMs timer(library_ms_);
-            common_speculative_begin(spec_.get(), seq.id, history_[seq.id]);
+            start(seq);
         }
     }
 
-    void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
-               std::vector<std::vector<int32_t>>& drafts, DraftDists& q) override {
-        for (size_t s = 0; s < seqs.size(); ++s) {
-            Engine::Sequence& seq = seqs[s];
-            common_speculative_draft_params& dp = common_speculative_get_draft_params(spec_.get(), seq.id);
-            dp.drafting = false;
-            if (k_max[s] < 1) continue;
-            llama_tokens& history = history_[seq.id];
-            for (; synced_[seq.id] + 1 < seq.out.size(); ++synced_[seq.id]) history.push_back(seq.out[synced_[seq.id]]);
-            result_[seq.id].clear();
-            dp.drafting = true;
-            dp.n_max = k_max[s];
-            dp.pos0 = seq.n_past_target;
-            dp.id_last = seq.pending();
-            dp.prompt = &history;
-            dp.result = &result_[seq.id];
-        }
-        {
-            const ScopedMs timer(library_ms_);
-            common_speculative_draft(spec_.get());
-            for (size_t s = 0; s < seqs.size(); ++s) {  // the noise block / draft positions go
-                if (k_max[s] >= 1 && trim_after_draft_) trim(seqs[s].id, seqs[s].n_past_target, "after a draft");
-            }
-        }
-        for (size_t s = 0; s < seqs.size(); ++s) {
-            if (k_max[s] < 1) continue;
-            for (llama_token token : result_[seqs[s].id]) {
-                if (static_cast<int>(drafts[s].size()) == k_max[s] || token < 0 || token >= vocab_) break;
-                drafts[s].push_back(token);
-            }
-            if (p_.temperature > 0.0f) {  // a deterministic proposal (the top candidate): q is one-hot
-                for (size_t j = 0; j < drafts[s].size(); ++j) {
-                    q[s][j].assign(vocab_, 0.0f);
-                    q[s][j][drafts[s][j]] = 1.0f;
-                }
-            }
-        }
-    }
-
-    // Serving is refused for these drafters before it starts (serve.cpp): never called.
+    // Serving is refused for these drafters before it starts (serve_loop.cpp): never called.
     void admit(Engine::Sequence&) override { throw std::logic_error("hidden-state drafters do not serve"); }
     void release(const Engine::Sequence&) override {}
 
-    void accept(Engine::Sequence& seq, const RoundOutcome& o) override {
-        const ScopedMs timer(library_ms_);
-        common_speculative_accept(spec_.get(), seq.id, static_cast<uint16_t>(o.accepted));
+protected:
+    void after_draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max) override {
+        for (size_t s = 0; s < seqs.size(); ++s) {  // the noise block / draft positions go
+            if (k_max[s] >= 1 && trim_after_draft_) trim(seqs[s].id, seqs[s].n_past_target, "after a draft");
+        }
+    }
+    void after_accept(Engine::Sequence& seq) override {
         trim(seq.id, seq.n_past_target, "after a verify");  // the draft cache follows the target's
     }
 
@@ -372,16 +333,9 @@ private:
 
     HiddenDraft& h_;
     Engine::Context& target_;
-    const GenerateParams& p_;
-    int vocab_;
     bool trim_after_draft_;
-    double library_ms_ = 0;
     common_params_speculative cparams_;
-    common_speculative_ptr spec_;
     common_batch batch_;
-    std::vector<llama_tokens> history_;
-    std::vector<size_t> synced_;
-    std::vector<llama_tokens> result_;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 //      finished requests free their KV cells (target and draft);
 //   5. the draft model takes in the prompts of slots that just got their first token.
 // With no slot busy it waits (real time) for the next arrival, or jumps there (virtual clock).
+#include "acceptor.h"
 #include "serve.h"
 
 #include <algorithm>
@@ -288,7 +289,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         r.busy_sum += busy;
         r.decoding_sum += decoding;
         r.prefill_tokens += prompt_tokens;
-        if (fault_ == Fault::slow_accept) spin_for_ms(kSlowAcceptMs * decoding);
+        acceptor_->after_accept_phase(decoding);
         charge(decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.resample : r.times.decode,
                decode_tokens > 0);
 

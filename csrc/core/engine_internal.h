@@ -164,7 +164,7 @@ int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p,
 bool finished(const Engine::Sequence& seq, const GenerateParams& p, const llama_vocab* vocab);
 // Zeroed per-position counts for draft length k (a sequence's SeqCounts before its first round).
 void reset_counts(SeqCounts& counts, int k);
-// Fault::slow_accept: busy-waits `ms` (engine work that llama.cpp never sees).
+// Busy-waits `ms` (engine work that llama.cpp never sees; a planted slowdown, acceptor.h).
 void spin_for_ms(double ms);
 
 // Scratch of the acceptance walk, reused across rounds and sequences.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "drafter.h"
+#include "acceptor.h"
 #include "engine.h"
 #include "engine_internal.h"  // check_temperature
 #include "model_io.h"
