@@ -5,6 +5,9 @@ fails a cell above its tolerance, 5-6 here). The check once fed such a token aga
 itself: 8.7 on the first reasoning batch before the fix (commit ef2a0df), 0.74 after.
 
     python bench/kv_state_eog.py --category reasoning --batch 0 [-k 6] [-t 1]
+
+Prints a markdown table; the kept output is bench/results/public-sets-qwen/kv-state-eog.md. Needs
+the qwen2.5-coder preset's files (`specnative models fetch qwen2.5-coder`).
 """
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ different times, read as one. Cells present in more than one folder (the same it
 and target) count once: the folder given last wins.
 
     python bench/public_set_tables.py FOLDER [FOLDER ...] > tables.md
+
+The kept output is bench/results/public-sets-qwen/mt-bench-all.md (its README gives the folders).
 """
 from __future__ import annotations
 
@@ -31,6 +33,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", type=Path, nargs="+")
     args = ap.parse_args(argv)
+    missing = [str(f) for f in args.folders if not (f / "traces.csv").is_file()]
+    if missing:
+        ap.error(f"no traces.csv in {', '.join(missing)}")
     traces = merged(args.folders)
     on = traces[traces["spec_decode"] == "on"]
     print(f"Folders: {', '.join(f.name for f in args.folders)}; {len(on)} spec-on cells "

@@ -1,4 +1,4 @@
-"""bench/peerkit/serve_table.py: the open-loop streaming client that replays a --serve run's traces
+"""bench/peerkit/serve_table.py: the open-loop streaming client that replays a serve run's traces
 against llama-server, checked against a small stand-in that streams on loopback (no llama.cpp)."""
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _flag(cmd: list, name: str):
 def test_replay_of_an_ngram_run_starts_the_server_with_its_type_and_options_and_no_draft_model():
     a = argparse.Namespace(threads=1, n_batch=512, flash_attn="off", ngl=0)
     tools = {srv.NAME: "/opt/llama-server"}
-    serve = {"drafter": "ngram-simple", "k": 4, "max_concurrency": 3,  # as serve_sweep records them
+    serve = {"drafter": "ngram-simple", "k": 4, "max_concurrency": 3,  # as specnative serve records them
              "drafter_options": {"spec-ngram-simple-size-n": "3", "spec-ngram-simple-size-m": "5"}}
     on = serve_table.replay_cmd(tools, {"target": "t.gguf"}, serve, True, 1024, a)
     off = serve_table.replay_cmd(tools, {"target": "t.gguf"}, serve, False, 1024, a)

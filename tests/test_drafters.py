@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ENGINE_KW, assert_lossless_verdict
+from conftest import ENGINE_KW, assert_lossless_verdict, check_counts, check_spec_timers
 from scipy import stats
 from synthetic_traces import assert_tables_well_formed
 
@@ -38,41 +38,11 @@ DISTINCT = list(range(FIRST_NORMAL_ID, FIRST_NORMAL_ID + 20))
 
 
 @pytest.fixture(scope="module")
-def target_only(noisy_pair):
-    """The target alone: the n-gram drafters need no draft model."""
-    with Engine(noisy_pair[0], n_ctx=4096, n_batch=256, n_seq_max=2, **ENGINE_KW) as engine:
-        yield engine
-
-
-@pytest.fixture(scope="module")
 def own_text(target_only):
     """A prompt of the target's own greedy text: the token pairs it favours recur in it, so a
     lookup finds continuations the target often agrees with (drafts, some accepted)."""
     prompt = target_only.tokenize("The city of").tolist()
     return prompt + target_only.generate([prompt], n_predict=300).tokens[0].tolist()
-
-
-def check_counts(result, k):
-    """The invariants every drafter's counts obey, draft lengths 0..k included."""
-    for c, tokens in zip(result.counts, result.tokens):
-        eog_stops = c["rounds"] - (c["emitted"] - c["accepted"])
-        assert eog_stops in (0, 1)                               # only a final accepted EOG emits nothing more
-        assert c["emitted"] == len(tokens) - 1                   # the first token is prefill's
-        assert c["drafted"] == c["drafted_at"].sum()
-        assert c["accepted"] == c["accepted_at"].sum() <= c["drafted"]
-        assert c["accept_len_hist"].sum() == c["rounds"]
-        assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
-        assert np.all(np.diff(c["drafted_at"]) <= 0)             # a draft of length L drafts positions 1..L
-        assert np.all(c["accepted_at"] <= c["drafted_at"])
-        assert c["drafted_at"][0] <= c["rounds"]
-
-
-def check_timers(result):
-    t = result.times
-    parts = ["prefill_target", "prefill_draft", "draft", "verify", "resample"]
-    assert all(t[p] >= 0 for p in parts) and t["decode"] == 0
-    assert t["draft"] > 0 and t["verify"] > 0
-    assert sum(t[p] for p in parts) >= 0.99 * t["total"]
 
 
 @pytest.mark.parametrize("drafter", NGRAM)
@@ -83,7 +53,7 @@ def test_ngram_drafter_counts_timers_and_verdict(target_only, own_text, drafter)
                                 drafter_options=own(SHORT, drafter))
     assert spec.drafter == drafter and spec.drafter_options == {n: str(v) for n, v in own(SHORT, drafter).items()}
     check_counts(spec, k)
-    check_timers(spec)
+    check_spec_timers(spec)
     control = lossless.measure_noise(target_only, prompts, base.tokens, k)
     verdict = lossless.judge(target_only, prompts, base.tokens, spec.tokens, 0.0, 0, control)
     assert verdict.lossless_ok, verdict.reason
@@ -105,7 +75,7 @@ def test_no_repeated_ngram_means_empty_drafts_counted_as_plain_steps(target_only
     assert totals["rounds"] == n_predict - 1 == spec.empty_draft_rounds
     assert totals["accept_len_hist"][0] == totals["rounds"] and totals["emitted"] == totals["rounds"]
     assert spec.mean_accept_len == 1.0 and spec.mean_draft_len == 0.0
-    check_timers(spec)
+    check_spec_timers(spec)
 
 
 def test_rounds_with_and_without_drafts_in_one_run(target_only):
@@ -119,16 +89,20 @@ def test_rounds_with_and_without_drafts_in_one_run(target_only):
     assert spec.totals["drafted"] > 0
 
 
-def test_model_drafter_unchanged_by_the_interface(noisy_engine):
-    """The draft model behind the drafter interface: identical tokens and counts either way."""
+def test_the_model_drafter_drafts_in_every_round_but_a_last_one_without_room(noisy_engine):
+    """The draft model behind the drafter interface drafts k tokens whenever n_predict leaves room:
+    a round without a draft is a sequence's last (its correction token is the n_predict-th)."""
     prompts = ["The city of", "Hello"]
-    default = noisy_engine.generate(prompts, n_predict=32, spec=True, k=4)
-    named = noisy_engine.generate(prompts, n_predict=32, spec=True, k=4, drafter="model")
-    for a, b in zip(default.tokens, named.tokens):
-        np.testing.assert_array_equal(a, b)
-    assert default.totals["accepted"] == named.totals["accepted"]
-    assert named.empty_draft_rounds <= len(prompts)  # only a last round with no room left to draft
-    assert named.drafter == "model"
+    k, n_predict = 4, 32
+    run = noisy_engine.generate(prompts, n_predict=n_predict, spec=True, k=k, drafter="model")
+    assert run.drafter == "model"
+    check_counts(run, k)
+    assert run.empty_draft_rounds == sum(c["rounds"] - c["drafted_at"][0] for c in run.counts)
+    for c in run.counts:
+        # a round drafts min(k, tokens still to come - 1): none only in a last round; fewer than k
+        # only in the last k rounds (each emits a token at least)
+        assert c["rounds"] - c["drafted_at"][0] in (0, 1)
+        assert c["drafted_at"][-1] >= c["rounds"] - k
 
 
 def test_match_rule_with_ngram_drafts_reproduces_seeded_sampling(target_only, own_text):
@@ -241,9 +215,30 @@ def test_sweep_measures_each_drafter_as_its_own_cell(noisy_pair, tmp_path):
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert prov["grid"]["drafter"] == ["model", "ngram-simple"]
     assert "spec-ngram-simple-size-n=2" in prov["drafter_options"]["ngram-simple"]
-    advice = drafter_advice(traces)
-    assert len(advice) == 1 and advice["recommend"].iloc[0] in ("model", "ngram-simple", "none", "measure-more")
+    advice = drafter_advice(traces)  # the rule itself: test_drafter_advice_prefers_the_surest_gain
+    assert len(advice) == 1
     assert "model" in advice["ranking"].iloc[0] and "ngram-simple" in advice["ranking"].iloc[0]
+
+
+def test_drafter_advice_prefers_the_surest_gain():
+    """Per regime, among the drafters that pay the one with the highest interval lower bound (not
+    the highest point estimate); `none` when none pays; `measure-more` when the rest is unsure."""
+    from synthetic_traces import off_row, on_row
+
+    from specnative.report.advisor import drafter_advice
+
+    rows = []
+    for conc, drafters in {1: [("model", 1.5, 0.02), ("ngram-simple", 1.8, 0.02)],    # both pay: the faster
+                           2: [("model", 1.6, 0.02), ("ngram-simple", 2.0, 0.9)],     # the sure one, not the noisy
+                           4: [("model", 0.7, 0.02), ("ngram-simple", 0.6, 0.02)],    # neither pays
+                           8: [("model", 1.02, 0.5), ("ngram-simple", 0.6, 0.02)]}.items():  # unsure and off
+        for drafter, speedup, spread in drafters:
+            rows += [off_row(conc=conc, drafter=drafter, cell_id=f"n{conc}-{drafter}-off"),
+                     on_row(conc=conc, speedup=speedup, spread=spread, drafter=drafter, cell_id=f"n{conc}-{drafter}")]
+    advice = drafter_advice(pd.DataFrame(rows)).set_index("concurrency")
+    assert advice["recommend"].to_dict() == {1: "ngram-simple", 2: "model", 4: "none", 8: "measure-more"}
+    assert advice.loc[2, "speedup"] == 1.6 and advice["speedup"].loc[[4, 8]].isna().all()
+    assert advice.loc[1, "ranking"].startswith("ngram-simple on 1.80; model on 1.50")
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -291,17 +286,13 @@ def test_p_min_cuts_drafts_and_stays_lossless(noisy_engine, p_min):
     base = noisy_engine.generate(prompts, n_predict=40)
     fixed = noisy_engine.generate(prompts, **P_MIN_RUN)
     spec = noisy_engine.generate(prompts, **P_MIN_RUN, draft_p_min=p_min)
+    # verify batches vs 1-token steps: up to batch-shape near-ties (conftest)
     verdict, _ = lossless.verdict_after_run(noisy_engine, prompts, base.tokens, spec.tokens, 0.0, 0, 4)
-    assert verdict.verdict == "exact" and verdict.lossless_ok
-    assert [list(t) for t in spec.tokens] == [list(t) for t in base.tokens]
+    assert verdict.verdict in (lossless.EXACT, lossless.NUMERIC) and verdict.lossless_ok, verdict.reason
     assert spec.mean_draft_len < fixed.mean_draft_len and spec.mean_draft_len < 4
     assert spec.empty_draft_rounds > fixed.empty_draft_rounds  # stopped at the first position
-    t = spec.totals
-    assert t["drafted"] == sum(t["drafted_at"]) and t["accepted"] == sum(t["accepted_at"])
-    assert all(a >= b for a, b in zip(t["drafted_at"], t["drafted_at"][1:]))  # a draft is a prefix
-    assert t["drafted_at"][0] == t["rounds"] - spec.empty_draft_rounds
-    assert t["emitted"] == sum(len(x) - 1 for x in spec.tokens)  # every round emits; empty ones one token
-    assert sum(t["accept_len_hist"]) == t["rounds"]
+    check_counts(spec, 4)  # drafts of 0..k tokens, each a prefix
+    assert spec.totals["drafted_at"][0] == spec.totals["rounds"] - spec.empty_draft_rounds
 
 
 def test_p_min_sampling_stays_consistent(noisy_engine):
@@ -318,7 +309,7 @@ def test_p_min_sampling_stays_consistent(noisy_engine):
 def test_p_min_on_an_exact_copy_accepts_every_proposed_draft(copy_engine):
     base = copy_engine.generate(P_MIN_PROMPTS, n_predict=40)
     spec = copy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, draft_p_min=0.3)
-    assert [list(t) for t in spec.tokens] == [list(t) for t in base.tokens]
+    assert_lossless_verdict(copy_engine, P_MIN_PROMPTS, base.tokens, spec.tokens, k=4)  # near-ties: conftest
     assert 0 < spec.totals["drafted"] < 4 * spec.totals["rounds"]
     assert spec.totals["accepted"] == spec.totals["drafted"]  # the copy agrees with every draft it makes
 

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ENGINE_KW, assert_lossless_verdict
+from conftest import ENGINE_KW, assert_lossless_verdict, check_counts, check_spec_timers, injected
 from scipy import stats
 
 from specnative import Engine, _core, lossless
@@ -95,29 +95,17 @@ def test_forced_high_accepts_everything_random_far_lower(engine_of, kind):
     assert sampled.draft_accept_rate >= 0.95  # p(forced) ~ 1 even at T = 0.8; q is one-hot
 
 
-def check_counts(result, k):
-    for c, tokens in zip(result.counts, result.tokens):
-        assert c["rounds"] - (c["emitted"] - c["accepted"]) in (0, 1)  # only a final accepted EOG emits no more
-        assert c["drafted"] == c["drafted_at"].sum() and c["accepted"] == c["accepted_at"].sum() <= c["drafted"]
-        assert c["accept_len_hist"].sum() == c["rounds"]
-        assert (c["accept_len_hist"] * np.arange(k + 1)).sum() == c["accepted"]
-        assert c["emitted"] == len(tokens) - 1  # the first token is the prefill's
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_timers_add_up_with_the_ingest_step(engine_of, kind):
     spec = spec_run(engine_of(kind, "mid"), kind, PROMPTS, n_predict=24, k=4)
-    t = spec.times
-    parts = ["prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", "resample"]
-    assert all(t[p] >= 0 for p in parts) and t["decode"] == 0
-    assert t["draft"] > 0 and t["verify"] > 0 and t["draft_ingest"] > 0 and t["prefill_draft"] > 0
-    assert sum(t[p] for p in parts) >= 0.99 * t["total"]
-    assert spec.round_ms == pytest.approx((t["draft"] + t["draft_ingest"] + t["verify"] + t["resample"]) / spec.steps)
+    check_spec_timers(spec)
+    assert spec.times["draft_ingest"] > 0 and spec.times["prefill_draft"] > 0  # the ingest step, in both places
     check_counts(spec, 4)
 
 
 def test_other_drafters_ingest_nothing(copy_engine):
     spec = copy_engine.generate(PROMPTS[:2], n_predict=12, spec=True, k=4)
+    # a no-op's call (~0.1 us a round) against a verify decode (~1 ms): the bound is ~500x away
     assert spec.times["draft_ingest"] < 0.05 * spec.times["verify"]
 
 
@@ -125,23 +113,27 @@ def test_other_drafters_ingest_nothing(copy_engine):
 RULES = [(0.0, "greedy"), (0.8, "match"), (0.8, "rejection")]
 
 
-@pytest.mark.parametrize("kind", KINDS)
+# (concurrency, k) pairs: each parametrisation runs two, and over the five file kinds every k at
+# both concurrencies (k = BLOCK - 1: DFlash's longest block).
+SHAPES = [[(1, 1), (4, BLOCK - 1)], [(1, 4), (4, 1)], [(1, BLOCK - 1), (4, 4)], [(1, 1), (4, 4)],
+          [(1, 4), (4, BLOCK - 1)]]
+
+
+@pytest.mark.parametrize("kind, shapes", list(zip(KINDS, SHAPES)))
 @pytest.mark.parametrize("temperature, rule", RULES)
-def test_no_fail_at_any_rule_concurrency_and_k(engine_of, kind, temperature, rule):
+def test_no_fail_at_any_rule_concurrency_and_k(engine_of, kind, shapes, temperature, rule):
     engine = engine_of(kind, "mid")
-    for n_seq in (1, 4):
+    for n_seq, k in shapes:
         prompts = PROMPTS[:n_seq]
         base = engine.generate(prompts, n_predict=16, temperature=temperature, seed=5)
-        for k in (1, 4, BLOCK - 1):
+        spec = spec_run(engine, kind, prompts, n_predict=16, k=k, temperature=temperature, accept_rule=rule, seed=5)
+        check_counts(spec, k)
+        if rule == "rejection":  # lossless in distribution (below); per seed as the sweep: `match`
             spec = spec_run(engine, kind, prompts, n_predict=16, k=k, temperature=temperature,
-                            accept_rule=rule, seed=5)
-            check_counts(spec, k)
-            if rule == "rejection":  # lossless in distribution (below); per seed as the sweep: `match`
-                spec = spec_run(engine, kind, prompts, n_predict=16, k=k, temperature=temperature,
-                                accept_rule="match", seed=5)
-            verdict, _ = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature, 5, k,
-                                                    DRAFTER_OF[kind])
-            assert verdict.verdict != lossless.FAIL, (kind, n_seq, k, verdict.reason)
+                            accept_rule="match", seed=5)
+        verdict, _ = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature, 5, k,
+                                                DRAFTER_OF[kind])
+        assert verdict.verdict != lossless.FAIL, (kind, n_seq, k, verdict.reason)
 
 
 @pytest.mark.parametrize("kind", ["dflash", "eagle3"])
@@ -149,13 +141,14 @@ def test_rejection_with_one_hot_proposals_keeps_the_targets_distribution(engine_
     """The token after the first round over many seeds: the baseline's and the rejection rule's
     (accept the drafter's x with probability p(x), else resample p without x) are one distribution."""
     engine = engine_of(kind, "mid")
-    seeds = range(300)
-    base = [int(engine.generate(["Hello"], n_predict=3, temperature=1.0, seed=s).tokens[0][1]) for s in seeds]
-    spec_runs = [spec_run(engine, kind, ["Hello"], n_predict=3, k=1, temperature=1.0, accept_rule="rejection", seed=s)
+    # 4 sequences a call (the keyed RNG draws each sequence's tokens apart): 300 draws in 75 calls
+    seeds, prompts = range(75), ["Hello"] * 4
+    base = [int(t[1]) for s in seeds for t in engine.generate(prompts, n_predict=3, temperature=1.0, seed=s).tokens]
+    spec_runs = [spec_run(engine, kind, prompts, n_predict=3, k=1, temperature=1.0, accept_rule="rejection", seed=s)
                  for s in seeds]
-    spec = [int(r.tokens[0][1]) for r in spec_runs]
+    spec = [int(t[1]) for r in spec_runs for t in r.tokens]
     accepted = sum(r.totals["accepted"] for r in spec_runs)
-    assert 0 < accepted < len(spec_runs)  # both paths ran
+    assert 0 < accepted < len(spec)  # both paths ran
     tokens = sorted(set(base) | set(spec))
     table = np.array([[base.count(t) for t in tokens], [spec.count(t) for t in tokens]])
     common = table.sum(axis=0) >= 10  # pool rare tokens
@@ -174,13 +167,10 @@ def test_planted_bugs_fail(engine_of, kind, fault):
     temperature = 0.8 if fault in ("seed_mixup", "bonus_from_q") else 0.0
     rule = "match" if temperature > 0 else "greedy"
     base = engine.generate(PROMPTS, n_predict=32, temperature=temperature, seed=11)
-    engine._core._inject_fault(fault)
-    try:
+    with injected(engine, fault):
         spec = spec_run(engine, kind, PROMPTS, n_predict=32, k=4, temperature=temperature, accept_rule=rule, seed=11)
         verdict, _ = lossless.verdict_after_run(engine, PROMPTS, base.tokens, spec.tokens, temperature, 11, 4,
                                                 DRAFTER_OF[kind])
-    finally:
-        engine._core._inject_fault("none")
     assert verdict.verdict == lossless.FAIL, verdict.reason
 
 
@@ -196,21 +186,27 @@ def test_skipping_the_draft_trim_is_refused_by_llama_cpp_not_a_silent_change(eng
     clean = spec_run(engine, kind, PROMPTS, n_predict=32, k=4)
     # verify batches vs 1-token steps: up to batch-shape near-ties (conftest)
     assert_lossless_verdict(engine, PROMPTS, base.tokens, clean.tokens, k=4, drafter=DRAFTER_OF[kind])
-    engine._core._inject_fault("skip_draft_trim")
-    try:
-        with pytest.raises(RuntimeError, match="consecutive"):
-            spec_run(engine, kind, PROMPTS, n_predict=32, k=4)
-    finally:
-        engine._core._inject_fault("none")
+    with injected(engine, "skip_draft_trim"), pytest.raises(RuntimeError, match="consecutive"):
+        spec_run(engine, kind, PROMPTS, n_predict=32, k=4)
     again = spec_run(engine, kind, PROMPTS, n_predict=32, k=4)  # the engine is still usable
     assert again.totals["accepted"] == clean.totals["accepted"]
 
 
 def test_noise_control_covers_the_extraction_path(engine_of):
+    """With a hidden-state drafter the control's verify-shaped pass runs under the drafter's target
+    settings (feature extraction on), as the run's verify did. The engine keeps no cells across a
+    change of settings: right after a plain run of the same prompts, a control under the settings
+    prefills them again, a plain control reuses them."""
     engine = engine_of("dflash", "mid")
-    base = engine.generate(PROMPTS[:2], n_predict=16)
-    control = lossless.measure_noise(engine, PROMPTS[:2], base.tokens, 4, "dflash")
-    assert control.positions > 0 and np.isfinite(control.max_spread)
+    prompts = PROMPTS[:2]
+    base = engine.generate(prompts, n_predict=16)
+    fed = engine._core._target_prompt_tokens_fed
+    before = fed()
+    plain = lossless.measure_noise(engine, prompts, base.tokens, 4)
+    assert fed() == before  # the plain run's cells served both passes
+    control = lossless.measure_noise(engine, prompts, base.tokens, 4, "dflash")
+    assert fed() > before  # the extraction pass made cells of its own
+    assert control.positions == plain.positions == sum(len(t) for t in base.tokens)
 
 
 def test_speculation_leaves_the_target_without_extraction(engine_of, hidden_dir):
@@ -351,13 +347,9 @@ def test_rejection_rule_distributional_verdict_on_a_hidden_drafter(engine_of, fa
     proposals: the correct rule is consistent with p, a rule that keeps every draft is not."""
     engine = engine_of("dflash", acceptance)
     base = engine.generate(PROMPTS, n_predict=24, temperature=1.0, seed=2)
-    control = lossless.measure_noise(engine, PROMPTS, base.tokens, 4, "dflash")
-    engine._core._inject_fault(fault)
-    try:
+    with injected(engine, fault):
         test = lossless.rejection_distribution(engine, PROMPTS, 1.0, 2, 400, n_predict=24, k=4,
                                                drafter="dflash")
-    finally:
-        engine._core._inject_fault("none")
     assert test.passed == passes, test.reason
 
 
@@ -379,8 +371,11 @@ def test_a_prompt_longer_than_a_batch_feeds_the_drafter_every_chunk(hidden_dir, 
             verdict, _ = lossless.verdict_after_run(engine, [long_prompt, "Hello"], base.tokens, runs[n_batch].tokens,
                                                     0.0, 0, 4, DRAFTER_OF[kind])
             assert verdict.verdict != lossless.FAIL, verdict.reason
-    assert runs[32].totals["drafted"] > 0
-    assert abs(runs[32].totals["accepted"] - runs[256].totals["accepted"]) <= 2  # near ties aside, the same drafts
+    # Both shapes draft and accept alike: at T = 0 the forced token leads by ACCEPTANCE["mid"] (7
+    # logits) in both models, far beyond any batch-shape noise, so every draft is the target's
+    # choice whatever the chunking. (A missed chunk is caught above: the drafter refuses the hole.)
+    for run in runs.values():
+        assert 0 < run.totals["accepted"] == run.totals["drafted"], run.totals
 
 
 def test_serving_refuses_the_hidden_state_drafters_in_one_line(engine_of):

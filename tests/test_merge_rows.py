@@ -81,30 +81,6 @@ def test_every_refused_report_changes_no_file(tmp_path, capsys, damage):
     assert snapshot(directory) == before
 
 
-def test_every_refused_merge_changes_no_file(runs, tmp_path):  # noqa: F811
-    """The refusals of test_shards (split, settings, unfinished, not a shard, hardware), each
-    with every shard directory checksummed around it and no output directory made."""
-    s0, s1 = str(runs / "shard0"), str(runs / "shard1")
-    grid = merge.load_shard(runs / "shard1")["grid"]
-
-    def copy_with(name, **changes) -> str:
-        copy = tmp_path / name
-        shutil.copytree(runs / "shard1", copy)
-        record = json.loads((copy / "provenance.json").read_text())
-        record.update(changes)
-        (copy / "provenance.json").write_text(json.dumps(record))
-        return str(copy)
-
-    cases = [[s0], [s0, s0], [s0, copy_with("n", grid={**grid, "n_predict": 7})],
-             [s0, copy_with("commit", llama_cpp_commit="other")], [s0, copy_with("unfinished", completed=False)],
-             [s0, str(runs / "whole")], [s0, copy_with("cpu", cpu_model="another CPU")]]
-    for i, dirs in enumerate(cases):
-        before = {d: snapshot(d) for d in dirs}
-        with pytest.raises(SystemExit, match="^error: "):
-            merge_main([str(tmp_path / f"out{i}"), *dirs, "--no-report"])
-        assert {d: snapshot(d) for d in dirs} == before and not (tmp_path / f"out{i}").exists()
-
-
 def test_a_deeply_nested_provenance_is_one_line_everywhere(runs, tmp_path, capsys, monkeypatch):  # noqa: F811
     """json.loads raises RecursionError, not JSONDecodeError, on deep nesting: report, merge and
     --resume each say it in one line and change nothing."""

@@ -159,13 +159,13 @@ def test_f16_weights(base, tmp_path):
 
 
 def test_invalid_arguments(tmp_path):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_embd and n_ff must be multiples of 32"):
         models.write_tiny_llama(tmp_path / "x.gguf", n_embd=100)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="dtype must be 'f32' or 'f16'"):
         models.write_tiny_llama(tmp_path / "x.gguf", dtype="q4")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown vocab 'klingon'"):
         models.write_tiny_llama(tmp_path / "x.gguf", vocab="klingon")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown kind 'nonsense'"):
         models.tiny_pair(tmp_path, "nonsense")
     assert not list(tmp_path.iterdir())
 

@@ -54,7 +54,7 @@ def error_line(done: subprocess.CompletedProcess) -> str:
     return done.stderr[done.stderr.index("error: "):].strip()
 
 
-# --- item 2: a lookup cache path that is not a regular file ----------------------------------------
+# --- a lookup cache path that is not a regular file ----------------------------------------
 @pytest.fixture
 def not_files(tmp_path):
     directory = tmp_path / "cache-dir"
@@ -93,7 +93,7 @@ def test_an_option_of_another_ngram_drafter_is_refused(noisy_engine, noisy_pair,
     assert "belongs to drafter ngram-mod" in error_line(done)
 
 
-# --- item 3: a target without a tokenizer, in the sweep --------------------------------------------
+# --- a target without a tokenizer, in the sweep --------------------------------------------
 @pytest.fixture(scope="module")
 def no_vocab_model(tmp_path_factory):
     """A tiny llama GGUF whose tokenizer model is "no_vocab" (llama.cpp's tokenizer asserts on it)."""
@@ -121,7 +121,7 @@ def test_the_prompt_tokenizer_makes_the_engines_checks(no_vocab_model):
         _core.VocabModel(str(no_vocab_model))
 
 
-# --- item 4: RPC peers that are not rpc-servers ------------------------------------------------------
+# --- RPC peers that are not rpc-servers ------------------------------------------------------
 def fake_peer(behaviour: str) -> tuple[str, socket.socket]:
     """A TCP listener on 127.0.0.1 that accepts and then: never answers ("silent"), closes
     ("close"), answers HTTP ("garbage"), or answers ggml-rpc's hello with protocol 6 ("old")."""
@@ -190,7 +190,7 @@ def test_a_peer_that_is_not_an_rpc_server_is_one_line_from_the_sweep(noisy_pair,
     assert not (tmp_path / "out").exists()
 
 
-# --- item 4: an rpc-server killed in the middle of a sweep loses no finished row ---------------------
+# --- an rpc-server killed in the middle of a sweep loses no finished row ---------------------
 BINARY, HOW = find_rpc_server()
 
 
@@ -262,14 +262,15 @@ def _wait_port(port: int, required: bool = True) -> bool:
     return False
 
 
-# --- item 10: concurrent preset builds sharing a cache ------------------------------------------------
+# --- concurrent preset builds sharing a cache ------------------------------------------------
 def test_concurrent_builds_of_one_derived_file_all_succeed(noisy_pair, tmp_path):
     """Eight processes derive the same quantized file at once (sweeps or array tasks sharing a
     cache): each gets the finished file, one of them built it, no temporary file is left."""
     src = tmp_path / "model.gguf"
     src.write_bytes(Path(noisy_pair[0]).read_bytes())
-    ready = tmp_path / "ready"
+    ready, built = tmp_path / "ready", tmp_path / "built"
     ready.mkdir()
+    built.mkdir()
     # all at once once every child has imported (a barrier of files); each build takes 0.5 s at least
     code = textwrap.dedent(f"""
         import os, sys, time
@@ -279,6 +280,7 @@ def test_concurrent_builds_of_one_derived_file_all_succeed(noisy_pair, tmp_path)
         quantize = presets.quantize
         def slow_quantize(*args):
             quantize(*args)
+            (Path({str(built)!r}) / str(os.getpid())).touch()
             time.sleep(0.5)
         presets.quantize = slow_quantize
         (Path({str(ready)!r}) / str(os.getpid())).touch()
@@ -294,5 +296,6 @@ def test_concurrent_builds_of_one_derived_file_all_succeed(noisy_pair, tmp_path)
         assert child.returncode == 0, err[-2000:]
         results.append(out.strip())
     assert len(set(results)) == 1
+    assert len(list(built.iterdir())) == 1  # one quantized, the others waited and took its file
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == \
-        ["model-Q8_0.gguf", "model.gguf", "ready"]
+        ["built", "model-Q8_0.gguf", "model.gguf", "ready"]

@@ -7,8 +7,9 @@ import math
 import os
 import statistics
 
+import numpy as np
 import pytest
-from conftest import PROMPTS
+from conftest import PROMPTS, assert_lossless_verdict, assert_real_figure
 from synthetic_traces import assert_tables_well_formed
 
 from specnative.report import drafter_sections, figures, summary as report_summary
@@ -26,23 +27,59 @@ def spec_run(engine, prompts, k):
     return engine.generate(prompts, spec=True, k=k, **RUN)
 
 
-def test_tau_at_k_prime_is_exact_for_greedy(noisy_engine):
+def simulate_rounds(agree: list, k: int) -> tuple[list, int, int]:
+    """The engine's greedy rounds over one sequence's fixed token stream (csrc engine: a round drafts
+    min(k, n_predict - emitted - 1) tokens, accepts the leading ones the target agrees with, and
+    emits them plus one). agree[j]: whether the draft's token for stream position j is the target's
+    -- a property of the stream, whatever k. Returns (accept_len_hist, tokens emitted, rounds)."""
+    n_predict, emitted, hist, rounds = len(agree), 1, [0] * (k + 1), 0  # token 0 is prefill's
+    while emitted < n_predict:
+        budget = min(k, n_predict - emitted - 1)
+        m = 0
+        while m < budget and agree[emitted + m]:
+            m += 1
+        hist[m] += 1
+        rounds += 1
+        emitted += m + 1
+    return hist, emitted - 1, rounds
+
+
+def test_tau_at_k_prime_is_exact_for_greedy():
+    """Streams with every mix of matches and mismatches, run at k_max and at each k': the
+    prediction from the k_max histogram counts the tokens and rounds of the run at k' exactly where
+    (k'+1) | (k_max+1), and bounds tau from below elsewhere. (On the engine the stream is the same at
+    every k up to batch-shape near-ties: the next test.)"""
+    rng = np.random.default_rng(3)
+    streams = [list(rng.random(48) < alpha) for alpha in (0.2, 0.5, 0.8, 0.95) for _ in range(25)]
+    straddled = 0
+    for agree in streams:
+        hist = simulate_rounds(agree, K_MAX)[0]
+        straddled += hist[K_MAX] > 0
+        for k in range(1, K_MAX + 1):
+            _, tokens_k, rounds_k = simulate_rounds(agree, k)
+            tokens, rounds = pick_k.tokens_and_rounds(hist, k)
+            lower, point = pick_k.tau_bounds(hist, k)
+            assert tokens == tokens_k == len(agree) - 1
+            if pick_k.exact_for(K_MAX, k):
+                assert rounds == rounds_k and lower == point == pytest.approx(tokens_k / rounds_k, rel=1e-12)
+            else:
+                assert lower <= tokens_k / rounds_k + 1e-12
+    assert straddled > 10  # fully accepted segments, which the exact/bound distinction is about
+
+
+def test_runs_at_every_k_emit_the_stream_the_prediction_cuts(noisy_engine):
+    """The premise on the engine: greedy runs at k = 1..k_max emit the baseline's stream (lossless
+    verdict: up to batch-shape near-ties, which the verify's k+1 rows make differ with k), and the
+    prediction counts the tokens they emit."""
     prompts = noisy_engine.to_token_prompts(PROMPTS)
+    base = noisy_engine.generate(prompts, **RUN)
     at_max = spec_run(noisy_engine, prompts, K_MAX)
     hist = at_max.totals["accept_len_hist"]
     assert 0 < hist[K_MAX] < hist.sum(), "the pair must both accept fully and reject for this test to bite"
     for k in range(1, K_MAX + 1):
-        run = spec_run(noisy_engine, prompts, k)
-        assert [list(t) for t in run.tokens] == [list(t) for t in at_max.tokens]  # greedy: k changes nothing
-        tokens, rounds = pick_k.tokens_and_rounds(hist, k)
-        lower, point = pick_k.tau_bounds(hist, k)
-        assert tokens == run.totals["emitted"]
-        if pick_k.exact_for(K_MAX, k):
-            assert rounds == run.totals["rounds"]
-            assert pick_k.tau_at(hist, k) == pytest.approx(run.mean_accept_len, rel=1e-12)
-            assert lower == point
-        else:
-            assert lower <= run.mean_accept_len + 1e-12  # the ceil bound holds
+        run = at_max if k == K_MAX else spec_run(noisy_engine, prompts, k)
+        assert_lossless_verdict(noisy_engine, prompts, base.tokens, run.tokens, k=k)  # conftest
+        assert pick_k.tokens_and_rounds(hist, k)[0] == run.totals["emitted"]
 
 
 def test_tau_is_not_min_of_accepted_length():
@@ -157,7 +194,7 @@ def test_k_advice_uses_the_largest_k_and_says_none(tmp_path):
     two_keys = frame.assign(ctx_len=[0, 0, 2048])  # regimes differing in two keys: one label column
     assert_tables_well_formed(drafter_sections.which_k_md(advisor.load_traces(two_keys)))
     figures.save(drafter_sections.plot_which_k(advisor.load_traces(frame)), tmp_path / "which_k")
-    assert (tmp_path / "which_k.png").stat().st_size > 0
+    assert_real_figure(tmp_path / "which_k.png")
 
 
 def test_monotone_curve_drops_load_spikes_only():
@@ -207,7 +244,10 @@ def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp
     r = advice.iloc[0]
     assert r["fixed_speedup"] == 1.5 and r["p_min_speedup"] == 1.8 and r["best_p_min"] == 0.75
     assert r["fixed_draft_len"] == 4.0 and r["p_min_draft_len"] == 2.2
-    assert r["recommend"] in ("p_min=0.75", "measure-more")
+    assert (r["recommend"], r["decision"]) == ("p_min=0.75", "on")  # both pay, the stop rule surely more
+    # the surest gain, not the highest estimate: a noisy p_min cell loses to a steady fixed k
+    noisy = rows[:2] + [rows[2], dict(rows[3], tps_min=50.0 * 0.4, tps_max=50.0 * 3.2)]
+    assert advisor.p_min_advice(advisor.load_traces(pd.DataFrame(noisy))).iloc[0]["recommend"] == "fixed k"
     run = write_run(tmp_path / "run", rows)
     summary = report_summary.write_artifacts(run)["summary.md"].read_text()
     assert "## Draft stop rule (p_min) against fixed k" in summary

@@ -300,7 +300,7 @@ def test_ratio_interval_pools_counts_and_widens_with_disagreeing_cells():
     assert mixed.estimate == pytest.approx(0.5) and 0.0 <= mixed.low < 0.5 < mixed.high <= 1.0
     residuals = [0.4, -0.3, 0.3, -0.4]  # by hand: se = sqrt(n * sum(e^2) / (n - 1)) / sum(d)
     se = math.sqrt(4 * sum(e * e * 100 for e in residuals) / 3) / 40
-    assert mixed.high - mixed.estimate == pytest.approx(min(stats._t_quantile(0.95, 3) * se, 0.5))
+    assert mixed.high - mixed.estimate == pytest.approx(min(stats.t_quantile(0.95, 3) * se, 0.5))
     one = stats.ratio_interval([3], [4])
     assert one.estimate == 0.75 and math.isnan(one.low)
     assert math.isnan(stats.ratio_interval([0], [0]).estimate)

@@ -258,9 +258,14 @@ def test_malformed_prompts_are_refused(noisy_engine, prompts, message):
 
 
 def test_out_of_range_integers_are_value_errors(noisy_engine):
-    for kwargs in ({"n_predict": 2**40}, {"k": 2**33, "spec": True}, {"seed": 2**64}, {"n_predict": True},
-                   {"temperature": 1e-45}, {"temperature": 1e39}, {"temperature": float("nan")}):
-        with pytest.raises(ValueError):
+    for kwargs, message in [({"n_predict": 2**40}, "n_predict=1099511627776 is out of range"),
+                            ({"k": 2**33, "spec": True}, "k=8589934592 is out of range"),
+                            ({"seed": 2**64}, r"seed must be in \[0, 2\*\*64\)"),
+                            ({"n_predict": True}, "n_predict must be an integer, not True"),
+                            ({"temperature": 1e-45}, "too small to sample with"),
+                            ({"temperature": 1e39}, "temperature must be a finite number"),
+                            ({"temperature": float("nan")}, "temperature must be a finite number")]:
+        with pytest.raises(ValueError, match=message):
             noisy_engine.generate(PROMPTS[0], **kwargs)
     for ids in ([99999], [-1], [300, 2**40]):
         with pytest.raises(ValueError, match="outside the vocabulary"):

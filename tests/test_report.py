@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import assert_real_figure
 from matplotlib.container import BarContainer
 from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_rows, off_row, on_row, write_run
 
@@ -41,7 +42,8 @@ def test_every_artifact_is_written(run):
     for stem in ("speedup_curve", "timing_breakdown", "theory_vs_measured", "acceptance_by_position"):
         for suffix in (".png", ".pdf"):
             path = directory / (stem + suffix)
-            assert written[stem + suffix] == path and path.stat().st_size > 1000
+            assert written[stem + suffix] == path
+            assert_real_figure(path)
     assert (directory / "summary.md").is_file() and (directory / "advice.csv").is_file()
 
 
@@ -199,8 +201,11 @@ def test_slope_needs_three_concurrencies(run):
 def test_summary_lists_lossless_failures_and_provenance(run):
     directory, _ = run
     text = (directory / "summary.md").read_text()
-    # provenance first, with what the reproducibility record holds
-    assert text.index("Reproducibility record") < text.index("## Cells")
+    # the answer first (where speculation pays, best and worst cell, k, verdict counts), the cells,
+    # and the reproducibility record last, with everything it holds
+    assert text.index("## The answer") < text.index("## Cells") < text.index("## Reproducibility record")
+    answer = text[text.index("## The answer"):text.index("\n## ", text.index("## The answer") + 1)]
+    assert "Speculation pays in" in answer and "Best cell:" in answer and "1 fail" in answer
     for needle in ("0c1e57098", "-DGGML_NATIVE=OFF", "Synthetic CPU", "ab" * 32, "cd" * 32,
                    "python -m specnative.sweep --out runs/synthetic", "1 discarded / 3 timed"):
         assert needle in text

@@ -46,8 +46,9 @@ def test_softmax_at_the_edges_of_exp():
 
 
 def test_softmax_refuses_temperatures_it_cannot_use():
-    for bad in (0.0, -1.0, 1e-45, float("nan")):
-        with pytest.raises(ValueError):
+    for bad, message in [(0.0, "softmax needs a temperature > 0"), (-1.0, "a finite number >= 0"),
+                         (1e-45, "too small to sample with"), (float("nan"), "a finite number >= 0")]:
+        with pytest.raises(ValueError, match=message):
             _core._softmax(np.zeros(4, dtype=np.float32), bad)
 
 

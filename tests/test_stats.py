@@ -37,8 +37,10 @@ def test_one_value_has_no_interval_and_bad_values_raise():
     iv = stats.geometric_interval([5.0])
     assert iv.estimate == pytest.approx(5.0) and math.isnan(iv.low) and math.isnan(iv.high)
     assert math.isnan(iv.rel_width) and not iv.above(1.0) and not iv.below(10.0)
-    for bad in ([], [1.0, 0.0], [1.0, -2.0], [1.0, math.nan]):
-        with pytest.raises(ValueError):
+    for bad, message in [([], "no values"), ([1.0, 0.0], r"positive and finite, got \[0.0\]"),
+                         ([1.0, -2.0], r"positive and finite, got \[-2.0\]"),
+                         ([1.0, math.nan], r"positive and finite, got \[nan\]")]:
+        with pytest.raises(ValueError, match=message):
             stats.geometric_interval(bad)
 
 
@@ -139,9 +141,12 @@ def test_combined_reason_waits_for_every_interval():
 
 
 def test_policy_rejects_nonsense():
-    for bad in (dict(min_repeats=0), dict(min_repeats=5, max_repeats=4), dict(level=1.0),
-                dict(rel_width=-0.1), dict(max_warmup=-1)):
-        with pytest.raises(ValueError):
+    for bad, message in [(dict(min_repeats=0), "need 1 <= min_repeats <= max_repeats, got 0 and 10"),
+                         (dict(min_repeats=5, max_repeats=4), "got 5 and 4"),
+                         (dict(level=1.0), "level must be between 0 and 1, got 1.0"),
+                         (dict(rel_width=-0.1), "rel_width and settle_tol must be >= 0"),
+                         (dict(max_warmup=-1), "max_warmup must be >= 0, got -1")]:
+        with pytest.raises(ValueError, match=message):
             Policy(**bad)
 
 
@@ -176,7 +181,7 @@ def test_warm_up_starts_from_a_run_made_already():
 def test_settled_needs_every_timing_to_agree():
     assert stats.settled([100.0, 50.0], [105.0, 52.0], 0.10)
     assert not stats.settled([100.0, 50.0], [105.0, 60.0], 0.10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="the same, non-empty set of timings"):
         stats.settled([1.0], [1.0, 2.0], 0.1)
 
 

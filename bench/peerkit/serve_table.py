@@ -175,16 +175,21 @@ def crossover_md(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
 def main(argv=None) -> int:
     from specnative import build_info
     a = parse_args(argv)
+    if not (a.run_dir / "provenance.json").is_file() or not (a.run_dir / "traces.csv").is_file():
+        raise SystemExit(f"error: {a.run_dir} is not a run folder (no provenance.json and traces.csv)")
     install_sigterm_handler()
     prov = json.loads((a.run_dir / "provenance.json").read_text())
+    if "serve" not in prov:
+        raise SystemExit(f"error: {a.run_dir} is not a serve run (provenance.json has no 'serve' record)")
     a.threads = a.threads or prov.get("n_threads", 2)
     tools, build = find_tools(a, build_info(), [NAME])
     if a.build_only:
         return 0
     traces = trace_files(a.run_dir)
+    out = a.out or a.run_dir / "llama-server-replay.md"
+    out.parent.mkdir(parents=True, exist_ok=True)  # before the replay, which takes minutes
     theirs = measure(a, prov, traces, tools)
     ours = ours_frame(a.run_dir)
-    out = a.out or a.run_dir / "llama-server-replay.md"
     theirs.to_csv(out.with_suffix(".csv"), index=False)
     text = "\n\n".join([
         f"# specnative serving vs llama-server on the same traces ({a.run_dir.name})",

@@ -1,4 +1,4 @@
-"""llama-server: the deployment path the seed measures (§9), started and stopped by the benchmark.
+"""llama-server: the deployment path people measure, started and stopped by the benchmark.
 
 Bounded and self-cleaning: it listens on 127.0.0.1 only (no other address is ever used), every
 HTTP call has a timeout, the process runs in its own session and is killed on stop(), on exit of
@@ -177,8 +177,8 @@ class LlamaServer:
         """One greedy streamed /completion on token ids, as an open-loop serving client sees it:
         the send time and the time of every chunk that carried tokens, in ms since `t0`
         (time.perf_counter()), the tokens, and the final chunk's timings (draft_n,
-        draft_n_accepted). The dict has the keys of specnative's serving records (serve.py), so
-        the same metrics apply (serve_metrics.request_metrics); admission is not visible from
+        draft_n_accepted). The dict has the keys of specnative's serving records, so the same
+        metrics apply (specnative.serving.metrics.request_metrics); admission is not visible from
         outside, so admitted_ms is the send time."""
         body = {"prompt": [int(t) for t in tokens], "n_predict": int(n_predict), "temperature": 0.0,
                 "cache_prompt": False, "return_tokens": True, "ignore_eos": bool(ignore_eos), "stream": True}

@@ -631,6 +631,7 @@ PYBIND11_MODULE(_core, m) {
         ensure_backend();
         py::dict d;
         d["llama_commit"] = SPECNATIVE_LLAMA_COMMIT;
+        d["specnative_commit"] = SPECNATIVE_COMMIT;  // at build time
         d["build_flags"] = SPECNATIVE_BUILD_FLAGS;
         d["backend"] = SPECNATIVE_BACKEND;
         d["system_info"] = std::string(llama_print_system_info());

@@ -91,7 +91,8 @@ def _positive(values, what: str) -> list[float]:
     return values
 
 
-def _t_quantile(level: float, dof: int) -> float:
+def t_quantile(level: float, dof: int) -> float:
+    """The two-sided Student t quantile of a `level` interval with `dof` degrees of freedom."""
     from scipy.stats import t  # scipy is a dependency; imported here to keep `import` light
     return float(t.ppf(0.5 + level / 2.0, dof))
 
@@ -107,7 +108,7 @@ def geometric_interval(values: Sequence[float], level: float = 0.95) -> Interval
     if n < 2:
         return Interval(math.exp(mean), math.nan, math.nan, level, n)
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = _t_quantile(level, n - 1) * sd / math.sqrt(n)
+    half = t_quantile(level, n - 1) * sd / math.sqrt(n)
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), level, n)
 
 
@@ -142,7 +143,7 @@ def ratio_interval(numerators: Sequence[float], denominators: Sequence[float], l
     if n < 2:
         return Interval(ratio, math.nan, math.nan, level, n)
     spread = math.fsum((x - ratio * y) ** 2 for x, y in zip(a, d)) / (n - 1)
-    half = _t_quantile(level, n - 1) * math.sqrt(n * spread) / total
+    half = t_quantile(level, n - 1) * math.sqrt(n * spread) / total
     low, high = ratio - half, ratio + half
     if all(x >= 0 for x in a + d):
         low = max(low, 0.0)

@@ -379,8 +379,16 @@ class Engine:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
         seed = _seed(seed)
         temperature = _temperature(temperature)
-        if draft_temperature is not None and not _temperature(draft_temperature) > 0:
-            raise ValueError(f"draft_temperature must be > 0 (None: the generation temperature), not {draft_temperature!r}")
+        if draft_temperature is not None:  # what it applies to, said before the value (the core checks both)
+            if not _temperature(draft_temperature) > 0:
+                raise ValueError(f"draft_temperature must be > 0 (None: the generation temperature), "
+                                 f"not {draft_temperature!r}")
+            if drafter_name(drafter) != "model":
+                raise ValueError(f"draft_temperature applies to the draft model (drafter 'model'); drafter "
+                                 f"{drafter!r} has no draft distribution to sample at another temperature")
+            if not temperature > 0:
+                raise ValueError("draft_temperature applies when sampling (temperature > 0); at temperature 0 "
+                                 "the draft model proposes greedily")
         draft_temperature = 0.0 if draft_temperature is None else _temperature(draft_temperature)  # 0: the same
         if record_pit and not (spec and accept_rule == "rejection" and temperature > 0):
             raise ValueError("record_pit applies to the rejection rule when sampling (spec=True, temperature > 0)")

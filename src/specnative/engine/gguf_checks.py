@@ -291,6 +291,18 @@ def _drafter_problems(h: Header) -> list[str]:
     return problems
 
 
+def drafter_kind(path) -> str:
+    """What llama.cpp takes a drafter file for: dflash, dflash2, dspark or eagle3 ("" for any other
+    model), the core's own inference from the header (its tensors tell DFlash2 and DSpark apart);
+    from the architecture alone where the core does not say."""
+    from specnative import _core
+
+    infer = getattr(_core, "hidden_drafter_file_kind", None)
+    if infer is not None:
+        return infer(str(path))
+    return {"dflash": "dflash", "eagle3": "eagle3"}.get(architecture(path), "")
+
+
 def role_of(path, role: str) -> str:
     """`role` ("draft") as the message says it: a hidden-state drafter's file is "drafter"."""
     return "drafter" if role == "draft" and architecture(path) in DRAFTER_ARCHS else role

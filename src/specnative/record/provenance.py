@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specnative import __version__
 from specnative.engine import native
 
 
@@ -89,12 +90,29 @@ def gpu_info() -> dict | None:
     return {"name": name, "memory_gb": round(float(memory_mib) / 1024, 1), "driver": driver}
 
 
+def source_commit(built: str) -> str:
+    """specnative's commit: the source tree's HEAD where the package runs from a git checkout (an
+    editable install; "+changes" when its sources differ from HEAD), else the commit it was built
+    from."""
+    here = Path(__file__).resolve().parents[3]  # src/specnative/record -> the repository root
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no", "--",
+                                  "src", "csrc", "CMakeLists.txt"], capture_output=True, text=True,
+                                 timeout=10, check=True).stdout.strip()
+    except (subprocess.SubprocessError, OSError):
+        return built
+    return head + ("+changes" if changed else "") if head else built
+
+
 def environment() -> dict:
     """Software and hardware of this process: what every rate is tagged with."""
-    from specnative import __version__
+
     build = native.build_info()
     return {
         "specnative_version": __version__,
+        "specnative_commit": source_commit(build.get("specnative_commit", "unknown")),
         "llama_cpp_commit": build["llama_commit"],
         "build_flags": build["build_flags"].strip(),
         "backend": build["backend"],

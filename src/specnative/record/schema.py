@@ -246,6 +246,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("noise_candidate_spread", "float", "noise control: most the logit gaps among each position's candidates "
            "moved (tokens within lossless.CANDIDATE_WINDOW x the spread of the top): what a greedy choice depends "
            "on (on rows)"),
+    # --- every timed repeat, for paired statistics across runs (specnative compare, tidy.csv) ----------
+    Column("tps_repeats", "str", "the steady-state tokens/s of every timed repeat, in order, ';'-separated"),
+    Column("speedup_repeats", "str", "on rows: every repeat's paired speedup tps_on / tps_off, in order, "
+           "';'-separated (the speedup interval is over these)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

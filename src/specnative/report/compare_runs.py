@@ -7,10 +7,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
 
+from specnative.record.schema import is_serve_run
 from specnative.report.advisor import REGIME_KEYS, advise, load_traces, pair_cells, verdicts_frame
 from specnative.report.cells import key_text, label, lossless_cells
 from specnative.report.figures import BAND_CAPTION, caption, empty_panel, new_figure, save
-from specnative.report.record_md import hardware, load_provenance
+from specnative.report.record_md import ReportInputError, hardware, load_provenance
 from specnative.report.text import fmt, md_table
 
 COMPARE_COLUMNS = ("tps", "tps_off", "speedup", "speedup_lo", "speedup_hi", "draft_accept_rate",
@@ -90,11 +91,17 @@ def compare_md(joined: pd.DataFrame, keys: list, label_a: str, label_b: str) -> 
 
 
 def _compare_source(other) -> tuple[pd.DataFrame, str]:
+    """Run B's traces and label; a serve run is refused: its levels (request rates) are no regimes
+    of a sweep's, and joining them would pair each cell with every level."""
     path = Path(other)
+    traces = load_traces(path)
+    if is_serve_run(traces):
+        raise ReportInputError(f"--compare {other} is a serve run; --compare takes two sweep runs (compare serve "
+                               f"runs with each other with specnative compare)")
     prov = load_provenance(path if path.is_dir() else path.parent)
     name = prov.get("run_id") or (path.name if path.is_dir() else path.parent.name + "/" + path.name)
     where = hardware(prov) if prov else "hardware not recorded"
-    return load_traces(path), f"{name} ({where})"
+    return traces, f"{name} ({where})"
 
 
 def write_compare(run_dir, prov, cells, verdicts, compare, thresholds, out) -> str:

@@ -37,6 +37,7 @@ from specnative.report.record_md import (
     sweep_time_md,
 )
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
+from specnative.report.verdict_block import verdict_block
 from specnative.workloads import category_table
 
 
@@ -90,7 +91,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.append(("Compare", write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
     out["summary.md"] = run_dir / "summary.md"
-    out["summary.md"].write_text(_render(prov, sections, list(figures)))
+    answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None)
+    out["summary.md"].write_text(_render(prov, answer, sections, list(figures)))
     return out
 
 
@@ -116,11 +118,13 @@ FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
                  "which_k": "Which k: verify-cost curve and predicted speedup"}
 
 
-def _render(prov: dict, sections: list, figures: list) -> str:
+def _render(prov: dict, answer: str, sections: list, figures: list) -> str:
+    """The answer first, then the sections, the figures, and the reproducibility record last."""
     title = f"# specnative report: run {prov.get('run_id', 'n/a')}"
-    parts = [title, "## Reproducibility record", provenance_md(prov)]
+    parts = [title, "## The answer", answer]
     for heading, body in sections:
         parts += [f"## {heading}", body]
     parts.append("## Figures")
     parts += [f"### {FIGURE_TITLES[f]}\n\n![{f}]({f}.png)\n\n[PDF]({f}.pdf)" for f in figures]
+    parts += ["## Reproducibility record", provenance_md(prov)]
     return "\n\n".join(parts) + "\n"

@@ -80,11 +80,23 @@ def write_trace(path, requests: list[Request]) -> Path:
     return path
 
 
+MAX_TOKEN_ID = 2**31  # llama.cpp's token ids are int32
+
+
 def read_trace(path) -> list[Request]:
-    """Requests from a trace file (write_trace's format); a bad line is named in the error."""
+    """Requests from a trace file (write_trace's format); a bad line is named in the error, and a
+    file that cannot be read as text is a ValueError too."""
     path = Path(path)
     out = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path}: is a directory, not a trace file") from None
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error.strerror or error})") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -98,6 +110,9 @@ def read_trace(path) -> list[Request]:
         if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
                                                             for t in prompt)):
             raise ValueError(f"{where}: prompt must be a non-empty list of token ids")
+        if not all(0 <= t < MAX_TOKEN_ID for t in prompt):
+            bad = next(t for t in prompt if not 0 <= t < MAX_TOKEN_ID)
+            raise ValueError(f"{where}: token id {bad} is not a vocabulary index (0 to {MAX_TOKEN_ID - 1})")
         if not (isinstance(length, int) and not isinstance(length, bool) and length >= 1):
             raise ValueError(f"{where}: output_len must be an integer >= 1")
         if out and arrival < out[-1].arrival_s:

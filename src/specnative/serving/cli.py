@@ -1,6 +1,11 @@
 """`specnative serve`: serving under load. Seeded request traces at each request rate replayed
 through the engine's continuous-batching loop, spec off and on on the same trace; its own flags
-(rates, slots, requests, SLOs, a trace file) on top of the shared ones (sweep/options.py)."""
+(rates, slots, requests, SLOs, a trace file) on top of the shared ones (sweep/options.py).
+
+Every flag the parser takes is applied and recorded, or refused: a --trace file holds its own
+arrivals, prompts and output lengths, so the flags that would set them are errors beside it; serve
+has no shared context (--context is the sweep's), and the closed loop's grid and measuring
+settings are fixed (set_defaults) since no flag of serve's sets them."""
 from __future__ import annotations
 
 import argparse
@@ -8,29 +13,39 @@ import math
 import sys
 from pathlib import Path
 
-from specnative.serving import arrivals
+from specnative.engine import drafter_name, native
+from specnative.serving import arrivals, checks
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.report import write_report
-from specnative.serving.runner import ServeConfig, run_serve_sweep
+from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
 from specnative.sweep import options
+from specnative.sweep.config import SweepConfig
 
 DESCRIPTION = ("Serving under load: replay seeded request traces at each --request-rate through continuous "
                "batching, spec off and on on the same trace (-r traces per rate), and write traces.csv, "
                "requests.jsonl and a report with the crossover rate. With no model arguments it runs the "
                "embedded tiny preset.")
+DEFAULT_RATES, DEFAULT_REQUESTS, DEFAULT_BURSTINESS = "1,2,4,8,inf", 32, 1.0
+# Flags a --trace file replaces: it holds its own arrivals, prompts and output lengths
+TRACE_REPLACES = (("request_rate", "--request-rate"), ("num_requests", "--num-requests"),
+                  ("burstiness", "--burstiness"), ("n_predict", "-n/--n-predict"), ("prompts", "--prompts"),
+                  ("dataset", "--dataset"), ("tasks", "--tasks"))
 
 
 def add_serving_flags(p: argparse.ArgumentParser) -> None:
     serving = p.add_argument_group("serving under load (continuous batching)")
-    serving.add_argument("--request-rate", default="1,2,4,8,inf", metavar="R,R,...",
-                         help="requests per second (Poisson; 'inf': all at t=0)")
+    serving.add_argument("--request-rate", default=None, metavar="R,R,...",
+                         help=f"requests per second (Poisson; 'inf': all at t=0; default {DEFAULT_RATES})")
     serving.add_argument("--max-concurrency", type=int, default=8, help="slots decoding together (llama-server -np)")
-    serving.add_argument("--num-requests", type=int, default=32, help="requests per trace")
-    serving.add_argument("--burstiness", type=float, default=1.0, help="gamma shape of the arrival gaps (1: Poisson)")
+    serving.add_argument("--num-requests", type=int, default=None,
+                         help=f"requests per trace (default {DEFAULT_REQUESTS})")
+    serving.add_argument("--burstiness", type=float, default=None,
+                         help=f"gamma shape of the arrival gaps (1: Poisson; default {DEFAULT_BURSTINESS:g})")
     serving.add_argument("--slo", default=None, metavar="ttft:MS,tpot:MS", help="goodput targets (also e2el:MS)")
     serving.add_argument("--trace", type=Path, default=None, metavar="FILE",
-                         help="replay this trace file (JSON lines: arrival_s, prompt token ids, output_len) instead "
-                              "of --request-rate")
+                         help="replay this trace file (JSON lines: arrival_s, prompt token ids, output_len) -r "
+                              "times instead of seeded traces: its arrivals, prompts and output lengths replace "
+                              "--request-rate, --num-requests, --burstiness, -n, --prompts, --dataset and --tasks")
     serving.add_argument("-r", "--repeats", type=int, default=2, help="seeded traces per request rate")
 
 
@@ -39,77 +54,124 @@ def build_parser(prog: str = "specnative serve") -> argparse.ArgumentParser:
     options.add_model_flags(p, "target model (one)")
     options.add_drafter_flags(p, axis=False)
     options.add_sampling_flags(p, axis=False)
-    options.add_workload_flags(p)
+    options.add_workload_flags(p, context=False)
     add_serving_flags(p)
     options.add_run_flags(p)
     options.add_placement_flags(p)
     options.add_output_flags(p)
-    # the closed loop's grid and measuring settings, fixed: a serve run's axis is the request rate
-    p.set_defaults(ctx_len=[0], concurrency=None, draft_p_min=[0.0], dist_positions=4096, warmup=0, warmup_tol=0.1,
-                   max_repeats=None, ci_level=0.95, ci_width=0.05, which_k=False, check_k=False, shard=None)
+    # the closed loop's grid and measuring settings, fixed (no flag of serve's sets them): a serve
+    # run's axis is the request rate, its repeats are seeded traces; the rejection rule's
+    # distributional test pools the sweep's default number of tokens (recorded in provenance)
+    p.set_defaults(ctx_len=[0], concurrency=None, draft_p_min=[0.0], dist_positions=SweepConfig.dist_positions,
+                   warmup=0, warmup_tol=0.1, max_repeats=None, ci_level=0.95, ci_width=0.05, which_k=False,
+                   check_k=False, shard=None, context=None)
     return p
 
 
-def config_from(sweep_cfg, args) -> ServeConfig:
-    """The load sweep's settings: models, n_predict, threads, k etc. from the sweep's own flags
-    (already checked by sweep.config_from_args), the serving flags from `args`."""
+def serve_problems(args) -> list[str]:
+    """serve's own flags, checked before the shared ones (which may fetch a public set): one line
+    each."""
     errors = []
+    if args.trace is not None:
+        given = [flag for name, flag in TRACE_REPLACES if getattr(args, name) is not None]
+        if given:
+            errors.append(f"--trace replays the file's own arrivals, prompts and output lengths: {', '.join(given)} "
+                          f"would not apply")
+        if not Path(args.trace).exists():
+            errors.append(f"--trace: no such file {args.trace}")
+    rates = []
     try:
-        rates = [arrivals.parse_rate(r) for r in args.request_rate.split(",")]
+        rates = [arrivals.parse_rate(r) for r in (args.request_rate or DEFAULT_RATES).split(",")]
     except ValueError as error:
-        rates, errors = [], [f"--request-rate: {error}"]
+        errors.append(f"--request-rate: {error}")
     if len(set(rates)) != len(rates):
         errors.append("--request-rate has duplicates")
-    try:
-        slo = serve_metrics.parse_slo(args.slo)
-    except ValueError as error:
-        slo, errors = {}, errors + [str(error)]
-    if args.max_concurrency < 1:
-        errors.append("--max-concurrency must be >= 1")
-    if args.num_requests < 1:
+    n_requests = DEFAULT_REQUESTS if args.num_requests is None else args.num_requests
+    burstiness = DEFAULT_BURSTINESS if args.burstiness is None else args.burstiness
+    if n_requests < 1:
         errors.append("--num-requests must be >= 1")
-    if not (args.burstiness > 0 and math.isfinite(args.burstiness)):
+    elif args.trace is None:
+        errors += [p for p in (checks.rate_problem(r, n_requests) for r in rates) if p]
+    try:
+        serve_metrics.parse_slo(args.slo)
+    except ValueError as error:
+        errors.append(str(error))
+    if not 1 <= args.max_concurrency <= native.max_parallel_sequences:
+        errors.append(f"--max-concurrency must be in [1, {native.max_parallel_sequences}] (llama.cpp's most "
+                      f"sequences per context), not {args.max_concurrency}")
+    if not (burstiness > 0 and math.isfinite(burstiness)):
         errors.append("--burstiness must be a finite number > 0")
+    for drafter in args.drafter:
+        try:
+            problem = checks.hidden_drafter_refusal(drafter_name(drafter))
+        except ValueError:
+            continue  # an unknown name: the shared check says so
+        if problem:
+            errors.append(problem)
+    return errors
+
+
+def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
+    """The load sweep's settings: models, n_predict, threads, k etc. from the shared flags (already
+    checked by options.config_from_args), the serving flags from `args` (serve_problems), a
+    --trace file's requests from `trace`."""
     if (len(sweep_cfg.targets) != 1 and sweep_cfg.preset is None) or len(sweep_cfg.ks) != 1 \
             or len(sweep_cfg.drafters) != 1 or len(sweep_cfg.temperatures) != 1:
-        errors.append("serve takes one target (a preset: its first), one -k, one --drafter and one --temp "
-                      "(the request rate is its axis)")
-    if sweep_cfg.resume:
-        errors.append("serve does not resume: a load level is one replay of a trace (run it again with another --out)")
-    if args.trace is not None and not Path(args.trace).is_file():
-        errors.append(f"--trace: no such file {args.trace}")
-    if errors:
-        raise SystemExit("error: " + "\n       ".join(errors))
+        raise SystemExit("error: serve takes one target (a preset: its first), one -k, one --drafter and one --temp "
+                         "(the request rate is its axis)")
+    rates = sorted(arrivals.parse_rate(r) for r in (args.request_rate or DEFAULT_RATES).split(","))
     drafter = sweep_cfg.drafters[0]
     return ServeConfig(
         target=Path(sweep_cfg.targets[0]), draft=Path(sweep_cfg.draft) if sweep_cfg.draft else None,  # n-gram: none
-        rates=sorted(rates),
-        max_concurrency=args.max_concurrency, n_requests=args.num_requests, burstiness=args.burstiness,
+        rates=[offered_rate(trace)] if trace is not None else rates,
+        max_concurrency=args.max_concurrency,
+        n_requests=len(trace) if trace is not None else (args.num_requests or DEFAULT_REQUESTS),
+        burstiness=math.nan if trace is not None else (args.burstiness or DEFAULT_BURSTINESS),
         repeats=sweep_cfg.repeats, k=sweep_cfg.ks[0], drafter=drafter,
         drafter_options=sweep_cfg.drafter_options if drafter != "model" else {},
         temperature=sweep_cfg.temperatures[0], accept_rule=sweep_cfg.accept_rule, n_predict=sweep_cfg.n_predict,
-        slo=slo, slo_text=args.slo or "", seed=sweep_cfg.seed, threads=sweep_cfg.threads, n_batch=sweep_cfg.n_batch,
-        gpu_layers=sweep_cfg.gpu_layers, flash_attn=sweep_cfg.flash_attn, tasks=sweep_cfg.tasks,
-        prompts=sweep_cfg.prompts, prompts_source=sweep_cfg.prompts_source, dataset=sweep_cfg.dataset,
-        trace_file=args.trace, out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset,
-        command=sweep_cfg.command)
+        slo=serve_metrics.parse_slo(args.slo), slo_text=args.slo or "", seed=sweep_cfg.seed,
+        threads=sweep_cfg.threads, n_batch=sweep_cfg.n_batch, gpu_layers=sweep_cfg.gpu_layers,
+        flash_attn=sweep_cfg.flash_attn, tasks=sweep_cfg.tasks, prompts=sweep_cfg.prompts,
+        prompts_source=sweep_cfg.prompts_source, dataset=sweep_cfg.dataset, trace_file=args.trace, trace=trace,
+        out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset, command=sweep_cfg.command,
+        dist_positions=sweep_cfg.dist_positions, max_kv_gib=sweep_cfg.max_kv_gib, placement=sweep_cfg.placement,
+        resume=sweep_cfg.resume)
+
+
+def describe(cfg: ServeConfig) -> str:
+    """What the run will do, as it applies it (a --trace file's own contents)."""
+    head = (f"specnative serve -> {cfg.out_dir}\n  target {cfg.target.name}, draft "
+            f"{cfg.draft.name if cfg.draft else '-'}, drafter {cfg.drafter}, k {cfg.k}, T {cfg.temperature:g} "
+            f"({cfg.accept_rule}), max concurrency {cfg.max_concurrency}")
+    if cfg.trace is not None:
+        t = checks.trace_summary(cfg.trace)
+        return (f"{head}\n  trace {cfg.trace_file}: {t['requests']} requests arriving over {t['arrival_span_s']:.3g} s "
+                f"(offered rate {t['offered_rate']} req/s), output lengths {t['output_len']['min']}-"
+                f"{t['output_len']['max']} (mean {t['output_len']['mean']:.1f}), prompts "
+                f"{t['prompt_len']['min']}-{t['prompt_len']['max']} tokens; replayed {cfg.repeats} time(s)")
+    lengths = (f"output lengths from the set's replies, at most {cfg.n_predict} tokens" if cfg.dataset
+               and cfg.dataset.get("name") == "sharegpt" else f"{cfg.n_predict} tokens each")
+    spans = ", ".join(f"{arrivals.rate_label(r)}: ~{checks.expected_span_s(r, cfg.n_requests):.3g} s"
+                      for r in cfg.rates)
+    return (f"{head}\n  rates {[arrivals.rate_label(r) for r in cfg.rates]} req/s x {cfg.repeats} seeded traces of "
+            f"{cfg.n_requests} requests ({lengths}); arrivals spread over (rate: span) {spans}")
 
 
 def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(prog).parse_args(argv)
-    args.concurrency = [max(args.max_concurrency, 1)]  # the batch-size check of the shared flags
-    cfg = config_from(options.config_from_args(args, argv, verb="serve"), args)
-    lengths = (f"output lengths from the set's replies, at most {cfg.n_predict} tokens" if cfg.dataset
-               and cfg.dataset.get("name") == "sharegpt" else f"{cfg.n_predict} tokens each")
-    print(f"specnative serve -> {cfg.out_dir}\n  target {cfg.target.name}, draft {cfg.draft.name if cfg.draft else '-'}, "
-          f"drafter {cfg.drafter}, k {cfg.k}\n  rates {[arrivals.rate_label(r) for r in cfg.rates]} req/s x "
-          f"{cfg.repeats} seeded traces of {cfg.n_requests} requests ({lengths}), "
-          f"max concurrency {cfg.max_concurrency}", file=sys.stderr)
+    if problems := serve_problems(args):
+        raise SystemExit("error: " + "\n       ".join(problems))
+    trace = checks.read_trace_file(args.trace) if args.trace is not None else None
+    args.concurrency = [args.max_concurrency]  # the batch-size check of the shared flags
+    cfg = config_from(options.config_from_args(args, argv, verb="serve"), args, trace)
+    print(describe(cfg), file=sys.stderr)
     try:
         traces = run_serve_sweep(cfg)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}", file=sys.stderr)
+        print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}; continue with --resume --out "
+              f"{cfg.out_dir}", file=sys.stderr)
         return 130
     if cfg.report:
         print(f"report: {write_report(cfg.out_dir)}", file=sys.stderr)

@@ -17,6 +17,7 @@ from specnative.report.figures import save
 from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md
 from specnative.report.text import md_table
 from specnative.serving import crossover
+from specnative.serving.verdict import methods_text
 
 CURVES = (("tpot_p50_ms", "p50 TPOT (ms)"), ("tpot_p99_ms", "p99 TPOT (ms)"),
           ("ttft_p50_ms", "p50 TTFT (ms)"), ("e2e_p99_ms", "p99 E2E latency (ms)"))
@@ -200,7 +201,8 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
              "first, per request; ITL the gaps between emissions: a speculative round emits its accepted drafts and "
              "the correction together, so ITL counts one gap where TPOT divides it by the tokens it carried. "
              "c = mean decoding iteration on / off - 1 on the same trace; `mixed`: share of decoding iterations "
-             "that also prefilled a prompt chunk; verdicts: greedy outputs against each request decoded alone.",
+             "that also prefilled a prompt chunk; verdicts (lossless_method): " + methods_text(
+                 rows["lossless_method"].dropna() if "lossless_method" in rows else []) + ".",
              levels_md(rows),
              "## Advice per load band", advice_md(adv),
              "## Figures"]

@@ -1,31 +1,45 @@
-"""The load sweep (`python -m specnative.sweep --serve`): replay seeded traces at each request
-rate through the continuous-batching engine, spec off and on on the same trace, and write one
-traces.csv row per (rate, trace seed, spec) plus one requests.jsonl line per request.
+"""The load sweep (`specnative serve`): replay seeded traces at each request rate through the
+continuous-batching engine, spec off and on on the same trace, and write one traces.csv row per
+(rate, trace seed, spec) plus one requests.jsonl line per request.
 
 Per rate and repeat r the trace is drawn with seed + r (arrivals.build_trace over the workload's
 prompts, n_predict tokens each), so the repeats give intervals and the off and on runs pair
-request by request. Each run's greedy outputs are judged against every request decoded alone
-(serving_verdict: lossless under continuous batching, numeric-noise verdict where batches mix).
+request by request; a --trace file is replayed as it is, once per repeat. Each run is judged as
+the closed loop judges a cell (verdict.py): at temperature 0 every request's output against the
+request decoded alone (exact, or numeric where batches mix), at T > 0 per seed with each request's
+own keys, and under the rejection rule by the distributional test beside the match proxy.
+
+Refused before anything is written, with the closed loop's reasons (sweep/grid.py): requests
+longer than the models' training context, KV caches over --max-kv-gib. A run folder is kept whole
+as a sweep's (record/rundir.py): locked while written, resumed with the same settings only, a
+level (the off and on rows of one rate and trace seed) kept when all its rows are in traces.csv,
+its requests.jsonl lines written before its rows (the rows are the commit point).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specnative import workloads
+from specnative import lossless, workloads
 from specnative.engine import Engine, drafter_options_text
 from specnative.record import rundir, schema
-from specnative.record.provenance import environment, model_record, now_iso, write_json
-from specnative.serving import arrivals
+from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
+from specnative.serving import arrivals, checks
 from specnative.serving.arrivals import Request
 from specnative.serving.loop import ServeRun, serve
-from specnative.serving.verdict import serving_verdict
+from specnative.serving.verdict import (
+    LOSSLESS_METHODS,
+    rejection_distribution,
+    sampled_serving_verdict,
+    serving_verdict,
+)
 
 
 @dataclass
@@ -55,16 +69,16 @@ class ServeConfig:
     prompts_source: str = "built-in"
     dataset: dict | None = None  # --dataset: the public set's record (package, version, sha256, item ids)
     trace_file: Path | None = None
+    trace: list | None = None   # the --trace file's requests (read and checked up front)
     check_lossless: bool = True
+    dist_positions: int = 4096  # the rejection rule's distributional test: emitted tokens pooled
+    max_kv_gib: float = 8.0
+    placement: dict = field(default_factory=dict)  # Engine keyword arguments (-sm, -ts, -dev, --rpc, ...)
+    resume: bool = False
     out_dir: Path = Path("runs/serve")
     report: bool = True
     preset: str | None = None
     command: str = ""
-
-
-# ---------------------------------------------------------------------------------------------
-# Losslessness under continuous batching
-# ---------------------------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,12 +108,18 @@ def offered_rate(trace: list[Request]) -> float:
     return len(trace) / last if last > 0 else math.inf
 
 
+def n_predict_of(cfg: ServeConfig, trace: list[Request]) -> int:
+    """What a row's n_predict says: the most tokens a request of the trace generates (a --trace
+    file's own output lengths; otherwise -n, which caps a set's recorded reply lengths)."""
+    return max(r.output_len for r in trace) if cfg.trace is not None else cfg.n_predict
+
+
 def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: ServeConfig) -> dict:
     """One traces.csv row of one replay (without identity columns and the on/off pairing)."""
     t = run.times
     row = {"spec_decode": "on" if run.speculative else "off", "concurrency": run.max_concurrency, "ctx_len": 0,
            "tps": run.summary["output_throughput"], "seed": seed, "temperature": cfg.temperature,
-           "n_predict": cfg.n_predict, "repeats": cfg.repeats, "drafter": cfg.drafter,
+           "n_predict": n_predict_of(cfg, trace), "repeats": cfg.repeats, "drafter": cfg.drafter,
            "prefill_target_ms": t["prefill_target"], "prefill_draft_ms": t["prefill_draft"], "draft_ms": t["draft"],
            "verify_ms": t["verify"], "resample_ms": t["resample"], "decode_ms": t["decode"], "total_ms": t["total"],
            **run.engine_own, "occupancy": run.mean_occupancy / run.max_concurrency,
@@ -161,12 +181,18 @@ def append_requests(path: Path, lines: list[dict]) -> None:
 # ---------------------------------------------------------------------------------------------
 def traces_for(cfg: ServeConfig, prompts: list, labels: list, output_lens: list) -> list[tuple[float, int, list]]:
     """(rate, seed, trace) of every replay, in the order they run."""
-    if cfg.trace_file is not None:
-        trace = arrivals.read_trace(cfg.trace_file)
-        return [(offered_rate(trace), cfg.seed + r, trace) for r in range(cfg.repeats)]
+    if cfg.trace is not None:
+        return [(offered_rate(cfg.trace), cfg.seed + r, cfg.trace) for r in range(cfg.repeats)]
     return [(rate, cfg.seed + r, arrivals.build_trace(prompts, output_lens, rate, cfg.n_requests, cfg.burstiness,
                                                       cfg.seed + r, labels))
             for rate in cfg.rates for r in range(cfg.repeats)]
+
+
+def planned_replays(cfg: ServeConfig) -> list[tuple[float, int, list]]:
+    """The replays of the run (a --trace file's, or seeded traces over the workload)."""
+    if cfg.trace is not None:
+        return traces_for(cfg, [], [], [])
+    return traces_for(cfg, *workload_requests(cfg))
 
 
 def trace_file_path(out: Path, rate: float, seed: int) -> Path:
@@ -176,52 +202,153 @@ def trace_file_path(out: Path, rate: float, seed: int) -> Path:
     return folder / f"rate={arrivals.rate_label(rate)}-seed={seed}.jsonl"
 
 
-def engine_for(cfg: ServeConfig, traces: list) -> Engine:
+def engine_size(cfg: ServeConfig, traces: list) -> tuple[int, int]:
+    """(n_ctx, n_batch) of the serving engine: every slot can hold the longest request's prompt,
+    output and look-ahead; a batch holds every slot's verify tokens."""
     need = max(len(r.prompt) + r.output_len for _, _, trace in traces for r in trace) + cfg.k + 1
-    n_ctx = max(256, need * cfg.max_concurrency + 64)
-    n_batch = max(cfg.n_batch, cfg.max_concurrency * (cfg.k + 1))
-    return Engine(cfg.target, cfg.draft, n_ctx=n_ctx, n_batch=n_batch, n_threads=cfg.threads,
-                  n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1), flash_attn=cfg.flash_attn)
+    return max(256, need * cfg.max_concurrency + 64), max(cfg.n_batch, cfg.max_concurrency * (cfg.k + 1))
 
 
-def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool) -> ServeRun:
+def engine_for(cfg: ServeConfig, traces: list) -> Engine:
+    n_ctx, n_batch = engine_size(cfg, traces)
+    try:
+        return Engine(cfg.target, cfg.draft, n_ctx=n_ctx, n_batch=n_batch, n_threads=cfg.threads,
+                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1), flash_attn=cfg.flash_attn,
+                      **cfg.placement)
+    except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
+        raise SystemExit(f"error: cannot load {cfg.target} with draft {cfg.draft}: {error}") from None
+
+
+def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool, accept_rule: str | None = None) -> ServeRun:
     return serve(engine, trace, max_concurrency=cfg.max_concurrency, spec=spec, k=cfg.k,
-                 temperature=cfg.temperature, seed=cfg.seed, accept_rule=cfg.accept_rule, drafter=cfg.drafter,
-                 drafter_options=cfg.drafter_options or None, slo=cfg.slo)
+                 temperature=cfg.temperature, seed=cfg.seed, accept_rule=accept_rule or cfg.accept_rule,
+                 drafter=cfg.drafter, drafter_options=cfg.drafter_options or None, slo=cfg.slo)
 
 
 def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
-    if not cfg.check_lossless or cfg.temperature > 0:
+    """How the serving run is judged: as the closed loop judges a cell (verdict.py)."""
+    if not cfg.check_lossless:
         return {"lossless_ok": None, "lossless_method": None}
-    v = serving_verdict(engine, trace, run.tokens, cfg.k)
-    return {"lossless_ok": v.lossless_ok, "lossless_method": "alone-greedy", "verdict": v.verdict,
-            "verdict_reason": v.reason, "first_divergence": v.first_divergence}
+    if cfg.temperature == 0:
+        v, method = serving_verdict(engine, trace, run.tokens, cfg.k), "alone-greedy"
+    else:
+        v = sampled_serving_verdict(engine, trace, run.tokens, cfg.k, cfg.temperature, cfg.seed)
+        method = "alone-seed"
+    columns = {}
+    if run.speculative and cfg.temperature > 0 and cfg.accept_rule == "rejection":
+        method = "distribution"
+        proxy_run = replay(engine, trace, cfg, True, accept_rule="match")
+        proxy = sampled_serving_verdict(engine, trace, proxy_run.tokens, cfg.k, cfg.temperature, cfg.seed)
+        dist = rejection_distribution(engine, trace, cfg.temperature, cfg.seed, cfg.k, cfg.dist_positions,
+                                      cfg.drafter, cfg.drafter_options)
+        ok = dist.passed and proxy.lossless_ok
+        v = lossless.Verdict(lossless.EXACT_DIST if ok else lossless.FAIL,
+                             f"{dist.reason}; match proxy on the serving loop: {proxy.verdict} ({proxy.reason})",
+                             proxy.first_divergence, proxy.mismatches, proxy.max_mismatch_gap, proxy.tolerance,
+                             proxy.positions)
+        columns = {"dist_statistic": dist.statistic, "dist_p_value": dist.p_value, "dist_positions": dist.positions,
+                   "dist_runs": dist.runs, "proxy_verdict": proxy.verdict}
+    return {**columns, "lossless_ok": v.lossless_ok, "lossless_method": method, "verdict": v.verdict,
+            "verdict_reason": v.reason, "first_divergence": v.first_divergence, "mismatches": v.mismatches}
+
+
+def level_cell_ids(cfg: ServeConfig, rate: float, seed: int) -> list[str]:
+    """The cell_id of each row of one level (off, on): what a resume looks for in traces.csv."""
+    return [f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}/k={cfg.k}/{cfg.drafter}/{spec}"
+            for spec in ("off", "on")]
+
+
+def run_settings(cfg: ServeConfig) -> dict:
+    """What a resume must repeat beyond the serving settings, build and hardware: the models, the
+    prompts and the trace file by content, the batch and the placement."""
+    return {"seed": cfg.seed, "n_batch": cfg.n_batch, "accept_rule": cfg.accept_rule,
+            "target_sha256": sha256_file(cfg.target), "draft_sha256": sha256_file(cfg.draft) if cfg.draft else None,
+            "prompts_source": cfg.prompts_source,
+            "prompts_sha256": workloads.prompts_sha256(cfg.prompts or workloads.builtin_prompts()),
+            "trace_sha256": trace_sha256(cfg.trace) if cfg.trace is not None else None,
+            "dist_positions": cfg.dist_positions, "placement": cfg.placement, "max_kv_gib": cfg.max_kv_gib}
+
+
+def serve_record(cfg: ServeConfig, replays: list) -> dict:
+    """provenance.json's "serve" part: the settings the run applies, a --trace file's as it holds them."""
+    trace = cfg.trace
+    record = {"request_rate": [arrivals.rate_label(r) for r in sorted({rate for rate, _, _ in replays})],
+              "max_concurrency": cfg.max_concurrency,
+              "n_requests": len(trace) if trace is not None else cfg.n_requests,
+              "burstiness": cfg.burstiness if trace is None else None, "repeats": cfg.repeats, "k": cfg.k,
+              "drafter": cfg.drafter, "temperature": cfg.temperature, "accept_rule": cfg.accept_rule,
+              "n_predict": n_predict_of(cfg, trace) if trace is not None else cfg.n_predict,
+              "slo": cfg.slo, "trace_file": str(cfg.trace_file) if cfg.trace_file else None,
+              "tasks": cfg.tasks if trace is None else None,
+              "warmup": "one replay of the first trace, off and on, discarded",
+              # llama.cpp's option names: the llama-server replay passes them as they are
+              "drafter_options": dict(cfg.drafter_options),
+              "lossless": LOSSLESS_METHODS["alone-greedy" if cfg.temperature == 0 else "distribution"
+                                           if cfg.accept_rule == "rejection" else "alone-seed"]}
+    if trace is not None:
+        record["trace"] = checks.trace_summary(trace)
+    return record
+
+
+def resume_plan(cfg: ServeConfig, out: Path, replays: list, provenance: dict) -> tuple:
+    """What a resume keeps (rundir.plan_resume over the levels) and the recorded provenance;
+    refuses other settings or a damaged file. Changes nothing."""
+    traces = out / "traces.csv"
+    recorded = None
+    if (traces.exists() and traces.stat().st_size > 0) or (out / "provenance.json").exists():
+        recorded = rundir.check_resume(out, provenance)
+    keys = {(rate, seed): level_cell_ids(cfg, rate, seed) for rate, seed, _ in replays}
+    return rundir.plan_resume(traces, keys), recorded
+
+
+def keep_requests(path: Path, kept_cell_ids: set) -> int:
+    """requests.jsonl without the lines of levels a resume measures again (and a line torn by a
+    crash), replaced atomically; returns the lines dropped."""
+    if not path.exists():
+        return 0
+    kept, dropped = [], 0
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        try:
+            keep = json.loads(line).get("cell_id") in kept_cell_ids
+        except (ValueError, AttributeError):
+            keep = False
+        if keep:
+            kept.append(line)
+        else:
+            dropped += 1
+    if dropped:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+    return dropped
 
 
 def run_serve_sweep(cfg: ServeConfig) -> Path:
     out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    replays = planned_replays(cfg)
+    checks.check_models(cfg, replays, engine_size(cfg, replays)[0])  # refusals before anything is written
     with rundir.locked(out):
         traces_path, requests_path = out / "traces.csv", out / "requests.jsonl"
-        if traces_path.exists() and traces_path.stat().st_size > 0:
-            raise SystemExit(f"error: {traces_path} exists; choose another --out (a --serve run does not resume)")
-        requests_path.write_text("")
+        if traces_path.exists() and traces_path.stat().st_size > 0 and not cfg.resume:
+            raise SystemExit(f"error: {traces_path} exists; pass --resume to continue it or choose another --out")
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        replays = traces_for(cfg, *workload_requests(cfg))
-        for rate, seed, trace in replays:  # replayable elsewhere (--trace, bench/peerkit/serve_table.py)
-            arrivals.write_trace(trace_file_path(out, rate, seed), trace)
         provenance = {**environment(), "date": now_iso(), "run_id": run_id, "command": cfg.command,
                       "preset": cfg.preset, "mode": "serve", "n_threads": cfg.threads,
-                      "serve": {"request_rate": [arrivals.rate_label(r) for r in cfg.rates],
-                                "max_concurrency": cfg.max_concurrency, "n_requests": cfg.n_requests,
-                                "burstiness": cfg.burstiness, "repeats": cfg.repeats, "k": cfg.k,
-                                "drafter": cfg.drafter, "temperature": cfg.temperature, "n_predict": cfg.n_predict,
-                                "slo": cfg.slo, "trace_file": str(cfg.trace_file) if cfg.trace_file else None,
-                                "tasks": cfg.tasks, "warmup": "one replay of the first trace, off and on, discarded",
-                                # llama.cpp's option names: the llama-server replay passes them as they are
-                                "drafter_options": dict(cfg.drafter_options)},
+                      "serve": serve_record(cfg, replays), "settings": run_settings(cfg),
                       "workload": {"source": cfg.prompts_source, "dataset": cfg.dataset},  # as the sweep's
                       "models": [], "completed": False}
+        plan, recorded = resume_plan(cfg, out, replays, provenance) if cfg.resume else (
+            rundir.ResumePlan(traces_path), None)
+        if recorded is not None:  # the run's history goes on
+            provenance = rundir.continued_provenance(recorded, provenance, plan.kept_rows())
+        rundir.apply_resume(plan)
+        kept = {row["cell_id"] for row in plan.kept_rows()}
+        if cfg.resume and (dropped := keep_requests(requests_path, kept)):
+            print(f"warning: {requests_path}: removed {dropped} line(s) of levels measured again", file=sys.stderr)
+        if not cfg.resume or not requests_path.exists():
+            requests_path.write_text("")
+        for rate, seed, trace in replays:  # replayable elsewhere (--trace, bench/peerkit/serve_table.py)
+            arrivals.write_trace(trace_file_path(out, rate, seed), trace)
         with engine_for(cfg, replays) as engine:
             target_rec = model_record(engine.target_info, "target")
             draft_rec = model_record(engine.draft_info, "draft") if engine.draft_info else None
@@ -233,28 +360,29 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                         "draft_type": draft_rec["type"] if draft_rec else None,
                         "draft_sha256": draft_rec["sha256"] if draft_rec else None,
                         "backend": provenance["backend"], "n_threads": cfg.threads, "flash_attn": cfg.flash_attn,
-                        "run_id": run_id, "task": ",".join(cfg.tasks), "warmup": 1}
-            for spec in (False, True):  # warm-up: caches, allocator, first graphs
-                replay(engine, replays[0][2], cfg, spec)
+                        "run_id": run_id, "task": ",".join(cfg.tasks) if cfg.trace is None else "trace",
+                        "warmup": 1}
+            todo = [(rate, seed, trace) for rate, seed, trace in replays if (rate, seed) not in plan.done]
+            if todo:
+                for spec in (False, True):  # warm-up: caches, allocator, first graphs
+                    replay(engine, todo[0][2], cfg, spec)
             for n, (rate, seed, trace) in enumerate(replays, 1):
+                if (rate, seed) in plan.done:
+                    continue
                 rows, lines = [], []
-                for spec in (False, True):
+                for spec, cell_id in zip((False, True), level_cell_ids(cfg, rate, seed)):
                     run = replay(engine, trace, cfg, spec)
-                    row = {**identity, **level_row(run, trace, rate, seed, cfg),
-                           "cell_id": f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}"
-                                      f"/k={cfg.k}/{cfg.drafter}/{'on' if spec else 'off'}"}
+                    row = {**identity, **level_row(run, trace, rate, seed, cfg), "cell_id": cell_id}
                     row.update(verdict_columns(engine, trace, run, cfg))
                     rows.append(row)
                     lines += request_lines(run, trace, row)
                 pair_rows(*rows)
+                append_requests(requests_path, lines)  # first: a level's rows are its commit point
                 schema.append_rows(traces_path, rows)
-                append_requests(requests_path, lines)
                 print(f"[{n}/{len(replays)}] rate {arrivals.rate_label(rate)} seed {seed}: output tok/s off "
                       f"{rows[0]['tps']:.1f} on {rows[1]['tps']:.1f}, TPOT p50 off {rows[0]['tpot_p50_ms']:.1f} "
-                      f"on {rows[1]['tpot_p50_ms']:.1f} ms, alpha {rows[1]['draft_accept_rate']:.2f}",
-                      file=sys.stderr)
+                      f"on {rows[1]['tpot_p50_ms']:.1f} ms, alpha {rows[1]['draft_accept_rate']:.2f}, "
+                      f"{rows[1].get('verdict') or 'unchecked'}", file=sys.stderr)
         provenance["completed"] = True
         write_json(out / "provenance.json", provenance)
     return traces_path
-
-

@@ -69,7 +69,22 @@ def build_parser(prog: str = "specnative sweep") -> argparse.ArgumentParser:
     output.add_argument("--shard", type=shards.parse_shard, default=None, metavar="i/N",
                         help="measure only the grid cells whose index is i mod N (0 <= i < N), e.g. one "
                              "Slurm array task each; join the run directories with specnative merge")
+    add_database_flags(output)
     return p
+
+
+def add_database_flags(output: argparse._ArgumentGroup) -> None:
+    output.add_argument("--db", type=Path, default=None, metavar="PATH",
+                        help="the results database the run is also written to, cell by cell (SQLite; default: "
+                             "specnative.sqlite beside the run folder)")
+    output.add_argument("--no-db", action="store_true", help="write no results database (the run folder only)")
+
+
+def database_path(args: argparse.Namespace, out_dir: Path) -> Path | None:
+    """The database a run syncs into: --db, else specnative.sqlite in the run folder's parent."""
+    if args.no_db:
+        return None
+    return args.db if args.db is not None else Path(out_dir).parent / "specnative.sqlite"
 
 
 def describe(cfg: SweepConfig) -> str:
@@ -83,7 +98,10 @@ def describe(cfg: SweepConfig) -> str:
 def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(prog).parse_args(argv)
+    if args.no_db and args.db is not None:
+        raise SystemExit("error: --db and --no-db: give one of them")
     cfg = config_from_args(args, argv)
+    cfg.db = database_path(args, cfg.out_dir)
     print(describe(cfg), file=sys.stderr)
     try:
         traces = run_sweep(cfg)

@@ -69,6 +69,8 @@ class SweepConfig:
     # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
     # unnamed ones use -md (hidden_drafters.py)
     drafter_files: dict = field(default_factory=dict)
+    # the results database the run folder is synced into after every cell (record/database.py); None: none
+    db: Path | None = None
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:

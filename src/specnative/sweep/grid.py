@@ -75,18 +75,30 @@ def gguf_shape(path: Path) -> dict:
             "kv_bytes_per_cell": 2 * int(value("block_count")) * int(n_head_kv) * (int(k_len) + int(v_len))}
 
 
+def context_refusal(need: int, shapes: list[dict], what: str) -> str | None:
+    """Why `need` tokens of one sequence (`what` says what they add up from) cannot run with
+    these models (target and draft shapes, gguf_shape), or None."""
+    n_ctx_train = min(s["n_ctx_train"] for s in shapes)
+    if need > n_ctx_train:
+        return f"{what} = {need} exceeds the models' training context {n_ctx_train}"
+    return None
+
+
+def kv_refusal(cells: int, shapes: list[dict], max_kv_gib: float) -> str | None:
+    """Why KV caches of `cells` cells for each model cannot be held within --max-kv-gib, or None."""
+    kv_gib = cells * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
+    if kv_gib > max_kv_gib:
+        size = f"{kv_gib:.1f}" if kv_gib >= 0.1 else f"{kv_gib:.2g}"
+        return f"its KV caches would take {size} GiB, over --max-kv-gib {max_kv_gib:g}"
+    return None
+
+
 def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict],
             own_tokens: int = 64, shared: bool = True) -> str | None:
     """Why a cell cannot run with these models (target and draft shapes), or None."""
-    need = ctx_len + own_tokens + cfg.n_predict + max(cfg.ks) + 1
-    n_ctx_train = min(s["n_ctx_train"] for s in shapes)
-    if need > n_ctx_train:
-        return (f"ctx_len {ctx_len} + prompt + n_predict + k + 1 = {need} exceeds the models' training "
-                f"context {n_ctx_train}")
-    kv_gib = kv_cells_needed(cfg, ctx_len, concurrency, own_tokens, shared) * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
-    if kv_gib > cfg.max_kv_gib:
-        return f"its KV caches would take {kv_gib:.1f} GiB, over --max-kv-gib {cfg.max_kv_gib:g}"
-    return None
+    return (context_refusal(ctx_len + own_tokens + cfg.n_predict + max(cfg.ks) + 1, shapes,
+                            f"ctx_len {ctx_len} + prompt + n_predict + k + 1")
+            or kv_refusal(kv_cells_needed(cfg, ctx_len, concurrency, own_tokens, shared), shapes, cfg.max_kv_gib))
 
 
 def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> list[tuple]:

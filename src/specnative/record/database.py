@@ -1,0 +1,269 @@
+"""The results database: an SQLite view of run folders, kept in step with them.
+
+A run folder (traces.csv, provenance.json, requests.jsonl) stays the primary record; the database
+is derived from it and can be rebuilt. It is never appended to blindly: `sync_run` reads a whole
+folder and, in one transaction, deletes that run's rows and inserts them again. So a process
+killed at any moment leaves either the run's previous state or its new one, a resumed run (which
+keeps its run_id) never duplicates a row, and the database holds exactly the rows of traces.csv.
+WAL mode and a busy timeout let shards in several processes sync into one file at once.
+
+Tables: runs (one per run_id, from provenance.json), traces (one per traces.csv row, a column per
+schema column; columns the schema does not know go into the json `extra`), requests (one per
+requests.jsonl line), schema_version.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from specnative.record.schema import COLUMN_NAMES, COLUMNS, PANDAS_DTYPES
+
+from specnative.record.run_folder import (RunFolderError, RunRecord, base_cell, find_run_dirs, grid_of, grid_summary,
+                                  host_of, kind_of, models_summary, read_run, row_verdict)
+
+DEFAULT_DB = Path("runs") / "specnative.sqlite"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0  # a shard waits this long for another's transaction (a sync takes milliseconds)
+
+# traces.csv's run_id is the invocation that wrote the row (a resumed or merged run mixes them);
+# the table's run_id is the run's own, from provenance.json, so the file's column is renamed.
+ROW_RUN_ID = "row_run_id"
+SQL_TYPES = {"int": "INTEGER", "float": "REAL", "bool": "INTEGER", "str": "TEXT"}
+TRACE_COLUMNS = {(ROW_RUN_ID if c.name == "run_id" else c.name): c for c in COLUMNS}
+RUN_FIELDS = ("run_id", "run_dir", "date", "specnative_version", "specnative_commit", "llama_cpp_commit",
+              "build_flags", "backend", "host", "cpu_count", "command", "preset", "kind", "completed",
+              "models", "grid", "provenance")
+
+
+class DatabaseError(Exception):
+    """A database that cannot be read or written; the message is one line naming it."""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    run_id: str
+    run_dir: Path
+    rows: int
+    requests: int
+    torn_lines: int
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing: whole runs, one transaction each call
+# ---------------------------------------------------------------------------------------------
+def sync_run(db_path, run_dir) -> SyncResult:
+    """Makes the database hold exactly what `run_dir` holds now (called after every cell a sweep
+    appends, at its end, and by `db import`)."""
+    return _write(db_path, [read_run(run_dir)])[0]
+
+
+def sync_or_warn(db_path, run_dir) -> SyncResult | None:
+    """sync_run for the sweep and serve runners: a database that cannot be written (locked past the
+    timeout, a full disk, a damaged file) must not stop a measurement; the run folder is the record
+    and `db import` catches up later. Warns on stderr instead, and returns None."""
+    try:
+        return sync_run(db_path, run_dir)
+    except (DatabaseError, RunFolderError) as error:
+        print(f"warning: the results database was not updated ({error}); the run folder is whole: "
+              f"`specnative db import {run_dir}` brings it in later", file=sys.stderr)
+        return None
+
+
+def import_runs(db_path, run_dirs) -> list[SyncResult]:
+    """Syncs several folders; all are read (and any bad one refused) before anything is written."""
+    return _write(db_path, [read_run(d) for d in run_dirs])
+
+
+def rebuild(db_path, runs_root) -> list[SyncResult]:
+    """Empties the database and imports every run folder under `runs_root`, in one transaction."""
+    return _write(db_path, [read_run(d) for d in find_run_dirs(runs_root)], replace_all=True)
+
+
+def _write(db_path, records: list[RunRecord], replace_all: bool = False) -> list[SyncResult]:
+    conn = _connect(db_path, create=True)
+    try:
+        conn.execute("BEGIN IMMEDIATE")  # the write lock first: concurrent shards queue here
+        _ensure_schema(conn)
+        if replace_all:
+            for table in ("traces", "requests", "runs"):
+                conn.execute(f"DELETE FROM {table}")
+        results = [_replace_run(conn, record) for record in records]
+        conn.execute("COMMIT")
+        return results
+    except sqlite3.Error as error:
+        raise DatabaseError(f"{db_path}: cannot write ({error})") from None
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+
+
+def _replace_run(conn: sqlite3.Connection, record: RunRecord) -> SyncResult:
+    for table in ("traces", "requests", "runs"):
+        conn.execute(f"DELETE FROM {table} WHERE run_id = ?", (record.run_id,))
+    conn.execute(f"INSERT INTO runs ({', '.join(RUN_FIELDS)}) VALUES ({', '.join('?' * len(RUN_FIELDS))})",
+                 [_run_field(record, name) for name in RUN_FIELDS])
+    frame = record.traces
+    extra = [c for c in frame.columns if c not in COLUMN_NAMES]
+    names = ["run_id", "row_index", *TRACE_COLUMNS, "extra"]
+    rows = []
+    for index, row in enumerate(frame.itertuples(index=False, name=None)):
+        values = dict(zip(frame.columns, row))
+        extras = {c: values[c] for c in extra if not pd.isna(values[c]) and values[c] != ""}
+        rows.append([record.run_id, index, *(_sql(values.get("run_id" if n == ROW_RUN_ID else n))
+                                             for n in TRACE_COLUMNS),
+                     json.dumps(extras) if extras else None])
+    conn.executemany(f"INSERT INTO traces ({', '.join(_q(n) for n in names)}) "
+                     f"VALUES ({', '.join('?' * len(names))})", rows)
+    conn.executemany("INSERT INTO requests (run_id, line_index, cell_id, json) VALUES (?, ?, ?, ?)",
+                     [(record.run_id, *line) for line in record.requests])
+    return SyncResult(record.run_id, record.run_dir, len(rows), len(record.requests), record.torn_lines)
+
+
+def _run_field(record: RunRecord, name: str):
+    p = record.provenance
+    computed = {"run_id": record.run_id, "run_dir": str(record.run_dir.resolve()), "host": host_of(p),
+                "kind": kind_of(p), "completed": None if p.get("completed") is None else int(bool(p["completed"])),
+                "models": json.dumps(p.get("models") or []), "grid": json.dumps(grid_of(p)),
+                "provenance": json.dumps(p, default=str)}
+    value = computed[name] if name in computed else p.get(name)
+    return value if value is None or isinstance(value, (int, float, str)) else json.dumps(value, default=str)
+
+
+def _sql(value):
+    """A DataFrame cell as SQLite stores it: missing -> NULL, numpy scalars -> Python."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    return int(value) if isinstance(value, bool) else value
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+# ---------------------------------------------------------------------------------------------
+# Connection and schema
+# ---------------------------------------------------------------------------------------------
+def _connect(db_path, create: bool) -> sqlite3.Connection:
+    path = Path(db_path)
+    if not create and not path.is_file():
+        raise DatabaseError(f"{path}: no results database there (a sweep writes one; or run "
+                            f"`specnative db import RUN_DIR...`)")
+    try:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level None: transactions are begun and ended here, explicitly
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        if create:
+            conn.execute("PRAGMA journal_mode = WAL")  # readers and one writer at once; persists in the file
+        else:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"runs", "traces", "schema_version"} <= tables:
+                conn.close()
+                raise DatabaseError(f"{path}: not a specnative results database")
+        return conn
+    except (sqlite3.Error, OSError) as error:
+        raise DatabaseError(f"{path}: not a readable SQLite database ({error})") from None
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    """Creates what is missing and adds columns a newer schema has (idempotent; run inside the
+    write transaction, so shards creating one file at once do it one after the other)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    found = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
+    if found is not None and found > SCHEMA_VERSION:
+        raise DatabaseError(f"database schema version {found} is newer than this specnative's "
+                            f"({SCHEMA_VERSION}); upgrade specnative")
+    if found is None:
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+    conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_FIELDS[0]} TEXT PRIMARY KEY, "
+                 + ", ".join(f"{n} {'INTEGER' if n in ('cpu_count', 'completed') else 'TEXT'}"
+                             for n in RUN_FIELDS[1:]) + ")")
+    conn.execute("CREATE TABLE IF NOT EXISTS traces (run_id TEXT NOT NULL, row_index INTEGER NOT NULL, "
+                 "extra TEXT, PRIMARY KEY (run_id, row_index))")
+    have = {r[1] for r in conn.execute("PRAGMA table_info(traces)")}
+    for name, column in TRACE_COLUMNS.items():
+        if name not in have:
+            conn.execute(f"ALTER TABLE traces ADD COLUMN {_q(name)} {SQL_TYPES[column.dtype]}")
+    conn.execute("CREATE INDEX IF NOT EXISTS traces_cell ON traces (cell_id)")
+    conn.execute("CREATE TABLE IF NOT EXISTS requests (run_id TEXT NOT NULL, line_index INTEGER NOT NULL, "
+                 "cell_id TEXT, json TEXT NOT NULL, PRIMARY KEY (run_id, line_index))")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the database
+# ---------------------------------------------------------------------------------------------
+def _query(db_path, sql: str, params=()) -> list[sqlite3.Row]:
+    conn = _connect(db_path, create=False)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    except sqlite3.Error as error:
+        raise DatabaseError(f"{db_path}: cannot read ({error})") from None
+    finally:
+        conn.close()
+
+
+def load_run(db_path, run_id: str) -> RunRecord:
+    """A run as the database holds it: traces with the schema's types, as read_traces gives them."""
+    runs = _query(db_path, "SELECT run_dir, provenance FROM runs WHERE run_id = ?", (run_id,))
+    if not runs:
+        raise DatabaseError(f"{db_path}: no run {run_id}")
+    rows = _query(db_path, "SELECT * FROM traces WHERE run_id = ? ORDER BY row_index", (run_id,))
+    records = []
+    for row in rows:
+        values = {("run_id" if k == ROW_RUN_ID else k): row[k] for k in TRACE_COLUMNS}
+        values.update(json.loads(row["extra"]) if row["extra"] else {})
+        records.append(values)
+    frame = pd.DataFrame(records, columns=list(dict.fromkeys(
+        [*COLUMN_NAMES, *(k for r in records for k in r)])))
+    for name in frame.columns[len(COLUMN_NAMES):]:  # unknown to the schema: text, as read_traces leaves it
+        frame[name] = frame[name].fillna("").astype(str)
+    for column in COLUMNS:
+        values = frame[column.name]
+        frame[column.name] = (values.map(lambda v: None if v is None else bool(v)) if column.dtype == "bool"
+                              else values).astype(PANDAS_DTYPES[column.dtype])
+    return RunRecord(run_id, Path(runs[0]["run_dir"]), json.loads(runs[0]["provenance"]), frame, [])
+
+
+def run_ids_with_prefix(db_path, prefix: str) -> list[str]:
+    rows = _query(db_path, "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",
+                  (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+    return [r["run_id"] for r in rows]
+
+
+def runs_of_commit(db_path, commit_prefix: str) -> list[dict]:
+    """Runs whose specnative or llama.cpp commit starts with `commit_prefix`, newest first."""
+    rows = _query(db_path, "SELECT run_id, date, kind, completed, specnative_commit, llama_cpp_commit FROM runs "
+                           "ORDER BY date DESC, run_id DESC")
+    prefix = commit_prefix.lower()
+    return [dict(r) for r in rows
+            if any((r[c] or "").lower().startswith(prefix) for c in ("specnative_commit", "llama_cpp_commit"))]
+
+
+def list_runs(db_path) -> list[dict]:
+    """One dict per run, newest first: id, date, commits, host, models, grid, cells, verdict counts."""
+    runs = _query(db_path, "SELECT * FROM runs ORDER BY date DESC, run_id DESC")
+    rows = _query(db_path, "SELECT run_id, cell_id, spec_decode, verdict, lossless_ok FROM traces")
+    cells, verdicts = {}, {}
+    for r in rows:
+        cells.setdefault(r["run_id"], set()).add(base_cell(r["cell_id"] or ""))
+        if r["spec_decode"] == "on":
+            counts = verdicts.setdefault(r["run_id"], {})
+            verdict = row_verdict(r["verdict"], r["lossless_ok"])
+            counts[verdict] = counts.get(verdict, 0) + 1
+    provenances = [json.loads(r["provenance"]) for r in runs]
+    return [{"run_id": r["run_id"], "date": r["date"], "kind": r["kind"], "completed": r["completed"],
+             "specnative_commit": r["specnative_commit"], "llama_cpp_commit": r["llama_cpp_commit"],
+             "host": r["host"], "models": models_summary(p), "grid": grid_summary(p),
+             "cells": len(cells.get(r["run_id"], ())), "verdicts": verdicts.get(r["run_id"], {}),
+             "run_dir": r["run_dir"]} for r, p in zip(runs, provenances)]

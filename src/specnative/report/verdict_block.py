@@ -1,0 +1,118 @@
+"""The answer first: summary.md's opening block. In which regimes speculation pays (the advisor's
+decisions, counted and listed), the best and the worst cell with their intervals, the draft length
+to use, and how many cells were judged exact / numeric / exact-dist / fail. Everything here is read
+off the advisor's verdicts and traces.csv; nothing is computed that the sections below do not show.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from specnative.lossless.verdicts import VERDICTS
+from specnative.report.advisor import MORE, OFF, ON, as_float
+from specnative.report.text import fmt
+
+# Regime keys worth naming in a one-line description (the rest are usually constant in a run).
+NAMED_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "task", "drafter")
+
+
+def regime_text(row, varying: list[str]) -> str:
+    """'Q4 ctx 8192 x4 k4' style: only the keys that vary across the run's regimes."""
+    parts = []
+    for key in varying:
+        value = row.get(key)
+        if value is None or (not isinstance(value, str) and pd.isna(value)):
+            continue
+        if key == "quant_bits":
+            parts.append(f"{int(as_float(value))}-bit")
+        elif key == "ctx_len":
+            parts.append(f"ctx {int(as_float(value))}")
+        elif key == "concurrency":
+            parts.append(f"x{int(as_float(value))}")
+        elif key == "k":
+            parts.append(f"k={int(as_float(value))}")
+        elif key == "temperature":
+            parts.append(f"T={as_float(value):g}")
+        else:
+            parts.append(f"{key}={value}")
+    return " ".join(parts) or "the one regime"
+
+
+def varying_keys(verdicts: pd.DataFrame) -> list[str]:
+    return [k for k in NAMED_KEYS if k in verdicts and verdicts[k].astype(str).nunique(dropna=False) > 1]
+
+
+def interval_of(row) -> str:
+    low, high = as_float(row.get("speedup_lo")), as_float(row.get("speedup_hi"))
+    if math.isfinite(low) and math.isfinite(high):
+        return f"{fmt(row.get('speedup'))}x [{fmt(low)}, {fmt(high)}]"
+    return f"{fmt(row.get('speedup'))}x"
+
+
+def decision_lines(verdicts: pd.DataFrame) -> list[str]:
+    varying = varying_keys(verdicts)
+    counts = verdicts["decision"].value_counts()
+    n_on, n_off, n_more = (int(counts.get(d, 0)) for d in (ON, OFF, MORE))
+    lines = [f"- **Speculation pays in {n_on} of {len(verdicts)} regimes** (speedup interval above 1), loses in "
+             f"{n_off}, undecided in {n_more}."]
+    for decision, label in ((ON, "pays"), (OFF, "loses")):
+        chosen = verdicts[verdicts["decision"] == decision]
+        if not chosen.empty:
+            names = ", ".join(regime_text(row, varying) for _, row in chosen.iterrows())
+            lines.append(f"- {label}: {names}")
+    return lines
+
+
+def extremes_lines(verdicts: pd.DataFrame) -> list[str]:
+    measured = verdicts[pd.to_numeric(verdicts["speedup"], errors="coerce").notna()]
+    if measured.empty:
+        return []
+    varying = varying_keys(verdicts)
+    speedups = pd.to_numeric(measured["speedup"])
+    best, worst = measured.loc[speedups.idxmax()], measured.loc[speedups.idxmin()]
+    return [f"- Best cell: {regime_text(best, varying)}: {interval_of(best)}; worst: "
+            f"{regime_text(worst, varying)}: {interval_of(worst)}."]
+
+
+def k_line(traces: pd.DataFrame, advice: pd.DataFrame | None) -> str:
+    """The recommended k: predicted per regime with --which-k, else the k the run measured."""
+    if advice is not None and not advice.empty:
+        picks = advice["recommend"].value_counts()
+        text = ", ".join(f"k={k} in {n}" for k, n in picks.items())
+        return f"- Recommended draft length (predicted from the verify-cost curve): {text} regime(s)."
+    on = traces[traces["spec_decode"] == "on"]
+    ks = sorted({int(as_float(k)) for k in on["k"] if math.isfinite(as_float(k))})
+    if len(ks) > 1:
+        best = on.loc[pd.to_numeric(on["speedup"], errors="coerce").idxmax()]
+        return f"- Draft lengths measured: {ks}; the best cell used k={int(as_float(best['k']))}."
+    return (f"- Draft length measured: k={ks[0] if ks else 'n/a'} (add --which-k to predict the speedup at "
+            f"every shorter k).")
+
+
+def verdicts_of(on: pd.DataFrame) -> pd.Series:
+    """Each on row's verdict; rows written before verdicts had names: `fail` where lossless_ok is
+    false, else `lossless` (verdict not recorded)."""
+    named = on["verdict"] if "verdict" in on else pd.Series(index=on.index, dtype=object)
+    ok = on["lossless_ok"].astype(str).str.lower().isin(["true", "1", "1.0"])
+    return named.where(named.notna() & (named.astype(str) != ""), ok.map({True: "lossless", False: "fail"}))
+
+
+def verdict_counts_line(traces: pd.DataFrame) -> str:
+    on = traces[traces["spec_decode"] == "on"]
+    counts = verdicts_of(on).value_counts()
+    parts = [f"{int(counts.get(v, 0))} {v}" for v in VERDICTS]
+    if counts.get("lossless", 0):
+        parts.append(f"{int(counts['lossless'])} lossless (verdict not recorded)")
+    fails = int(counts.get("fail", 0))
+    tail = " — **a `fail` is a bug: that cell gives no number** (see Lossless check)" if fails else ""
+    return f"- Lossless verdicts of the {len(on)} speculative cells: {', '.join(parts)}{tail}."
+
+
+def verdict_block(traces: pd.DataFrame, verdicts: pd.DataFrame, advice: pd.DataFrame | None) -> str:
+    """The Markdown block summary.md opens with."""
+    lines = decision_lines(verdicts) if not verdicts.empty else ["- No speculative cell was measured."]
+    lines += extremes_lines(verdicts) if not verdicts.empty else []
+    lines += [k_line(traces, advice), verdict_counts_line(traces)]
+    return "\n".join(lines)
+

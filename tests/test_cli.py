@@ -1,0 +1,60 @@
+"""`specnative <verb>`: the verbs are listed, each verb's --help shows its own flags only, the old
+spellings (`python -m specnative.sweep`, `sweep --serve`) still reach the same code."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from specnative import cli
+
+
+def help_text(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    assert stop.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_the_bare_command_lists_every_verb(capsys):
+    assert cli.main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    for verb in ("sweep", "serve", "report", "merge", "compare", "runs", "db", "models", "schema"):
+        assert f"\n  {verb} " in listed
+
+
+def test_an_unknown_verb_is_one_line_and_exit_2(capsys):
+    assert cli.main(["swep"]) == 2
+    assert "unknown verb 'swep'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("verb, own, foreign", [
+    ("sweep", ["--ctx-len", "--which-k", "--shard", "--draft-p-min"], ["--request-rate", "--slo", "--trace"]),
+    ("serve", ["--request-rate", "--max-concurrency", "--slo", "--trace"], ["--ctx-len", "--which-k", "--shard"]),
+])
+def test_each_verb_shows_only_its_own_flags(capsys, verb, own, foreign):
+    text = help_text(capsys, [verb, "--help"])
+    assert all(flag in text for flag in own)
+    assert not any(flag in text for flag in foreign)
+
+
+def test_every_verb_has_a_help(capsys):
+    for verb in cli.VERBS:
+        text = help_text(capsys, [verb, "--help"])
+        assert f"specnative {verb}" in text  # each verb's own parser, under its own name
+
+
+def test_the_old_serve_spelling_says_where_it_moved(monkeypatch, capsys):
+    seen = {}
+    monkeypatch.setattr(cli, "serve_main", lambda argv: seen.setdefault("argv", argv) and 0)
+    cli.sweep_main(["--serve", "--request-rate", "1", "-n", "4"])
+    assert seen["argv"] == ["--request-rate", "1", "-n", "4"]
+    assert "specnative serve" in capsys.readouterr().err
+
+
+def test_the_module_spellings_run_the_same_commands():
+    for module in ("specnative", "specnative.sweep", "specnative.report"):
+        out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "specnative" in out.stdout
