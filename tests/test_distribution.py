@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ENGINE_KW
+from conftest import ENGINE_KW, injected
 from scipy import stats
 
 from specnative import Engine, lossless
@@ -77,12 +77,9 @@ def far_engine(model_dir):
 
 
 def _dist(engine, fault: str) -> lossless.DistributionTest:
-    engine._core._inject_fault(fault)
-    try:
+    with injected(engine, fault):
         return lossless.rejection_distribution(engine, PROMPTS8, T, 0,
                                                SweepConfig.dist_positions, n_predict=32, k=4)
-    finally:
-        engine._core._inject_fault("none")
 
 
 def test_correct_rule_passes_at_the_default_cell_size(far_engine):
@@ -166,7 +163,7 @@ def test_draft_temperature_changes_the_draft_not_the_distribution(far_engine):
     assert hot.draft_accept_rate < plain.draft_accept_rate
     no_stress = lossless.rejection_distribution(far_engine, PROMPTS8, T, 0, 512, stress=False,
                                                 n_predict=32, k=4)
-    assert no_stress.passed and _dist(far_engine, "none").passed
+    assert no_stress.passed  # with the stress runs: test_correct_rule_passes_at_the_default_cell_size
     for bad in (dict(temperature=0.0, draft_temperature=1.0), dict(temperature=T, draft_temperature=0.0),
                 dict(temperature=T, draft_temperature=1.0, drafter="ngram-simple")):
         with pytest.raises(ValueError, match="draft_temperature"):

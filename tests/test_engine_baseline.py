@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict
+from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict, native_call_events
 
 from specnative import Engine
 from specnative.models import write_tiny_llama
@@ -76,20 +76,24 @@ def test_long_prompt_is_chunked_to_n_batch(noisy_pair):
         whole = large.generate([prompt, prompt[:-5]], n_predict=8)
         np.testing.assert_allclose(small.prompt_logits(prompt), large.prompt_logits(prompt),
                                    rtol=1e-4, atol=1e-4)
-    # prefill chunks of another size: the same choices up to batch-shape near-ties (conftest)
-    with Engine(target, **ENGINE_KW, n_ctx=1024, n_batch=512, n_seq_max=2) as large:
+        # prefill chunks of another size: the same choices up to batch-shape near-ties (conftest)
         assert_lossless_verdict(large, [prompt, prompt[:-5]], whole.tokens, chunked.tokens, k=1)
 
 
 def test_repeated_long_prefix_is_not_prefilled_again(noisy_engine):
     prefix = (np.arange(1000) % 700 + 300).tolist()
     prompts = [prefix + [400 + i] for i in range(4)]
+    fed = noisy_engine._core._target_prompt_tokens_fed
+    noisy_engine.generate(["Something else entirely"], n_predict=4)  # the cache holds other prompts
+    before = fed()
     first = noisy_engine.generate(prompts, n_predict=8)
+    after_first = fed()
     second = noisy_engine.generate(prompts, n_predict=8)
-    for a, b in zip(first.tokens, second.tokens):  # the same batch shapes: equal bit for bit
-        np.testing.assert_array_equal(a, b)
-    # 1000 shared tokens prefilled once vs 4 suffix tokens: the second run is much cheaper
-    assert second.times["prefill_target"] < first.times["prefill_target"]
+    # the shared 1000 tokens once and each sequence's own token; then the suffixes alone
+    assert after_first - before == 1000 + 4
+    assert fed() - after_first == 4
+    # the prompts' cells and last logits are a prefill's either way: the same tokens
+    assert_lossless_verdict(noisy_engine, prompts, first.tokens, second.tokens, k=1)
 
 
 # --- bad input -------------------------------------------------------------------------------
@@ -148,22 +152,20 @@ def test_closed_engine_refuses_work(noisy_pair):
 
 # --- the GIL and Ctrl-C ----------------------------------------------------------------------
 def test_generate_releases_the_gil(noisy_engine):
-    ticks = []
-    stop = threading.Event()
+    """Another thread runs while generate() decodes: woken as the call begins, it finds the call
+    still running. Were the GIL held through the call, it would run only after (conftest's events)."""
+    seen = {}
+    with native_call_events(noisy_engine) as (entered, left):
+        def watch():
+            entered.wait()
+            seen["during"] = not left.is_set()
 
-    def count():
-        while not stop.is_set():
-            ticks.append(1)
-
-    counter = threading.Thread(target=count)
-    counter.start()
-    try:
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         result = noisy_engine.generate(PROMPTS, n_predict=100)
-    finally:
-        stop.set()
-        counter.join()
+        watcher.join()
     assert result.decode_tokens == 3 * 99
-    assert len(ticks) > 1000  # the other thread ran while C++ decoded
+    assert seen == {"during": True}
 
 
 def test_ctrl_c_interrupts_a_long_generate(model_dir):
@@ -171,14 +173,18 @@ def test_ctrl_c_interrupts_a_long_generate(model_dir):
     # a non-interactive shell may start us with SIGINT ignored; Ctrl-C must reach Python here
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     with Engine(deep, **ENGINE_KW, n_ctx=8 * 3072, n_seq_max=8) as engine:
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
+        fed = engine._core._target_prompt_tokens_fed()
         try:
-            with pytest.raises(KeyboardInterrupt):
-                engine.generate(["The"] * 8, n_predict=3000)
+            with native_call_events(engine) as (entered, _):
+                # the signal comes once the call has begun (no timer to outlast), minutes before it could end
+                sender = threading.Thread(target=lambda: (entered.wait(), os.kill(os.getpid(), signal.SIGINT)))
+                sender.start()
+                with pytest.raises(KeyboardInterrupt):
+                    engine.generate(["The"] * 8, n_predict=3000)
+                sender.join()
         finally:
-            timer.cancel()
             signal.signal(signal.SIGINT, previous)
+        assert engine._core._target_prompt_tokens_fed() > fed  # stopped inside the call, after its prefill
         # the engine is still usable afterwards
         assert len(engine.generate("The", n_predict=4).tokens[0]) == 4
 

@@ -5,6 +5,9 @@ step, lossless verdicts under greedy, match and rejection, planted bugs caught, 
 llama.cpp cannot run refused before anything is loaded."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import gguf
 import numpy as np
 import pandas as pd
@@ -19,6 +22,7 @@ from specnative.models.tiny_drafters import DRAFTER_KINDS, drafter_pair, write_t
 from specnative.record import schema
 from specnative.report import cells as report_cells
 from specnative.sweep import main
+from specnative.sweep.hidden_drafters import parse_drafter_files
 
 PROMPTS = ["The city of", "Once upon a time there was a", "Hello", "In the year"]
 BLOCK = 8  # write_tiny_drafter's default dflash.block_size: k up to BLOCK - 1
@@ -336,6 +340,40 @@ def test_sweep_refuses_an_unsupported_pair_before_any_work(hidden_dir, tmp_path,
     target, _ = drafter_pair(hidden_dir, "dflash", acceptance="low")
     with pytest.raises(SystemExit, match="nextn"):
         main(["-m", str(target), "--drafter", "mtp", "--out", str(tmp_path / "y"), *SWEEP_FLAGS])
+
+
+@pytest.mark.parametrize("items, message", [
+    (["dflash"], "--drafter-file takes NAME=PATH, not 'dflash'"),
+    (["dflash="], "--drafter-file takes NAME=PATH, not 'dflash='"),
+    (["mtp=x.gguf"], "--drafter-file 'mtp=x.gguf': the name must be one of dflash, dspark, eagle3"),
+    (["model=x.gguf"], "--drafter-file 'model=x.gguf': the name must be one of"),
+    (["dflash=a.gguf", "draft-dflash=b.gguf"], "--drafter-file names dflash twice"),
+])
+def test_bad_drafter_file_flags_say_what_is_wrong(items, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        parse_drafter_files(items)
+
+
+def test_drafter_files_take_llama_cpp_spellings():
+    assert parse_drafter_files(["draft-eagle3=e.gguf", "dspark=d.gguf"]) == {"eagle3": Path("e.gguf"),
+                                                                             "dspark": Path("d.gguf")}
+    assert parse_drafter_files(None) == {}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--drafter-file", "dflash"], "--drafter-file takes NAME=PATH, not 'dflash'"),
+    (["--drafter-file", "mtp=x.gguf"], "the name must be one of dflash, dspark, eagle3"),
+    (["--drafter-file", "dflash={dflash}", "--drafter-file", "draft-dflash={dflash}"], "names dflash twice"),
+    (["--drafter-file", "dflash={eagle3}"], "is a EAGLE-3 drafter file, not a DFlash one; run it as --drafter eagle3"),
+    ([], "--drafter dflash: give its file with -md or --drafter-file dflash=GGUF"),
+])
+def test_the_sweep_refuses_bad_drafter_files_before_any_work(hidden_dir, tmp_path, flags, message):
+    target, dflash = drafter_pair(hidden_dir, "dflash", acceptance="low")
+    _, eagle3 = drafter_pair(hidden_dir, "eagle3")
+    flags = [f.format(dflash=dflash, eagle3=eagle3) for f in flags]
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        main(["-m", str(target), "--drafter", "dflash", *flags, "--out", str(tmp_path / "run"), *SWEEP_FLAGS])
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("fault, acceptance, passes", [

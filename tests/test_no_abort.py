@@ -5,6 +5,7 @@ that is not an rpc-server, and an rpc-server killed in the middle of a sweep."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import struct
@@ -119,6 +120,26 @@ def test_a_sweep_on_a_model_without_a_tokenizer_is_refused(noisy_pair, no_vocab_
 def test_the_prompt_tokenizer_makes_the_engines_checks(no_vocab_model):
     with pytest.raises(ValueError, match="no tokenizer"):
         _core.VocabModel(str(no_vocab_model))
+
+
+def test_gridcheck_on_real_files(noisy_pair, no_vocab_model, model_dir, capsys):
+    """The grid's model checks (sweep.gridcheck) on tiny files: a good pair passes every check, a
+    draft whose vocabulary does not match the target's and a file without a tokenizer are each
+    refused in a line that names the file."""
+    from specnative.models import tiny_pair
+    from specnative.sweep import gridcheck
+
+    target, draft = noisy_pair
+    for path, role in ((target, "target"), (draft, "draft")):
+        gridcheck.header_checked(path, role)
+    vocabs = {path: gridcheck.vocab_model(path, role) for path, role in ((target, "target"), (draft, "draft"))}
+    assert gridcheck.check_vocabularies(vocabs[draft], {target: vocabs[target]}) == []
+    assert capsys.readouterr().err == ""
+    shuffled, _ = tiny_pair(model_dir, "copy", vocab="shuffled")  # the same size, other token texts
+    with pytest.raises(SystemExit, match=f"^error: the draft cannot speculate for target {re.escape(str(target))}: "):
+        gridcheck.check_vocabularies(gridcheck.vocab_model(shuffled, "draft"), {target: vocabs[target]})
+    with pytest.raises(SystemExit, match=f"^error: target {re.escape(str(no_vocab_model))}: .*no tokenizer"):
+        gridcheck.vocab_model(no_vocab_model, "target")
 
 
 # --- RPC peers that are not rpc-servers ------------------------------------------------------

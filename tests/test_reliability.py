@@ -81,15 +81,27 @@ def test_threads_sharing_an_engine_are_serialized(noisy_pair):
 
 def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
     target, draft = noisy_pair
+    # The close comes once a run is inside its native call (an event, not a sleep: conftest's
+    # native_call_events, which a fresh interpreter cannot import, spelled out).
     out = run_isolated(f"""
-        import threading, time
+        import sys, threading
         from specnative import Engine
         engine = Engine({str(target)!r}, {str(draft)!r}, n_ctx=2048, n_batch=256, n_seq_max=4, n_threads=1)
         outcome = {{}}
-        started = threading.Event()
+        entered, core = threading.Event(), engine._core
+
+        class Watched:
+            def __getattr__(self, name):
+                return getattr(core, name)
+
+            def generate(self, *args, **kwargs):
+                entered.set()
+                return core.generate(*args, **kwargs)
+
+        engine._core = Watched()
+        sys.setswitchinterval(1000.0)  # the closer runs only once the run has released the GIL in C++
 
         def long_run(spec):
-            started.set()
             try:
                 outcome[spec] = engine.generate(["The"] * 4, n_predict=480, spec=spec, k=3)
             except Exception as error:
@@ -97,7 +109,7 @@ def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
 
         runs = [threading.Thread(target=long_run, args=(spec,)) for spec in (False, True)]
         for t in runs: t.start()
-        started.wait(); time.sleep(0.2)
+        entered.wait()
         engine.close()          # returns only once no call runs
         for t in runs: t.join(timeout=30)
         assert not any(t.is_alive() for t in runs)

@@ -36,7 +36,7 @@ def _edit_lines(path: Path, edit) -> None:
     path.write_bytes(b"".join(edit(line) + b"\r\n" for line in lines))
 
 
-# --- item 1: another header, with a torn last row, is refused before any repair ------------------
+# --- another header, with a torn last row, is refused before any repair ------------------
 @pytest.mark.parametrize("edit", [lambda line: line.rsplit(b",", 1)[0],   # a column removed
                                   lambda line: line + b",note"])          # a column added
 def test_a_resume_on_another_header_refuses_before_any_repair(noisy_pair, finished_run, tmp_path,  # noqa: F811
@@ -98,38 +98,54 @@ def test_every_refused_resume_leaves_every_file_byte_identical(noisy_pair, copy_
     refused_unchanged(argv_for(noisy_pair, out, "--resume"), out, "cannot generate")
 
 
-# --- item 6: prompts and context by content, --check-k recorded -----------------------------------
-def run_with_files(pair, root: Path) -> list[str]:
-    """A finished run that read a --prompts and a --context file; returns its command line."""
+# --- prompts and context by content, --check-k recorded -----------------------------------
+def files_argv(pair, files: Path, out: Path) -> list[str]:
+    return argv_for(pair, out, "--prompts", str(files / "prompts.txt"), "--context", str(files / "context.txt"),
+                    "-np", "1")
+
+
+@pytest.fixture(scope="module")
+def files_run(noisy_pair, tmp_path_factory) -> Path:
+    """A finished run that read a --prompts and a --context file (measured once for the module; the
+    files stay where the run recorded them, tests resume copies of its run directory)."""
+    root = tmp_path_factory.mktemp("files-run")
     (root / "prompts.txt").write_text("Tell me about the sea.\nWrite a short poem about rain.\n")
     (root / "context.txt").write_text("The harbour was quiet that morning. " * 40)
-    argv = argv_for(pair, root / "run", "--prompts", str(root / "prompts.txt"), "--context",
-                    str(root / "context.txt"), "-np", "1")
-    assert main(argv) == 0
-    return argv
+    assert main(files_argv(noisy_pair, root, root / "run")) == 0
+    return root
+
+
+def resume_argv(pair, files_run: Path, tmp_path: Path) -> list[str]:
+    """A copy of the finished run directory under tmp_path; the command line that resumes it."""
+    shutil.copytree(files_run / "run", tmp_path / "run")
+    return files_argv(pair, files_run, tmp_path / "run") + ["--resume"]
 
 
 @pytest.mark.parametrize("name, change, recorded", [
     ("prompts.txt", "Tell me about the sea.\nWrite a long poem about snow.\n", "settings.prompts_sha256"),
     ("context.txt", "An entirely different document. " * 40, "settings.context_sha256"),
 ])
-def test_a_resume_after_editing_a_file_at_the_same_path_is_refused(noisy_pair, tmp_path, monkeypatch,
+def test_a_resume_after_editing_a_file_at_the_same_path_is_refused(noisy_pair, files_run, tmp_path, monkeypatch,
                                                                     name, change, recorded):
-    argv = run_with_files(noisy_pair, tmp_path) + ["--resume"]
-    (tmp_path / name).write_text(change)  # the same path, other content
+    argv = resume_argv(noisy_pair, files_run, tmp_path)
     no_engine(monkeypatch)
-    message = refused_unchanged(argv, tmp_path / "run", "settings differ")
+    original = (files_run / name).read_text()
+    (files_run / name).write_text(change)  # the same path, other content
+    try:
+        message = refused_unchanged(argv, tmp_path / "run", "settings differ")
+    finally:
+        (files_run / name).write_text(original)
     assert recorded in message and "prompts_source" not in message
 
 
-def test_check_k_is_recorded_and_a_change_refused(noisy_pair, tmp_path, monkeypatch):
-    argv = run_with_files(noisy_pair, tmp_path) + ["--resume"]
+def test_check_k_is_recorded_and_a_change_refused(noisy_pair, files_run, tmp_path, monkeypatch):
+    argv = resume_argv(noisy_pair, files_run, tmp_path)
     assert json.loads((tmp_path / "run" / "provenance.json").read_text())["settings"]["check_k"] is False
     no_engine(monkeypatch)
     refused_unchanged(argv + ["--check-k"], tmp_path / "run", "settings.check_k: recorded False, now True")
 
 
-# --- item 7: the provenance history ---------------------------------------------------------------------
+# --- the provenance history ---------------------------------------------------------------------
 def test_a_resume_keeps_the_runs_history_and_every_cells_records(noisy_pair, finished_run, tmp_path):  # noqa: F811
     out = fresh_copy(finished_run, tmp_path)
     first = json.loads((out / "provenance.json").read_text())
@@ -153,7 +169,7 @@ def test_a_resume_keeps_the_runs_history_and_every_cells_records(noisy_pair, fin
     assert counts(third) == counts(prov)  # (rebuilt from traces.csv: its values at the file's 6 digits)
 
 
-# --- item 8: one model given twice under two names ------------------------------------------------------
+# --- one model given twice under two names ------------------------------------------------------
 def test_the_same_model_under_two_paths_is_refused_before_loading(noisy_pair, tmp_path, monkeypatch):
     copy = tmp_path / "copy-of-target.gguf"
     shutil.copyfile(noisy_pair[0], copy)

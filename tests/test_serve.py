@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import PROMPTS
+from conftest import PROMPTS, injected
 
 from specnative import lossless
 from specnative.serving import arrivals
@@ -143,11 +143,8 @@ def test_serving_is_lossless_against_each_request_decoded_alone(noisy_engine, dr
 def test_serving_verdict_fails_planted_bugs(noisy_engine, fault):
     prompts = token_prompts(noisy_engine)
     trace = arrivals.build_trace(prompts, [24, 16, 20], float("inf"), 4, seed=1)
-    noisy_engine._core._inject_fault(fault)
-    try:
+    with injected(noisy_engine, fault):
         bad = serve(noisy_engine, trace, max_concurrency=2, spec=True, k=3)
-    finally:
-        noisy_engine._core._inject_fault("none")
     verdict = serving_verdict(noisy_engine, trace, bad.tokens, k=3)
     assert verdict.verdict == lossless.FAIL
 
@@ -292,6 +289,62 @@ def test_crossover_is_found_between_the_rates_that_decide_it():
     assert crossover.crossover(late, "goodput")["status"] == "crosses-beyond-last-finite-rate"
 
 
+def md_rows(text: str) -> list[dict]:
+    """The rows of the first markdown table in `text`, by header."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]
+    head = cells(lines[0])
+    return [dict(zip(head, cells(line))) for line in lines[2:]]
+
+
+def test_serving_report_tables():
+    """The serving summary's tables from known rows: means per load level, where speculation stops
+    paying (each metric, with the rates that decide it), and the advice per load band."""
+    from synthetic_traces import assert_tables_well_formed
+
+    from specnative.serving import crossover, report
+
+    rows = _synthetic_rows({1.0: 1.5, 2.0: 1.2, 4.0: 0.8, 8.0: 0.6, math.inf: 0.5})
+    rows = rows.assign(request_throughput=1.0, ttft_p99_ms=9.0, itl_p50_ms=3.0, e2e_p50_ms=50.0, queue_p50_ms=0.5,
+                       mixed_step_frac=0.1, draft_accept_rate=0.7, mean_accept_len=2.5, verify_cost_c=0.4,
+                       engine_own_share=0.01, verdict="exact", kv_cells_left=0)
+    rows.loc[(rows.request_rate == 4.0) & (rows.spec_decode == "on") & (rows.trace_sha256 == "4.0-2"),
+             ["verdict", "kv_cells_left"]] = ["numeric", 2]
+    levels = report.levels_md(rows)
+    assert_tables_well_formed(levels)
+    by_level = {(r["rate"], r["spec"]): r for r in md_rows(levels)}
+    assert len(by_level) == 10 and by_level["inf", "on"]["traces"] == "3"
+    on1 = by_level["1", "on"]
+    assert on1["out tok/s"] == "150" and on1["TPOT p50"] == "6.67" and on1["goodput"] == "15"  # means over traces
+    assert (by_level["4", "on"]["verdicts"], by_level["4", "on"]["KV left"]) == ("exact,numeric", "2")
+    assert (by_level["4", "off"]["verdicts"], by_level["4", "off"]["KV left"]) == ("exact", "0")
+
+    table = crossover.benefit_table(rows)
+    text = report.crossover_md(table, crossover.crossovers(table))
+    assert_tables_well_formed(text)
+    claims = [line for line in text.splitlines() if line.startswith("- ")]
+    assert len(claims) == len(crossover.METRICS)
+    assert all("stops paying at about **2.83 req/s**" in line and "pays at 1, 2 and loses at 4, 8, inf req/s" in line
+               for line in claims)
+    bench = {(r["rate"], r["metric"]): r for r in md_rows(text)}
+    assert len(bench) == 5 * len(crossover.METRICS)
+    assert (bench["4", "output throughput"]["benefit"], bench["4", "output throughput"]["status"]) == ("0.8", "loses")
+    assert bench["2", "p50 TPOT"]["status"] == "pays"  # latency: off / on, so a faster on-run pays
+    for benefits, said in [({1.0: 0.7, 4.0: 0.6}, "never pays in the measured range"),
+                           ({1.0: 1.5, 4.0: 1.3}, "above 1 at every rate"),
+                           ({1.0: 1.5, math.inf: 0.7}, "the crossover lies beyond the largest finite rate")]:
+        other = crossover.benefit_table(_synthetic_rows(benefits))
+        assert said in report.crossover_md(other, crossover.crossovers(other))
+
+    advice = report.advice_md(crossover.advice(rows, table))
+    assert_tables_well_formed(advice)
+    bands = md_rows(advice)
+    assert [b["speculation"] for b in bands] == ["on", "on", "off", "off", "off"]
+    assert bands[0]["p50 TPOT benefit"] == "1.5 (pays)" and bands[2]["throughput benefit"] == "0.8 (loses)"
+    assert "--spec-draft-n-max 4" in bands[0]["llama-server flags"] and "none" in bands[2]["llama-server flags"]
+    assert "`disable_by_batch_size`: **4**" in advice
+
+
 def test_a_benefit_within_the_practical_margin_is_no_difference():
     from specnative import stats
     from specnative.serving import crossover
@@ -330,9 +383,8 @@ def test_request_rate_inf_is_a_value_in_traces_csv(tmp_path):
 
 def test_close_from_another_thread_stops_a_serving_run_waiting_for_arrivals(noisy_pair):
     import threading
-    import time
 
-    from conftest import ENGINE_KW
+    from conftest import ENGINE_KW, native_call_events
 
     from specnative import Engine
     target, draft = noisy_pair
@@ -347,11 +399,12 @@ def test_close_from_another_thread_stops_a_serving_run_waiting_for_arrivals(nois
         except Exception as error:  # noqa: BLE001 - the outcome is what the test checks
             outcome["run"] = error
 
-    thread = threading.Thread(target=run)
-    t0 = time.monotonic()
-    thread.start()
-    time.sleep(0.5)  # the GIL is free while the engine waits: this thread runs on
-    engine.close()
+    with native_call_events(engine, "serve") as (entered, left):
+        thread = threading.Thread(target=run)
+        thread.start()
+        entered.wait()  # this thread runs on once the serving call has released the GIL (conftest)
+        engine.close()
+        assert left.wait(timeout=60)  # stopped in its wait for the second arrival, not after it
     thread.join(timeout=30)
-    assert not thread.is_alive() and time.monotonic() - t0 < 30
+    assert not thread.is_alive()
     assert isinstance(outcome["run"], RuntimeError) and "closed" in str(outcome["run"])

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peerkit.common import BUILD, RESULTS, log, tool_path  # noqa: E402
+from peerkit.common import BUILD, RESULTS, log, rel, tool_path  # noqa: E402
 from peerkit.spec_simple import aligned_prompt, theirs_spec  # noqa: E402
 
 PROMPT = "The city of"
@@ -103,9 +103,12 @@ def main(argv=None) -> int:
     ap.add_argument("--server", action="store_true", help="also llama-server with the same --spec-type")
     ap.add_argument("--out", type=Path, default=RESULTS / "hidden-state-drafters" / "peer.json")
     a = ap.parse_args(argv)
+    unknown = [d for d in a.drafter.split(",") if d not in FILE_KIND]
+    if unknown:
+        ap.error(f"--drafter: unknown {', '.join(unknown)} (any of {', '.join(FILE_KIND)})")
     tool = tool_path(a.build, "llama-speculative-simple")
     if not tool.exists():
-        raise SystemExit(f"error: {tool} not found: build llama.cpp's tools (SPECNATIVE_PEER_TOOLS=ON, or "
+        raise SystemExit(f"error: {rel(tool)} not found: build llama.cpp's tools (SPECNATIVE_PEER_TOOLS=ON, or "
                          f"python bench/peers.py, which builds them into bench/scratch/llama-build) or pass --build")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from peerkit.common import BUILD, RESULTS, log, tool_path  # noqa: E402
+from peerkit.common import BUILD, RESULTS, log, rel, tool_path  # noqa: E402
 from peerkit.spec_simple import theirs_spec  # noqa: E402
 
 # Prompts that copy: n-gram drafters pay where the output repeats its input.
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     tool = tool_path(a.build, "llama-speculative-simple")
     if not tool.exists():
-        raise SystemExit(f"error: {tool} not found: build llama.cpp's tools (python bench/peers.py --build-only, "
+        raise SystemExit(f"error: {rel(tool)} not found: build llama.cpp's tools (python bench/peers.py --build-only, "
                          f"into bench/scratch/llama-build) or pass --build")
     if not a.target.is_file():
         raise SystemExit(f"error: -m {a.target}: no such file")

@@ -68,9 +68,9 @@ from .common import (
     log,
     med,
     model_sets,
-    set_names,
     pad256,
     rel,
+    set_names,
     show_cmd,
     vals,
 )

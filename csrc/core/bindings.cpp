@@ -184,7 +184,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
                         const std::map<std::string, std::string>& drafter_options, float draft_p_min,
-                        float draft_temperature, bool drafter_settings, bool record_pit) {
+                        float draft_temperature, bool drafter_settings, bool record_pit, bool prefix_cache) {
     GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
                                        drafter, drafter_options, draft_p_min);
     if (draft_temperature != 0.0f) {
@@ -197,6 +197,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.drafter_settings = drafter_settings;
     p.record_pit = record_pit;
     p.reuse_prompts = record_pit;  // a distributional-test run: its prefill is no measurement
+    p.prefix_cache = prefix_cache;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
@@ -367,6 +368,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readonly("speculative", &GenerateResult::speculative)
         .def_readonly("steps", &GenerateResult::steps)
         .def_readonly("decode_tokens", &GenerateResult::decode_tokens)
+        .def_readonly("prefill_tokens", &GenerateResult::prefill_tokens)
+        .def_readonly("kv_prompt_cells", &GenerateResult::kv_prompt_cells)
         .def_property_readonly("draft_accept_rate", &GenerateResult::draft_accept_rate)
         .def_property_readonly("token_accept_rate", &GenerateResult::token_accept_rate)
         .def_property_readonly("mean_accept_len", &GenerateResult::mean_accept_len)
@@ -435,7 +438,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
-             py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false)
+             py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false,
+             py::arg("prefix_cache") = true)
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),

@@ -368,7 +368,7 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     const int lookahead = validate_params(p, n_seq);
     // A hidden-state drafter keeps per-sequence state from each sequence's own prefill: no shared
     // prefix (its cells would reach the draft cache of sequence 0 only).
-    const int shared = p.spec && is_hidden_drafter(p.drafter.type) ? 0 : shared_prefix_length(prompts);
+    const int shared = !p.prefix_cache || (p.spec && is_hidden_drafter(p.drafter.type)) ? 0 : shared_prefix_length(prompts);
     int64_t cells = shared;
     for (int s = 0; s < n_seq; ++s) {
         validate_prompt(s, prompts[s], p.n_predict, lookahead);
@@ -513,8 +513,12 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
         seqs[s].n_past_target = static_cast<int32_t>(prompts[s].size());
         seqs[s].n_past_draft = static_cast<int32_t>(prompts[s].size());
     }
+    const int64_t fed_before = target_prompt_tokens_fed_;
     GenerateResult result = p.spec ? run_speculative(seqs, shared, p, should_stop)
                                    : run_baseline(seqs, shared, p, should_stop);
+    result.prefill_tokens = target_prompt_tokens_fed_ - fed_before;
+    result.kv_prompt_cells = shared;
+    for (const Sequence& seq : seqs) result.kv_prompt_cells += static_cast<int64_t>(seq.prompt.size()) - shared;
 
     forget_last_run();
     for (Sequence& seq : seqs) {

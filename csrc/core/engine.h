@@ -72,6 +72,10 @@ struct GenerateParams {
     // A check run whose prefill is no measurement: prefill only what the cache lacks of the
     // prompts (Engine::prefill's reuse_prompts). Never for timed runs; not with hidden drafters.
     bool reuse_prompts = false;
+    // The prompts' common prefix (the sweep's shared context) is prefilled once, its cells shared by
+    // every sequence and kept from one call to the next; false: every sequence prefills its whole
+    // prompt on every call, as a server without prompt caching does.
+    bool prefix_cache = true;
     DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
     // Draft model only: stop a sequence's draft for the round at the first position whose top
     // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).
@@ -139,6 +143,11 @@ struct GenerateResult {
     bool speculative = false;
     int64_t steps = 0;   // baseline decode steps, or speculative rounds (engine iterations)
     int64_t decode_tokens = 0;  // tokens produced after prefill (each sequence's first excluded)
+    // Prompt tokens the target's prefill fed this call (a prefix kept cached from the last call,
+    // or a check run's reused prompts, are not fed again), and the KV cells the prompts occupy
+    // (a shared prefix once when the prefix cache is on, else once per sequence).
+    int64_t prefill_tokens = 0;
+    int64_t kv_prompt_cells = 0;
     // Steady state: the iterations in which every sequence of the batch was still active (a server
     // at load N keeps N slots busy; the tail in which finished sequences leave a fixed batch is
     // an artefact of the batch, and is left out of the steady_* quantities).

@@ -263,3 +263,45 @@ def flag_outliers(values: Sequence[float], threshold: float = Policy.outlier_mad
                 f"repeat {i + 1}: {what} {v:.4g} is {abs(score):.1f} robust SDs {side} the median "
                 f"{median:.4g} ({(v / median - 1) * 100 if median else math.nan:+.0f} %)")))
     return found
+
+
+@dataclass(frozen=True)
+class LogEstimate:
+    """A positive quantity as the mean of its logs, the variance of that mean and the repeats n."""
+    mean: float
+    var: float      # NaN: one repeat, no spread known
+    n: int
+    source: str     # where the spread came from (the repeats themselves, a recorded interval, ...)
+
+    @classmethod
+    def of_interval(cls, interval: Interval, source: str) -> LogEstimate | None:
+        """Undoes a t interval on logs: se = (ln high - ln low) / (2 t_{n-1})."""
+        low, high, n = interval.low, interval.high, interval.n
+        if n >= 2 and 0 < low <= high < math.inf:
+            se = (math.log(high) - math.log(low)) / (2 * t_quantile(interval.level, n - 1))
+            return cls((math.log(low) + math.log(high)) / 2, se * se, n, source)
+        if interval.estimate > 0:
+            return cls(math.log(interval.estimate), math.nan, max(n, 1), source)
+        return None
+
+    @classmethod
+    def of_values(cls, values: list, source: str, level: float = 0.95) -> LogEstimate | None:
+        values = [v for v in values if v == v]
+        if not values or min(values) <= 0:
+            return None
+        return cls.of_interval(geometric_interval(values, level), source)
+
+
+# --- The interval of a ratio of two runs' estimates, and what it decides -----------------------------
+def welch_ratio(a: LogEstimate, b: LogEstimate, level: float = 0.95) -> Interval:
+    """B / A with a Welch t interval on the log scale (unequal variances, Welch-Satterthwaite
+    degrees of freedom): the two runs' repeats are independent samples of different sizes."""
+    estimate = math.exp(b.mean - a.mean)
+    var = a.var + b.var
+    if not math.isfinite(var):
+        return Interval(estimate, math.nan, math.nan, level, a.n + b.n)
+    if var == 0:
+        return Interval(estimate, estimate, estimate, level, a.n + b.n)
+    dof = var ** 2 / sum(v ** 2 / (n - 1) for v, n in ((a.var, a.n), (b.var, b.n)) if v > 0)
+    half = t_quantile(level, dof) * math.sqrt(var)
+    return Interval(estimate, math.exp(b.mean - a.mean - half), math.exp(b.mean - a.mean + half), level, a.n + b.n)

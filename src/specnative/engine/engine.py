@@ -157,6 +157,8 @@ class GenerationResult:
     drafter: str = ""                            # speculative runs: which drafter proposed
     drafter_options: dict = field(default_factory=dict)  # its llama.cpp options (n-gram types)
     draft_p_min: float = 0.0                     # the draft model's stop rule (0 = fixed k)
+    prefill_tokens: int = 0    # prompt tokens the target's prefill fed (a cached prefix is not fed again)
+    kv_prompt_cells: int = 0   # KV cells the prompts occupy (a shared, cached prefix counted once)
 
     @property
     def per_position_accept_rate(self) -> np.ndarray:
@@ -346,7 +348,7 @@ class Engine:
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
                  draft_temperature: float | None = None, drafter_settings: bool = False,
-                 record_pit: bool = False) -> GenerationResult:
+                 record_pit: bool = False, prefix_cache: bool = True) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -373,7 +375,10 @@ class Engine:
         settings (feature extraction on), to measure what they cost the plain step.
         record_pit (rejection rule only): for every token a round emits, its place in the p of its
         own verify row (pit: per sequence, arrays index, p_emitted, above_sure/_maybe in p's order,
-        draft_above_sure/_maybe in the draft's): lossless.rejection_distribution's evidence."""
+        draft_above_sure/_maybe in the draft's): lossless.rejection_distribution's evidence.
+        prefix_cache: the prompts' common prefix is prefilled once, shared by every sequence and kept
+        cached between calls (the default); False: every sequence prefills its whole prompt on every
+        call, as a server without prompt caching (times["prefill_target"] shows the cost)."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
@@ -402,7 +407,8 @@ class Engine:
                                   record_margins=bool(record_margins), drafter=drafter,
                                   drafter_options=options, draft_p_min=draft_p_min,
                                   draft_temperature=float(draft_temperature),
-                                  drafter_settings=bool(drafter_settings), record_pit=bool(record_pit))
+                                  drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
+                                  prefix_cache=bool(prefix_cache))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,
@@ -416,7 +422,8 @@ class Engine:
             totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
             margins=raw.margins, pit=raw.pit if record_pit else [], drafter=drafter if raw.speculative else "",
             drafter_options=options if raw.speculative else {},
-            draft_p_min=draft_p_min if raw.speculative else 0.0)
+            draft_p_min=draft_p_min if raw.speculative else 0.0,
+            prefill_tokens=raw.prefill_tokens, kv_prompt_cells=raw.kv_prompt_cells)
 
     def prompt_logits(self, tokens) -> np.ndarray:
         """Target logits after feeding `tokens` to a cleared cache (sequence 0)."""

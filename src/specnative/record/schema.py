@@ -250,6 +250,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("tps_repeats", "str", "the steady-state tokens/s of every timed repeat, in order, ';'-separated"),
     Column("speedup_repeats", "str", "on rows: every repeat's paired speedup tps_on / tps_off, in order, "
            "';'-separated (the speedup interval is over these)"),
+    # --- prefix caching as a factor (--prefix-cache on,off) and end-to-end rates ----------------------
+    Column("prefix_cache", "str", "on: the shared context's KV cells computed once, shared by the sequences and "
+           "kept between calls; off: every sequence prefills its own copy on every call (a server without "
+           "prompt caching)"),
+    Column("prefill_tokens", "float", "prompt tokens the target's prefill fed per run (a cached prefix is not fed "
+           "again): the repeated prefill that prefix caching saves"),
+    Column("kv_prompt_cells", "int", "KV cells the prompts occupy (a shared, cached prefix counted once)"),
+    Column("e2e_tps", "float", "end-to-end tokens/s over the timed runs: every generated token over the whole "
+           "run's time, the prefill included"),
+    Column("e2e_tps_repeats", "str", "e2e_tps of every timed repeat, in order, ';'-separated"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

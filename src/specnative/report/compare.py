@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 
 from specnative.record.run_folder import RunRecord, host_of, kind_of, models_summary
-from specnative.report.compare_regimes import FAIL, LATENCIES, LEVEL, PAIRED, LogEstimate, Regime, regimes_of
-from specnative.stats import Interval, speedup_interval, t_quantile
+from specnative.report.compare_regimes import FAIL, LATENCIES, LEVEL, PAIRED, Regime, regimes_of
+from specnative.stats import Interval, speedup_interval, welch_ratio
 
 DEFAULT_THRESHOLD = 0.05
 REGRESSION, IMPROVEMENT, NO_CHANGE, UNDECIDED = "regression", "improvement", "no decided change", "undecided"
@@ -36,21 +36,6 @@ RUN_FACTS = (("specnative version", lambda p: p.get("specnative_version")),
 
 class CompareError(Exception):
     """Two runs that cannot be compared as asked; the message says why, naming the cells."""
-
-
-# --- The interval of a ratio of two runs' estimates, and what it decides -----------------------------
-def welch_ratio(a: LogEstimate, b: LogEstimate, level: float = LEVEL) -> Interval:
-    """B / A with a Welch t interval on the log scale (unequal variances, Welch-Satterthwaite
-    degrees of freedom): the two runs' repeats are independent samples of different sizes."""
-    estimate = math.exp(b.mean - a.mean)
-    var = a.var + b.var
-    if not math.isfinite(var):
-        return Interval(estimate, math.nan, math.nan, level, a.n + b.n)
-    if var == 0:
-        return Interval(estimate, estimate, estimate, level, a.n + b.n)
-    dof = var ** 2 / sum(v ** 2 / (n - 1) for v, n in ((a.var, a.n), (b.var, b.n)) if v > 0)
-    half = t_quantile(level, dof) * math.sqrt(var)
-    return Interval(estimate, math.exp(b.mean - a.mean - half), math.exp(b.mean - a.mean + half), level, a.n + b.n)
 
 
 def classify(interval: Interval, threshold: float) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from specnative.record.run_folder import RunRecord, base_cell, kind_of, row_verdict
-from specnative.stats import Interval, geometric_interval, ratio_interval, t_quantile
+from specnative.stats import Interval, LogEstimate, ratio_interval
 
 LEVEL = 0.95
 # Where an interval's spread comes from: each run's repeats, its recorded interval undone, its
@@ -26,33 +26,6 @@ MODEL_COLUMNS = ("target_sha256", "draft_sha256")
 SETTING_COLUMNS = ("n_predict", "n_threads", "flash_attn", "drafter_options", "prompt_ids", "dataset",
                    "context_sha256", "n_requests", "burstiness")
 LATENCIES = ("ttft_p50_ms", "tpot_p50_ms")  # serve levels, spec on: lower is better
-
-
-@dataclass(frozen=True)
-class LogEstimate:
-    """A positive quantity as the mean of its logs, the variance of that mean and the repeats n."""
-    mean: float
-    var: float      # NaN: one repeat, no spread known
-    n: int
-    source: str     # REPEATS, RECORDED, SEEDS or SINGLE
-
-    @classmethod
-    def of_interval(cls, interval: Interval, source: str) -> LogEstimate | None:
-        """Undoes a t interval on logs: se = (ln high - ln low) / (2 t_{n-1})."""
-        low, high, n = interval.low, interval.high, interval.n
-        if n >= 2 and 0 < low <= high < math.inf:
-            se = (math.log(high) - math.log(low)) / (2 * t_quantile(interval.level, n - 1))
-            return cls((math.log(low) + math.log(high)) / 2, se * se, n, source)
-        if interval.estimate > 0:
-            return cls(math.log(interval.estimate), math.nan, max(n, 1), source)
-        return None
-
-    @classmethod
-    def of_values(cls, values: list, source: str) -> LogEstimate | None:
-        values = [v for v in values if v == v]
-        if not values or min(values) <= 0:
-            return None
-        return cls.of_interval(geometric_interval(values, LEVEL), source)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specnative.record.schema import is_serve_run
+from specnative.report import factorial, levers
 from specnative.report.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
 from specnative.report.cells import speedup_slope, theory_table
 from specnative.report.compare_runs import write_compare
@@ -76,6 +77,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
     verdicts.to_csv(out["advice.csv"], index=False)
+    levers = write_factorial(traces, run_dir, note, out, figures)
     sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
     if has_ngram_drafters(traces):
         sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
@@ -92,8 +94,27 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                                                     thresholds, out)))
     out["summary.md"] = run_dir / "summary.md"
     answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None)
+    if levers is not None:  # right after the answer: the question the run's factors can answer
+        sections.insert(0, ("Do the levers add?", levers))
     out["summary.md"].write_text(_render(prov, answer, sections, list(figures)))
     return out
+
+
+def write_factorial(traces, run_dir: Path, note: str, out: dict, figures: dict) -> str | None:
+    """tidy.csv (one row per cell and repeat), factorial.csv (the log-linear model's terms), the
+    interaction figure; returns the "Do the levers add?" section, or None when nothing crosses."""
+    tidy, tables, models = factorial.analyse(traces)
+    out["tidy.csv"] = run_dir / "tidy.csv"
+    tidy.to_csv(out["tidy.csv"], index=False)
+    section = levers.section_md(tables, models, tidy)
+    if section is None:
+        return None
+    out["factorial.csv"] = run_dir / "factorial.csv"
+    levers.models_frame(models).to_csv(out["factorial.csv"], index=False)
+    figure = levers.plot_interactions(tidy, note)
+    out["interactions.png"], out["interactions.pdf"] = save(figure, run_dir / "interactions")
+    figures["interactions"] = figure
+    return section
 
 
 def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
@@ -115,7 +136,8 @@ FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
                  "acceptance_by_position": "Acceptance by draft position",
                  "by_task": "Acceptance and speedup by task category",
                  "by_drafter": "Which drafter pays, by task",
-                 "which_k": "Which k: verify-cost curve and predicted speedup"}
+                 "which_k": "Which k: verify-cost curve and predicted speedup",
+                 "interactions": "Do the levers add? Speculation's speedup against every other factor"}
 
 
 def _render(prov: dict, answer: str, sections: list, figures: list) -> str:

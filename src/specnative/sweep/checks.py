@@ -22,9 +22,11 @@ def first_divergence(base, spec) -> tuple[int, float]:
 
 
 def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model",
-                   draft_p_min: float = 0.0, on_progress=lambda msg: None, runs_out: dict | None = None) -> dict:
+                   draft_p_min: float = 0.0, on_progress=lambda msg: None, runs_out: dict | None = None,
+                   prefix_cache: bool = True) -> dict:
     """The cell's lossless verdict at k (lossless.py). `runs_out` receives the baseline and
-    speculative runs it made ({"off": ..., k: ...}), which the warm-up can use as its first pair."""
+    speculative runs it made ({"off": ..., k: ...}), which the warm-up can use as its first pair.
+    The runs use the cell's prefix caching: the verdict is on the configuration that is timed."""
     if temperature == 0:
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
@@ -32,6 +34,8 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     else:  # the rule is lossless in distribution: tested so, and its match proxy at the same seed
         method, rule = "distribution", "match"
     common = dict(n_predict=cfg.n_predict, temperature=temperature)
+    if not prefix_cache:
+        common["prefix_cache"] = False
     base = engine.generate(prompts, seed=cfg.seed, **common)  # plain: in a warm engine also a timed run
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),

@@ -30,6 +30,18 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                            "position whose top draft probability is below P (llama.cpp's --spec-draft-p-min; 0: "
                            "always k). Cells with P > 0 get no which-k prediction (their drafts are not "
                            "fixed-length)")
+    grid.add_argument("--prefix-cache", type=on_off_list, default=[True], metavar="on,off",
+                      help="on: the shared context is prefilled once, its cells shared by the sequences and kept "
+                           "between runs; off: every sequence prefills its own copy every run (a server without "
+                           "prompt caching); both: one cell each")
+
+
+def on_off_list(text: str) -> list[bool]:
+    """--prefix-cache on,off -> [True, False]; anything else is an argparse error naming it."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or any(v not in ("on", "off") for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}")
+    return [v == "on" for v in values]
 
 
 def add_measuring_flags(p: argparse.ArgumentParser, runs: argparse._ArgumentGroup) -> None:
@@ -102,6 +114,7 @@ def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:
         raise SystemExit("error: --db and --no-db: give one of them")
     cfg = config_from_args(args, argv)
     cfg.db = database_path(args, cfg.out_dir)
+    cfg.prefix_caches = args.prefix_cache
     print(describe(cfg), file=sys.stderr)
     try:
         traces = run_sweep(cfg)

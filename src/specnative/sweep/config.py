@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnative import workloads
-from specnative.engine import default_threads, native
+from specnative.engine import HIDDEN_DRAFTERS, default_threads, native
 from specnative.record import shards
 
 
@@ -69,6 +69,8 @@ class SweepConfig:
     # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
     # unnamed ones use -md (hidden_drafters.py)
     drafter_files: dict = field(default_factory=dict)
+    # --prefix-cache on,off: a grid axis (True: the shared context's cells computed once and shared)
+    prefix_caches: list = field(default_factory=lambda: [True])
     # the results database the run folder is synced into after every cell (record/database.py); None: none
     db: Path | None = None
 
@@ -90,6 +92,13 @@ class Cell:
     drafter: str = "model"
     draft_p_min: float = 0.0  # the draft model's stop rule (0: fixed k)
     batch: int = 0  # a public set's cells: which batch of the task's items (workloads.batches_of)
+    prefix_cache: bool = True  # the shared context's cells computed once and shared (False: each sequence's own)
+
+    @property
+    def shares_prefix(self) -> bool:
+        """Whether the sequences share the context's KV cells: the prefix cache on, and a drafter that
+        keeps no per-sequence state from each sequence's own prefill (hidden-state drafters do)."""
+        return self.prefix_cache and self.drafter not in HIDDEN_DRAFTERS
 
     def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
         base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
@@ -100,4 +109,6 @@ class Cell:
             base += f"|pmin={self.draft_p_min:g}"
         if self.batch > 0:
             base += f"|batch={self.batch}"
+        if not self.prefix_cache:  # prefix-cached keys are unchanged (older runs resume)
+            base += "|prefix=off"
         return base if k is None else f"{base}|k{k}"

@@ -10,7 +10,7 @@ from specnative import workloads
 from specnative.engine import gguf_checks
 from specnative.record import shards
 from specnative.record.provenance import sha256_file
-from specnative.sweep import gridcheck, hidden_drafters
+from specnative.sweep import gridcheck
 from specnative.sweep.config import Cell, SweepConfig
 from specnative.sweep.prompts import workload_for
 
@@ -23,12 +23,14 @@ def cells_of(cfg: SweepConfig) -> list[Cell]:
     # their cells share the same context documents, prefilled once per engine
     # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
     # (a public set's task has a cell per batch of its items: workloads.batches_of)
-    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch)
+    # (the prefix cache innermost: the on and off cells of a regime are measured side by side)
+    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch, prefix_cache)
             for t, ctx, conc, temp, task in itertools.product(cfg.targets, sorted(cfg.ctx_lens),
                                                               sorted(cfg.concurrencies), cfg.temperatures, cfg.tasks)
             for batch in range(len(workloads.batches_of(cfg.prompts, task, conc)))
             for drafter, p_min in itertools.product(cfg.drafters, cfg.draft_p_mins)
-            if drafter == "model" or p_min == 0]
+            if drafter == "model" or p_min == 0
+            for prefix_cache in cfg.prefix_caches]
 
 
 def placement_tag(cfg: SweepConfig) -> str:
@@ -126,7 +128,7 @@ def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> l
         runnable = []
         for cell in (c for c in cells if c.target == target):
             reason = (refusal(cfg, cell.ctx_len, cell.concurrency, shapes, own_tokens,
-                              shared=not hidden_drafters.is_hidden(cell.drafter))
+                              shared=cell.shares_prefix)
                       or workload.ctx_len_problem(cell.ctx_len))
             if reason:
                 print(f"refused cell {target.name} ctx={cell.ctx_len} conc={cell.concurrency}: {reason}",

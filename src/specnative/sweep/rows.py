@@ -44,7 +44,20 @@ def median_row(results) -> dict:
         "total_ms": mean_time("total"),
         **engine_own_time(statistics.fmean(decoding_ms(r.times) for r in results), mean_time("llama"),
                           mean_time("kv_removal")),
+        "e2e_tps": sum(map(generated, results)) / (sum(r.times["total"] for r in results) / 1000.0),
+        "prefill_tokens": statistics.fmean(r.prefill_tokens for r in results),
+        "kv_prompt_cells": results[0].kv_prompt_cells,
     }
+
+
+def generated(run) -> int:
+    """Tokens a run produced, every sequence's first (from the prefill) included."""
+    return sum(len(tokens) for tokens in run.tokens)
+
+
+def e2e_rate(run) -> float:
+    """A run's end-to-end tokens per second: the prefill included (what prefix caching changes)."""
+    return generated(run) / (run.times["total"] / 1000.0) if run.times["total"] > 0 else float("nan")
 
 
 def spec_row(results, base_row: dict, k: int) -> dict:
@@ -107,7 +120,8 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
     tps_iv = interval_or_empty(stats.geometric_interval, tps, level=measuring["ci_level"])
     columns = {key: measuring[key] for key in ("repeats_used", "warmup_used", "warmup_settled",
                                                "stop_reason", "ci_level")}
-    columns.update(tps_ci_low=tps_iv.low, tps_ci_high=tps_iv.high, tps_repeats=repeats_text(tps))
+    columns.update(tps_ci_low=tps_iv.low, tps_ci_high=tps_iv.high, tps_repeats=repeats_text(tps),
+                   e2e_tps_repeats=repeats_text([e2e_rate(r) for r in runs[kind]]))
     if kind == "off":
         values, what = tps, "tps"
     else:

@@ -60,8 +60,7 @@ def resume_plan(cfg: SweepConfig, out: Path, traces: Path, cells: list,
 def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: int = 64) -> Engine:
     """One engine for `cells` (one target and context length, by_ctx_len), sized for the largest
     of them, so the shared prefix stays cached from cell to cell."""
-    shared = not hidden_drafters.is_hidden(cells[0].drafter)  # whose sequences share no prefix cells
-    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens, shared) for c in cells)
+    n_ctx = max(kv_cells_needed(cfg, c.ctx_len, c.concurrency, own_tokens, c.shares_prefix) for c in cells)
     draft, mtp = hidden_drafters.engine_draft(cells[0].drafter, cfg.draft, cfg.drafter_files)
     try:
         return Engine(target, draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
@@ -80,6 +79,7 @@ def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
         "target_sha256": target_rec["sha256"], "draft_model": draft_rec["name"],
         "draft_type": draft_rec["type"], "draft_sha256": draft_rec["sha256"],
         "backend": backend, "n_threads": cfg.threads, "flash_attn": cfg.flash_attn, "run_id": run_id,
+        "prefix_cache": "on" if cell.prefix_cache else "off",
         **prompt_columns(cfg, cell),
     }
 
@@ -147,6 +147,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     provenance["settings"] = run_settings(cfg)
     if cfg.drafter_files:  # only when set: older run directories still resume
         provenance["settings"]["drafter_files_sha256"] = {d: sha256_file(p) for d, p in cfg.drafter_files.items()}
+    if list(cfg.prefix_caches) != [True]:  # only when set: older run directories still resume
+        provenance["grid"]["prefix_cache"] = ["on" if on else "off" for on in cfg.prefix_caches]
     if list(cfg.draft_p_mins) != [0.0]:  # only when set: older run directories still resume
         provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
     if cfg.placement:  # only when set: older run directories still resume

@@ -1,0 +1,67 @@
+"""Prefix caching as a factor: with it on, a shared context is prefilled once, its cells shared by the
+sequences and kept from one call to the next; off, every sequence prefills its own copy on every call
+(a server without prompt caching). The prefill counts and KV cells show the difference, the output
+stays lossless either way, and the sweep's rows say which."""
+from __future__ import annotations
+
+import pytest
+
+from specnative import Engine
+from specnative.record import schema
+from specnative.sweep import main
+
+from conftest import ENGINE_KW, TEST_NGL, assert_lossless_verdict
+
+CONTEXT = list(range(300, 300 + 96))  # token ids of a shared context every sequence reads first
+OWN = [[500 + s, 600 + s, 700 + s] for s in range(4)]
+
+
+def prompts(n: int) -> list[list[int]]:
+    return [CONTEXT + OWN[s] for s in range(n)]
+
+
+@pytest.fixture(scope="module")
+def engine(noisy_pair):
+    with Engine(*noisy_pair, n_ctx=2048, n_batch=128, n_seq_max=4, **ENGINE_KW) as e:
+        yield e
+
+
+def test_off_prefills_one_copy_of_the_context_per_sequence_on_every_call(engine):
+    n, total = 4, len(CONTEXT) + 3
+    first_on = engine.generate(prompts(n), n_predict=8)
+    again_on = engine.generate(prompts(n), n_predict=8)
+    assert first_on.kv_prompt_cells == len(CONTEXT) + n * 3          # the context's cells once
+    assert again_on.prefill_tokens == n * 3                           # the cached context is not fed again
+    off = [engine.generate(prompts(n), n_predict=8, prefix_cache=False) for _ in range(2)]
+    for run in off:
+        assert run.kv_prompt_cells == n * total                       # n copies
+        assert run.prefill_tokens == n * total                        # every call, every sequence
+    assert off[1].times["prefill_target"] > again_on.times["prefill_target"]  # the cost shows in the timer
+
+
+def test_off_stays_lossless_with_speculation(engine):
+    base = engine.generate(prompts(4), n_predict=12, prefix_cache=False)
+    spec = engine.generate(prompts(4), n_predict=12, spec=True, k=3, prefix_cache=False)
+    assert spec.prefill_tokens == 4 * (len(CONTEXT) + 3)
+    assert_lossless_verdict(engine, prompts(4), base.tokens, spec.tokens, k=3)
+
+
+def test_the_sweep_measures_both_and_the_rows_say_which(noisy_pair, tmp_path):
+    out = tmp_path / "run"
+    argv = ["-m", str(noisy_pair[0]), "-md", str(noisy_pair[1]), "--ctx-len", "64", "-np", "2", "-k", "2",
+            "-n", "6", "--warmup", "0", "-r", "2", "--max-repeats", "2", "-t", "1", "-ngl", str(TEST_NGL),
+            "--prefix-cache", "on,off", "-o", str(out), "--no-report", "--no-db"]
+    assert main(argv) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    assert sorted(rows["prefix_cache"].unique()) == ["off", "on"]
+    by_mode = {mode: group for mode, group in rows.groupby("prefix_cache")}
+    assert by_mode["off"]["kv_prompt_cells"].min() > by_mode["on"]["kv_prompt_cells"].max()
+    assert by_mode["off"]["prefill_tokens"].min() > by_mode["on"]["prefill_tokens"].max()
+    assert all(cell.endswith("|prefix=off") or "|prefix=off|" in cell for cell in by_mode["off"]["cell_id"])
+    assert (rows[rows["spec_decode"] == "on"]["verdict"] != "fail").all()
+    assert rows["tps_repeats"].str.count(";").eq(1).all()  # both timed repeats, kept for paired statistics
+
+
+def test_a_bad_prefix_cache_value_is_refused():
+    with pytest.raises(SystemExit):
+        main(["--prefix-cache", "maybe"])
