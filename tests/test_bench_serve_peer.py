@@ -3,10 +3,12 @@ against llama-server, checked against a small stand-in that streams on loopback 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import textwrap
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
@@ -109,3 +111,213 @@ def test_replay_of_an_ngram_run_starts_the_server_with_its_type_and_options_and_
         serve_table.replay_cmd(tools, {"target": "t.gguf"}, older, True, 1024, a)
     with pytest.raises(SystemExit, match="eagle3"):
         serve_table.replay_cmd(tools, {"target": "t.gguf"}, {**serve, "drafter": "eagle3"}, True, 1024, a)
+
+
+# ---------------------------------------------------------------------------------------------
+# The interleaved comparison: schedule, measurement loop, paired table
+# ---------------------------------------------------------------------------------------------
+from peerkit import serve_paired, serve_parity  # noqa: E402
+
+OURS, SERVER = serve_paired.OURS, serve_paired.SERVER
+
+
+def test_schedule_alternates_which_side_goes_first_and_reverses_every_second_trace():
+    even, odd = serve_parity.schedule(0), serve_parity.schedule(1)
+    assert even == [(OURS, "off"), (SERVER, "off"), (OURS, "on"), (SERVER, "on")]
+    assert odd == list(reversed(even)) and serve_parity.schedule(2) == even
+    first = []  # which side runs first within each (trace, spec) pair
+    for index in range(4):
+        order = serve_parity.schedule(index)
+        for spec in ("off", "on"):
+            first.append(next(side for side, s in order if s == spec))
+    assert first.count(OURS) == first.count(SERVER) == 4
+    with pytest.raises(ValueError, match="trace index"):
+        serve_parity.schedule(-1)
+
+
+def _fake_traces(n: int, rate: float = 2.0) -> list:
+    return [(rate, seed, [Request(0.0, (seed + 1, 5), 3), Request(0.1, (seed + 2,), 2)]) for seed in range(n)]
+
+
+def test_measure_runs_both_sides_back_to_back_in_schedule_order_and_counts_identical_outputs():
+    calls = []
+
+    def run(side, spec, trace):
+        calls.append((side, "on" if spec else "off", trace[0].prompt[0]))
+        tokens = [[1, 2, 3], [4, 5]]
+        if side == SERVER and spec:
+            tokens = [[1, 2, 3], [4, 6]]  # the second request's output differs with speculation
+        return {"output_throughput": 10.0, "tpot_p50_ms": 5.0, "ttft_p50_ms": 50.0, "tokens": tokens}
+
+    rows = serve_parity.measure(_fake_traces(2), run, before=lambda: {"busy_cores": 0.1}, progress=lambda msg: None)
+    assert calls == [(s, spec, 1) for s, spec in serve_parity.schedule(0)] + \
+                    [(s, spec, 2) for s, spec in serve_parity.schedule(1)]
+    assert len(rows) == 8 and all("tokens" not in r and r["busy_cores"] == 0.1 for r in rows)
+    assert [r["position"] for r in rows] == [0, 1, 2, 3] * 2
+    assert {r["identical"] for r in rows if r["spec_decode"] == "off"} == {2}
+    assert {r["identical"] for r in rows if r["spec_decode"] == "on"} == {1}
+    # one trace hash per trace, the same on both sides
+    assert len({r["trace_sha256"] for r in rows}) == 2
+
+
+def _rows(values: dict, rate: float = float("inf")) -> pd.DataFrame:
+    """Runs with per-trace metric values: values[(side, spec)][metric] = [trace 0, trace 1, ...]."""
+    out = []
+    for (side, spec), metrics in values.items():
+        n = len(next(iter(metrics.values())))
+        for i in range(n):
+            out.append({"side": side, "spec_decode": spec, "request_rate": rate, "trace_index": i,
+                        **{m: v[i] for m, v in metrics.items()}})
+    return pd.DataFrame(out)
+
+
+def test_paired_ratio_table_pairs_by_trace_and_orients_latencies():
+    server_tps = [40.0, 60.0, 50.0, 45.0]          # the host drifts a lot between traces ...
+    ours_tps = [t * 0.97 for t in server_tps]       # ... but ours is 3 % below on every one
+    server_tpot = [20.0, 30.0, 25.0, 22.0]
+    rows = _rows({
+        (OURS, "off"): {"output_throughput": ours_tps, "tpot_p50_ms": [t * 1.25 for t in server_tpot],
+                        "ttft_p50_ms": [100.0, 140.0, 90.0, 120.0]},
+        (SERVER, "off"): {"output_throughput": server_tps, "tpot_p50_ms": server_tpot,
+                          "ttft_p50_ms": [110.0, 120.0, 100.0, 115.0]},
+    })
+    table = serve_paired.ratio_table(rows).set_index("metric")
+    tps = table.loc["output_throughput"]
+    # paired: the drift cancels, a tight interval around 0.97; unpaired means would not show it
+    assert tps["ratio"] == pytest.approx(0.97) and tps["high"] < 1.0 and tps["low"] > 0.95
+    assert tps["outcome"] == serve_paired.WITHIN and tps["traces"] == 4
+    tpot = table.loc["tpot_p50_ms"]  # ours 25 % slower per token: ratio 1.25, oriented 0.8
+    assert tpot["ratio"] == pytest.approx(1.25) and tpot["outcome"] == serve_paired.BELOW
+    assert table.loc["ttft_p50_ms"]["outcome"] == serve_paired.SAME  # noisy, straddles 1
+    assert table.loc["ttft_p50_ms"]["low"] < 1.0 < table.loc["ttft_p50_ms"]["high"]
+    assert table.loc["goodput"]["outcome"] == serve_paired.NA  # not measured: no interval
+    verdict = serve_paired.verdict(serve_paired.ratio_table(rows), pd.DataFrame())
+    assert not verdict["parity"] and len(verdict["failing"]) == 1 and "TPOT p50" in verdict["failing"][0]
+
+
+def test_outcome_of_a_latency_faster_on_our_side_and_a_zero_goodput():
+    faster = serve_paired.ratio([9.0, 9.1, 8.9], [10.0, 10.0, 10.0])  # ours lower latency: better
+    assert serve_paired.outcome(faster, higher_better=False) == serve_paired.BETTER
+    assert serve_paired.outcome(faster, higher_better=True) == serve_paired.WITHIN
+    zero = serve_paired.ratio([0.0, 1.0, 1.0], [1.0, 1.0, 1.0])  # no log of 0: no interval
+    assert serve_paired.outcome(zero, True) == serve_paired.NA and zero.n == 3
+    one = serve_paired.ratio([1.0], [2.0])
+    assert one.estimate == pytest.approx(0.5) and serve_paired.outcome(one, True) == serve_paired.NA
+
+
+def test_alpha_table_gives_each_sides_pooled_alpha_and_the_paired_difference_in_points():
+    rows = _rows({
+        (OURS, "on"): {"accepted": [80, 90, 70], "drafted": [100, 100, 100]},
+        (SERVER, "on"): {"accepted": [79, 88, 70], "drafted": [100, 100, 100]},
+    }, rate=1.0)
+    alpha = serve_paired.alpha_table(rows).iloc[0]
+    assert alpha["alpha_ours"] == pytest.approx(0.8) and alpha["alpha_server"] == pytest.approx(237 / 300)
+    assert alpha["diff_points"] == pytest.approx(1.0) and alpha["within"]
+    assert alpha["diff_low"] < 1.0 < alpha["diff_high"]
+    far = _rows({(OURS, "on"): {"accepted": [80, 90, 70], "drafted": [100] * 3},
+                 (SERVER, "on"): {"accepted": [70, 80, 61], "drafted": [100] * 3}}, rate=1.0)
+    table = serve_paired.alpha_table(far)
+    assert not table.iloc[0]["within"]
+    verdict = serve_paired.verdict(pd.DataFrame(columns=["spec_decode", "metric"]), table)
+    assert not verdict["parity"] and "α" in verdict["failing"][0]
+
+
+def test_benefit_table_shows_speculation_on_each_side():
+    rows = _rows({
+        (OURS, "off"): {"output_throughput": [40.0, 42.0, 41.0], "tpot_p50_ms": [20.0, 21.0, 20.5]},
+        (OURS, "on"): {"output_throughput": [60.0, 63.0, 61.0], "tpot_p50_ms": [10.0, 10.5, 10.2]},
+        (SERVER, "off"): {"output_throughput": [40.0, 42.0, 41.0], "tpot_p50_ms": [20.0, 21.0, 20.5]},
+        (SERVER, "on"): {"output_throughput": [40.0, 42.0, 41.0], "tpot_p50_ms": [20.0, 21.0, 20.5]},
+    })
+    table = serve_paired.benefit_table(rows).set_index(["side", "metric"])
+    assert table.loc[(OURS, "output_throughput")]["benefit"] == pytest.approx(1.5, rel=0.01)
+    assert table.loc[(OURS, "tpot_p50_ms")]["status"] == "pays"
+    assert table.loc[(SERVER, "output_throughput")]["benefit"] == pytest.approx(1.0)
+    assert "pays" in serve_paired.benefit_md(serve_paired.benefit_table(rows))
+
+
+def test_server_settings_are_read_from_its_log():
+    log_text = ("llama_context: n_seq_max             = 4\nllama_context: n_ctx                 = 1536\n"
+                "llama_context: n_batch               = 512\nllama_context: n_ubatch              = 512\n"
+                "llama_context: flash_attn            = disabled\nllama_context: kv_unified            = true\n"
+                "llama_kv_cache_iswa: using full-size SWA cache (ref: ...)\n"
+                "system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : AVX2 = 1\n"
+                "llama_context: n_ctx                 = 9999\n")  # a later (draft) context does not override
+    got = serve_table.server_settings(log_text)
+    assert got == {"n_seq_max": "4", "n_ctx": "1536", "n_batch": "512", "n_ubatch": "512", "flash_attn": "disabled",
+                   "kv_unified": "true", "swa_full": "true", "n_threads": "2", "n_threads_batch": "2"}
+    assert serve_table.server_settings("")["swa_full"].startswith("false")
+
+
+def test_comparable_refuses_what_llama_server_cannot_run_alike_and_drops_an_ngram_runs_draft(tmp_path):
+    from specnative.serving.runner import ServeConfig
+    cfg = ServeConfig(target=tmp_path / "t.gguf", draft=tmp_path / "d.gguf", rates=[1.0], drafter="ngram-simple")
+    assert serve_table.comparable(cfg).draft is None
+    model = serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=tmp_path / "d.gguf", rates=[1.0]))
+    assert model.draft == tmp_path / "d.gguf"
+    with pytest.raises(SystemExit, match="greedy"):
+        serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[1.0], temperature=0.7,
+                                           drafter="ngram-simple"))
+    with pytest.raises(SystemExit, match="eagle3"):
+        serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[1.0], drafter="eagle3"))
+    with pytest.raises(SystemExit, match="-md"):
+        serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[1.0]))
+
+
+def _run_folder(tmp_path, temperature: float = 0.0) -> Path:
+    run = tmp_path / "run"
+    (run / "trace_files").mkdir(parents=True)
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"GGUF")
+    prov = {"serve": {"max_concurrency": 2, "k": 3, "drafter": "ngram-simple", "n_requests": 2, "repeats": 1,
+                      "drafter_options": {"spec-ngram-simple-size-n": "3"}, "temperature": temperature,
+                      "accept_rule": "greedy", "n_predict": 4, "slo": {}},
+            "settings": {"seed": 5, "n_batch": 256}, "n_threads": 1,
+            "models": [{"role": "target", "path": str(target)}]}
+    (run / "provenance.json").write_text(json.dumps(prov))
+    (run / "trace_files" / "rate=inf-seed=5.jsonl").write_text(
+        '{"arrival_s": 0, "prompt": [1, 2], "output_len": 4}\n{"arrival_s": 0, "prompt": [3], "output_len": 2}\n')
+    return run
+
+
+def test_a_run_folder_gives_its_settings_and_traces_and_refuses_flags_that_would_not_apply(tmp_path):
+    run = _run_folder(tmp_path)
+    p = serve_table.build_parser()
+    cfg, replays = serve_table.config_of_run(p, p.parse_args([str(run), "-t", "2"]))
+    assert (cfg.max_concurrency, cfg.k, cfg.drafter, cfg.seed, cfg.n_batch, cfg.threads) == (2, 3, "ngram-simple",
+                                                                                             5, 256, 2)
+    assert cfg.drafter_options == {"spec-ngram-simple-size-n": "3"}
+    assert [(rate, seed, len(trace)) for rate, seed, trace in replays] == [(float("inf"), 5, 2)]
+    assert serve_table.config_of_run(p, p.parse_args([str(run)]))[0].threads == 1  # the run's own
+    with pytest.raises(SystemExit, match="--request-rate.*would not"):
+        serve_table.config_of_run(p, p.parse_args([str(run), "--request-rate", "2"]))
+    with pytest.raises(SystemExit, match="not a run folder"):
+        serve_table.config_of_run(p, p.parse_args([str(tmp_path)]))
+
+
+def test_main_refuses_bad_input_before_building_or_measuring(tmp_path, monkeypatch):
+    monkeypatch.setattr(serve_table, "find_tools", lambda *a: pytest.fail("nothing may be built"))
+    with pytest.raises(SystemExit, match="--resume"):
+        serve_table.main(["--resume", "-o", str(tmp_path / "x")])
+    sampled = _run_folder(tmp_path, temperature=0.7)
+    with pytest.raises(SystemExit, match="greedy"):
+        serve_table.main([str(sampled), "-o", str(tmp_path / "y")])
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_the_server_side_runner_measures_the_stand_in_and_pairs_with_ours(streaming_server):
+    traces = _fake_traces(2)
+
+    def ours(spec, trace):  # a stand-in for the engine: the same tokens the stand-in server streams
+        return {"output_throughput": 1.0, "tokens": [[r.prompt[0]] * r.output_len for r in trace]}
+
+    server = serve_parity.server_runner({False: streaming_server, True: streaming_server}, {})
+    rows = serve_parity.measure(traces, serve_parity.both(ours, server), before=lambda: {},
+                                progress=lambda msg: None)
+    theirs = [r for r in rows if r["side"] == SERVER]
+    assert len(theirs) == 4 and all(r["identical"] == 2 for r in rows)
+    assert all(r["completed"] == 2 and r["output_throughput"] > 0 for r in theirs)
+    on = [r for r in theirs if r["spec_decode"] == "on"]
+    assert all(r["drafted"] == 16 and r["accepted"] == 12 for r in on)  # the stand-in's timings, per request
+    with pytest.raises(ValueError, match="unknown side"):
+        serve_parity.both(ours, server)("other", False, traces[0][2])

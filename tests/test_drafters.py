@@ -12,7 +12,7 @@ from conftest import ENGINE_KW, assert_lossless_verdict, check_counts, check_spe
 from scipy import stats
 from synthetic_traces import assert_tables_well_formed
 
-from specnative import Engine, _core, lossless, theory
+from specnative import _core, lossless, theory
 from specnative.engine import DRAFTERS, drafter_defaults
 from specnative.models import FIRST_NORMAL_ID
 from specnative.report import summary as report_summary
@@ -329,7 +329,7 @@ def test_p_min_is_for_the_draft_model_only(noisy_engine):
                                     record_margins=False, draft_p_min=1.0)
 
 
-def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path):
+def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path, no_figure_files):
     from specnative.report.advisor import k_advice, p_min_advice
     from specnative.sweep import main
 

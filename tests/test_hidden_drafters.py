@@ -384,7 +384,6 @@ def test_rejection_rule_distributional_verdict_on_a_hidden_drafter(engine_of, fa
     """lossless.rejection_distribution (the rejection rule's own verdict) on DFlash's one-hot
     proposals: the correct rule is consistent with p, a rule that keeps every draft is not."""
     engine = engine_of("dflash", acceptance)
-    base = engine.generate(PROMPTS, n_predict=24, temperature=1.0, seed=2)
     with injected(engine, fault):
         test = lossless.rejection_distribution(engine, PROMPTS, 1.0, 2, 400, n_predict=24, k=4,
                                                drafter="dflash")

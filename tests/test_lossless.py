@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from scipy import stats
 from conftest import PROMPTS, injected
+from scipy import stats
 
 from specnative import lossless
 from specnative.lossless import EXACT, FAIL, NUMERIC, verdicts

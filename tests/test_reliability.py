@@ -47,6 +47,12 @@ def byte_model(model_dir):
     return path
 
 
+@pytest.fixture(scope="module")
+def byte_engine(byte_model):
+    with Engine(byte_model, byte_model, n_ctx=512, n_seq_max=2, **ENGINE_KW) as engine:
+        yield engine
+
+
 # --- threads -----------------------------------------------------------------------------------
 def test_threads_sharing_an_engine_are_serialized(noisy_pair):
     target, draft = noisy_pair
@@ -81,25 +87,28 @@ def test_threads_sharing_an_engine_are_serialized(noisy_pair):
 
 def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
     target, draft = noisy_pair
-    # The close comes once a run is inside its native call (an event, not a sleep: conftest's
-    # native_call_events, which a fresh interpreter cannot import, spelled out).
+    # The close comes from inside the main thread's run (conftest.inside_native_call, spelled out for
+    # a fresh interpreter): its SIGUSR1 handler runs only where that call polls for Ctrl-C, so the
+    # close finds it running. An event, not a sleep.
     out = run_isolated(f"""
-        import sys, threading
+        import os, signal, sys, threading
         from specnative import Engine
         engine = Engine({str(target)!r}, {str(draft)!r}, n_ctx=2048, n_batch=256, n_seq_max=4, n_threads=1)
         outcome = {{}}
-        entered, core = threading.Event(), engine._core
+        entered, inside, core = threading.Event(), threading.Event(), engine._core
 
         class Watched:
             def __getattr__(self, name):
                 return getattr(core, name)
 
             def generate(self, *args, **kwargs):
-                entered.set()
+                if threading.current_thread() is threading.main_thread():
+                    entered.set()
                 return core.generate(*args, **kwargs)
 
         engine._core = Watched()
-        sys.setswitchinterval(1000.0)  # the closer runs only once the run has released the GIL in C++
+        sys.setswitchinterval(1000.0)  # the signal goes once the main run has released the GIL in C++
+        signal.signal(signal.SIGUSR1, lambda *args: inside.set())
 
         def long_run(spec):
             try:
@@ -107,17 +116,22 @@ def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
             except Exception as error:
                 outcome[spec] = error
 
-        runs = [threading.Thread(target=long_run, args=(spec,)) for spec in (False, True)]
+        def closer():
+            entered.wait()
+            os.kill(os.getpid(), signal.SIGUSR1)
+            inside.wait()
+            engine.close()          # returns only once no call runs
+
+        runs = [threading.Thread(target=long_run, args=(True,)), threading.Thread(target=closer)]
         for t in runs: t.start()
-        entered.wait()
-        engine.close()          # returns only once no call runs
+        long_run(False)
         for t in runs: t.join(timeout=30)
         assert not any(t.is_alive() for t in runs)
         for spec, result in outcome.items():
             # stopped mid-way (RuntimeError), refused (closed first), or finished before close
             assert isinstance(result, (RuntimeError, ValueError)) or result.decode_tokens > 0, result
             print(spec, type(result).__name__, result if isinstance(result, Exception) else "finished")
-        assert any(isinstance(r, RuntimeError) and "closed" in str(r) for r in outcome.values())
+        assert isinstance(outcome[False], RuntimeError) and "closed" in str(outcome[False])  # stopped mid-way
         for call in (lambda: engine.generate("The", n_predict=2), lambda: engine.tokenize("x"),
                      lambda: engine.prompt_logits([5, 6]), lambda: engine.n_ctx, engine.close):
             try:
@@ -192,9 +206,8 @@ def test_combinations_llama_cpp_asserts_on_are_refused(noisy_pair):
     {}, {"temperature": 1.0, "seed": 3}, {"spec": True, "k": 3},
     {"spec": True, "k": 3, "temperature": 1.0, "accept_rule": "rejection"},
 ])
-def test_non_utf8_output_keeps_tokens_counts_and_timers(byte_model, kwargs):
-    with Engine(byte_model, byte_model, n_ctx=512, n_seq_max=2, **ENGINE_KW) as engine:
-        result = engine.generate(["The city of", "Hello"], n_predict=7, **kwargs)
+def test_non_utf8_output_keeps_tokens_counts_and_timers(byte_engine, kwargs):
+    result = byte_engine.generate(["The city of", "Hello"], n_predict=7, **kwargs)
     for tokens, text in zip(result.tokens, result.texts):
         assert tokens.tolist() == [BYTE_E4] * 7
         assert text == "\ufffd" * 7  # each lone lead byte decodes to U+FFFD

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
+from conftest import injected
 
 from specnative.cli import main
 from specnative.record import schema
@@ -23,12 +25,12 @@ def serve_args(pair, out, *extra, levels=LEVELS):
     return ["serve", "-m", str(target), "-md", str(draft), *levels, *QUICK, "-o", str(out), *extra]
 
 
-def refused(argv, match: str, capsys=None) -> str:
+def refused(argv, match: str) -> str:
     """The run is refused with one error line (SystemExit) that matches."""
     with pytest.raises(SystemExit) as info:
         main(argv)
     text = str(info.value.code)
-    assert text.startswith("error: ") and __import__("re").search(match, text), text
+    assert text.startswith("error: ") and re.search(match, text), text
     return text
 
 
@@ -95,8 +97,8 @@ BAD_TRACES = {
     "outside the vocabulary": ('{"arrival_s": 0, "prompt": [1, 5000], "output_len": 3}\n',
                                "request 0 has token id 5000 outside the target's vocabulary of 1024 tokens"),
     "not text": (b"\xff\xfe\x00", "not UTF-8 text"),
-    "a day away": ('{"arrival_s": 0, "prompt": [1], "output_len": 3}\n{"arrival_s": 1e9, "prompt": [1], '
-                   '"output_len": 3}\n', "arrivals spread over 1e\\+09 s"),
+    "a day away": (('{"arrival_s": 0, "prompt": [1], "output_len": 3}\n'
+                    '{"arrival_s": 1e9, "prompt": [1], "output_len": 3}\n'), "arrivals spread over 1e\\+09 s"),
     "past the context": ('{"arrival_s": 0, "prompt": [1], "output_len": 300000}\n', "training context"),
 }
 
@@ -184,18 +186,15 @@ def test_sampled_serving_is_judged_per_seed_and_a_planted_bug_fails(noisy_engine
     from specnative.serving.verdict import sampled_serving_verdict
     prompts = [tuple(noisy_engine.tokenize(t).tolist()) for t in ("Hello", "The city of", "Once upon a time")]
     trace = arrivals.build_trace([list(p) for p in prompts], [12, 10, 14], math.inf, 5, seed=3)
-    kwargs = dict(max_concurrency=3, temperature=0.9, seed=11, virtual_clock=True)
+    kwargs = {"max_concurrency": 3, "temperature": 0.9, "seed": 11, "virtual_clock": True}
     for spec in (False, True):
         run = serve(noisy_engine, trace, spec=spec, k=3, accept_rule="match", **kwargs)
         verdict = sampled_serving_verdict(noisy_engine, trace, run.tokens, 3, 0.9, 11)
         assert verdict.verdict in (lossless.EXACT, lossless.NUMERIC), verdict.reason
     other_seed = serve(noisy_engine, trace, **dict(kwargs, seed=12))
     assert sampled_serving_verdict(noisy_engine, trace, other_seed.tokens, 3, 0.9, 11).verdict == lossless.FAIL
-    noisy_engine._core._inject_fault("rollback_short")
-    try:
+    with injected(noisy_engine, "rollback_short"):
         bad = serve(noisy_engine, trace, spec=True, k=3, accept_rule="match", **kwargs)
-    finally:
-        noisy_engine._core._inject_fault("none")
     assert sampled_serving_verdict(noisy_engine, trace, bad.tokens, 3, 0.9, 11).verdict == lossless.FAIL
 
 
@@ -259,14 +258,12 @@ def test_a_serve_resume_with_other_settings_is_refused(finished_serve_run):
 
 # ---- the report verb ---------------------------------------------------------------------------------------
 def test_report_compare_refuses_a_serve_run_on_either_side(finished_serve_run, tmp_path, capsys):
-    import pandas as pd
     out, _ = finished_serve_run
     loop = tmp_path / "loop"
     loop.mkdir()
     row = {"quant_bits": 4, "spec_decode": "off", "concurrency": 1, "ctx_len": 0, "tps": 10.0, "lossless_ok": True,
            "seed": 0}
     schema.append_rows(loop / "traces.csv", [row, dict(row, spec_decode="on", tps=12.0, speedup=1.2, k=4)])
-    assert isinstance(pd.read_csv(loop / "traces.csv"), pd.DataFrame)
     for a, b in ((loop, out), (out, loop), (loop, out / "traces.csv")):
         assert main(["report", str(a), "--compare", str(b)]) == 1
         assert "--compare takes two sweep runs" in capsys.readouterr().err

@@ -11,7 +11,8 @@ from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_r
 
 from specnative import report
 from specnative.report import cells as report_cells
-from specnative.report import cli, compare_runs, figures, summary as report_summary
+from specnative.report import cli, compare_runs, figures
+from specnative.report import summary as report_summary
 from specnative.report.advisor import advise, load_traces, pair_cells
 
 SPEEDUPS = {(0, 1): 1.8, (0, 4): 1.3, (0, 8): 0.85, (8192, 1): 1.4, (8192, 4): 1.1, (8192, 8): 0.7}
@@ -88,7 +89,7 @@ def test_speedup_curve_error_bars_are_the_interval_where_recorded(tmp_path):
     assert "confidence interval" in fig.get_supxlabel()
 
 
-def test_summary_shows_intervals_repeats_and_outliers_with_their_reason(tmp_path):
+def test_summary_shows_intervals_repeats_and_outliers_with_their_reason(tmp_path, no_figure_files):
     note = "repeat 3: speedup 0.5 is 9.0 robust SDs below the median 0.8 (-38 %)"
     write_run(tmp_path, with_ci(0.70, 0.95, speedup=0.8, n_outliers=1, outlier_note=note),
               provenance=dict(PROVENANCE, max_repeats=10, ci_level=0.95, ci_width=0.05, warmup_tol=0.1))
@@ -241,14 +242,14 @@ def test_cells_table_has_every_row(run):
     assert "| 72.00 ± 0.72 | 1.80 (range 1.73–1.87) |" in table  # ctx 0, x1: 40 t/s x 1.8
 
 
-def test_missing_provenance_and_spec_rows_still_report(tmp_path):
+def test_missing_provenance_and_spec_rows_still_report(tmp_path, no_figure_files):
     write_run(tmp_path, [off_row(), off_row(conc=4, cell_id="x4")], provenance=None)
     text = report.write_report(tmp_path).read_text()
     assert "provenance.json is missing" in text
     assert "No spec-on cell to judge." in text
 
 
-def test_cli_passes_thresholds(tmp_path, capsys):
+def test_cli_passes_thresholds(tmp_path, capsys, no_figure_files):
     write_run(tmp_path, cell(speedup=1.3, draft_accept_rate=0.6))
     assert not any(f.rule == "low-alpha" for f in advise(tmp_path)[0].findings)  # default 0.5
     assert cli.main([str(tmp_path), "--min-alpha", "0.7"]) == 0
@@ -292,7 +293,7 @@ def test_compare_same_quant_other_machine_joins_on_quant(tmp_path):
     assert not ((joined["ctx_len"] == 0) & (joined["concurrency"] == 1)).any()
 
 
-def test_unfinished_sweep_and_refused_cells_are_said(tmp_path):
+def test_unfinished_sweep_and_refused_cells_are_said(tmp_path, no_figure_files):
     prov = dict(PROVENANCE, completed=False, preset="tiny",
                 refused_cells=[{"target": "t.gguf", "ctx_len": 32768, "concurrency": 8,
                                 "reason": "KV cache over --max-kv-gib"}])

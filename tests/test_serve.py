@@ -384,27 +384,17 @@ def test_request_rate_inf_is_a_value_in_traces_csv(tmp_path):
 def test_close_from_another_thread_stops_a_serving_run_waiting_for_arrivals(noisy_pair):
     import threading
 
-    from conftest import ENGINE_KW, native_call_events
+    from conftest import ENGINE_KW, inside_native_call
 
     from specnative import Engine
     target, draft = noisy_pair
     engine = Engine(target, draft, n_ctx=1024, n_batch=64, n_seq_max=2, **ENGINE_KW)
     prompt = tuple(engine.tokenize(PROMPTS[0]).tolist())
     trace = [Request(0.0, prompt, 4), Request(120.0, prompt, 4)]  # the second two minutes later, real clock
-    outcome = {}
-
-    def run():
-        try:
-            outcome["run"] = serve(engine, trace, max_concurrency=1)
-        except Exception as error:  # noqa: BLE001 - the outcome is what the test checks
-            outcome["run"] = error
-
-    with native_call_events(engine, "serve") as (entered, left):
-        thread = threading.Thread(target=run)
-        thread.start()
-        entered.wait()  # this thread runs on once the serving call has released the GIL (conftest)
-        engine.close()
-        assert left.wait(timeout=60)  # stopped in its wait for the second arrival, not after it
-    thread.join(timeout=30)
-    assert not thread.is_alive()
-    assert isinstance(outcome["run"], RuntimeError) and "closed" in str(outcome["run"])
+    with inside_native_call(engine, "serve") as inside:
+        closer = threading.Thread(target=lambda: (inside.wait(), engine.close()))
+        closer.start()  # closes once the serving call runs (an event from inside it, no sleep)
+        with pytest.raises(RuntimeError, match="closed"):  # stopped in its wait for the second arrival
+            serve(engine, trace, max_concurrency=1)
+        closer.join(timeout=30)
+    assert not closer.is_alive()

@@ -75,7 +75,7 @@ def _copy_with(runs, name: str, tmp_path, **changes) -> str:
 
 
 def test_mismatched_or_incomplete_shards_are_refused(runs, tmp_path, capsys):
-    s0, s1 = str(runs / "shard0"), str(runs / "shard1")
+    s0 = str(runs / "shard0")
     grid = json.loads((runs / "shard1" / "provenance.json").read_text())["grid"]
     cases = [
         ([s0], "missing shard(s) 1/2"),

@@ -13,7 +13,8 @@ from synthetic_traces import PROVENANCE, off_row, on_row
 
 from specnative import _core, sweep, workloads
 from specnative.record import schema
-from specnative.report import advisor, drafter_sections, summary as report_summary
+from specnative.report import advisor, drafter_sections
+from specnative.report import summary as report_summary
 from specnative.workloads import ALL, MIXED, PromptFileError, Workload, suite
 from specnative.workloads import prompts as sweep_prompts
 

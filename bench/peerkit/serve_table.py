@@ -1,55 +1,216 @@
-"""specnative's serving mode against llama-server under the same arrivals.
+"""specnative's serving loop against llama-server, measured interleaved on the same traces.
 
-Takes a run folder of `specnative serve` and replays each of its trace files
-(trace_files/rate=R-seed=S.jsonl: arrival times, prompt token ids, output lengths) against
-llama-server started with the run's files: `-np` = the run's max concurrency, spec off (target
-alone) and on (`-md` with draft-simple, `--spec-draft-n-max k`, no minimum draft length or
-probability; or the run's n-gram drafter, `--spec-type ngram-*` with the llama.cpp options the run
-recorded in provenance.json), greedy, ignore_eos, prompt cache off, on 127.0.0.1 only. The client is open loop:
-each request is sent at its arrival time on its own connection, whatever the others are doing,
-and streamed, so TTFT and ITL are taken per chunk the way our engine stamps its emissions; the
-metrics are computed by the same code (specnative.serving.metrics). α comes from the final
-chunk's timings.draft_n / draft_n_accepted. The crossover of each side comes from
-specnative.serving.crossover on the same rates.
+For every seeded trace (arrival times, prompt token ids, output lengths) both sides replay the
+same requests back to back, spec off and on, the order alternating (serve_parity.schedule):
+ours in-process (specnative.serving.loop.serve on one Engine kept open, as `specnative serve`
+replays), theirs against llama-server started once per setting and kept warm (`-np` = the max
+concurrency; spec off: the target alone; on: `-md` with draft-simple, `--spec-draft-n-max k`, no
+minimum draft length or probability, or the n-gram drafter `--spec-type ngram-*` with its
+options under llama.cpp's names), greedy, ignore_eos, prompt cache off, on 127.0.0.1 only. Both
+sides get the same batch settings: n_ctx (every slot can hold the longest request), n_batch =
+n_ubatch, slots, one unified KV cache, the full-size SWA cache, threads, flash attention.
 
-    python bench/peers.py serve bench/results/serving-under-load/tiny-preset [--tools-dir DIR] [-t 2]
+The client of llama-server is open loop: each request is sent at its arrival time on its own
+connection and streamed, so TTFT and ITL are taken per chunk the way our engine stamps its
+emissions; both sides' metrics come from the same code (specnative.serving.metrics). α: ours
+accepted / drafted, theirs the final chunk's timings.draft_n_accepted / draft_n.
 
-Writes RUN_DIR/llama-server-replay.md and .csv beside the run (-o elsewhere).
+The table (serve_paired.py): per rate, spec setting and metric, the paired ratio ours / server
+(geometric mean of the per-trace ratios with its 95 % t interval, specnative.stats, as the
+closed-loop table pairs its repeats), α on each side and their paired difference in points,
+speculation's benefit on each side, and per-iteration figures (llama_decode calls, ms per
+iteration, prompt tokens) that say where a difference comes from.
+
+    python bench/peers.py serve [specnative serve's flags] [-o DIR]
+    python bench/peers.py serve --preset gemma3-270m --drafter ngram-simple --spec-ngram-simple-size-n 3 \\
+        --spec-ngram-simple-size-m 4 -k 4 --request-rate 1,inf --max-concurrency 4 -r 3 --num-requests 12 \\
+        -n 32 -t 2 -o bench/results/serving-parity/gemma3-270m-ngram-simple
+    python bench/peers.py serve RUN_DIR [-t N] [-o DIR]   the trace files and settings of a
+                                                           `specnative serve` run folder
+
+Writes DIR/parity.md (the tables), DIR/runs.csv (one row per measured run), DIR/provenance.json
+and DIR/trace_files/ (what both sides replayed). Default DIR:
+bench/results/serving-parity/<target>-<drafter>-<backend>.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import os
 import re
+import shlex
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
-from .common import WORK, add_build_args, build_lines, cpu_model, find_tools, git_rev, log, show_cmd
+from . import serve_paired, serve_parity
+from .common import (
+    RESULTS,
+    WORK,
+    Quiet,
+    add_build_args,
+    build_lines,
+    cpu_model,
+    default_max_busy,
+    find_tools,
+    git_rev,
+    log,
+    rel,
+    show_cmd,
+)
 from .server import NAME, LlamaServer, install_sigterm_handler, server_cmd
 
+PROG = "python bench/peers.py serve"
 TRACE_NAME = re.compile(r"rate=([^-]+)-seed=(\d+)\.jsonl$")
-COMPARED = (("output_throughput", "out tok/s"), ("ttft_p50_ms", "TTFT p50"), ("ttft_p99_ms", "TTFT p99"),
-            ("tpot_p50_ms", "TPOT p50"), ("tpot_p99_ms", "TPOT p99"), ("itl_p50_ms", "ITL p50"),
-            ("draft_accept_rate", "α"))
+# Flags a run folder's own settings replace (everything but these, the peer flags and -o)
+RUN_DIR_KEEPS = {"run_dir", "threads", "batch_size", "flash_attn", "gpu_layers", "out", "rebuild", "build_only",
+                 "build_dir", "tools_dir", "start_timeout", "request_timeout", "max_busy", "max_wait"}
 
 
-def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python bench/peers.py serve", description=__doc__.split("\n\n")[0])
-    ap.add_argument("run_dir", type=Path, help="a run folder of `specnative serve`")
-    ap.add_argument("-t", "--threads", type=int, default=None, help="threads (default: the run's)")
-    ap.add_argument("-b", "--n-batch", type=int, default=512)
-    ap.add_argument("--flash-attn", choices=("off", "on"), default="off")
-    ap.add_argument("--gpu-layers", "--ngl", dest="ngl", type=int, default=0)
-    ap.add_argument("--start-timeout", type=float, default=300)
-    ap.add_argument("--request-timeout", type=float, default=600)
-    add_build_args(ap)
-    ap.add_argument("-o", "--out", type=Path, default=None, help="markdown file (default: beside the run)")
-    return ap.parse_args(argv)
+# ---------------------------------------------------------------------------------------------
+# Command line and settings
+# ---------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    """`specnative serve`'s flags (the same models, drafter, workload and traces), the peer
+    build's flags and the waiting for a quiet machine."""
+    from specnative.serving import cli
+    p = cli.build_parser(PROG)
+    p.description = __doc__.split("\n\n")[0]
+    p.add_argument("run_dir", nargs="?", type=Path, default=None,
+                   help="a `specnative serve` run folder: its trace files and settings instead of the flags")
+    p.set_defaults(threads=None)  # the run folder's unless given
+    for action in p._actions:
+        if action.dest == "out":
+            action.help = "folder for parity.md, runs.csv, provenance.json and trace_files/ (default: " \
+                          "bench/results/serving-parity/<target>-<drafter>-<backend>)"
+    peer = p.add_argument_group("llama-server and the machine")
+    add_build_args(peer)
+    peer.add_argument("--start-timeout", type=float, default=300, help="seconds for a server to come up")
+    peer.add_argument("--request-timeout", type=float, default=600, help="seconds for one streamed request")
+    peer.add_argument("--max-busy", type=float, default=None,
+                      help="CPU cores other processes may keep busy before a run, else wait (default: what leaves "
+                           "our threads their cores, at least 0.25)")
+    peer.add_argument("--max-wait", type=float, default=120,
+                      help="seconds to wait for a quiet machine before each run (then it measures anyway: the "
+                           "pairing is what protects the ratios)")
+    return p
+
+
+def given_flags(p: argparse.ArgumentParser, args: argparse.Namespace, keep: set) -> list[str]:
+    """The flags set away from their defaults, other than `keep`."""
+    defaults = p.parse_args([])
+    names = {a.dest: (a.option_strings[-1] if a.option_strings else a.dest) for a in p._actions}
+    return [names.get(dest, dest) for dest, value in vars(args).items()
+            if dest not in keep and value != getattr(defaults, dest, None)]
+
+
+def config_from_flags(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list):
+    """(ServeConfig, replays) from `specnative serve`'s flags, checked as that command checks them."""
+    from specnative.serving import checks, cli
+    from specnative.serving.runner import planned_replays
+    from specnative.sweep import options
+    from specnative.sweep.options import default_threads
+
+    args.threads = args.threads or default_threads()
+    if problems := cli.serve_problems(args):
+        raise SystemExit("error: " + "\n       ".join(problems))
+    trace = checks.read_trace_file(args.trace) if args.trace is not None else None
+    args.concurrency = [args.max_concurrency]
+    out = args.out
+    args.out = None  # not a run directory here (checked below)
+    cfg = cli.config_from(options.config_from_args(args, argv, verb="serve"), args, trace)
+    args.out = out
+    return cfg, planned_replays(cfg)
+
+
+def config_of_run(p: argparse.ArgumentParser, args: argparse.Namespace):
+    """(ServeConfig, replays) of a `specnative serve` run folder: its models, serving settings
+    (provenance.json) and trace files; -t, -b, -fa and -ngl may differ from the run's."""
+    from specnative.serving import arrivals
+    from specnative.serving.runner import ServeConfig
+
+    run_dir = args.run_dir
+    if not (run_dir / "provenance.json").is_file():
+        raise SystemExit(f"error: {run_dir} is not a run folder (no provenance.json)")
+    if extra := given_flags(p, args, RUN_DIR_KEEPS):
+        raise SystemExit(f"error: {run_dir}: the run folder's own settings and traces apply; "
+                         f"{', '.join(extra)} would not")
+    prov = json.loads((run_dir / "provenance.json").read_text())
+    if "serve" not in prov:
+        raise SystemExit(f"error: {run_dir} is not a serve run (provenance.json has no 'serve' record)")
+    serve, settings = prov["serve"], prov.get("settings", {})
+    models = {m["role"]: Path(m["path"]) for m in prov.get("models", [])}
+    if "target" not in models:
+        raise SystemExit(f"error: {run_dir}/provenance.json names no target model")
+    for path in models.values():
+        if not path.is_file():
+            raise SystemExit(f"error: the run's model {path} is not on this machine")
+    found = trace_files(run_dir)
+    replays = []
+    for rate, seed, path in found:
+        try:
+            replays.append((rate, seed, arrivals.read_trace(path)))
+        except ValueError as error:
+            raise SystemExit(f"error: {error}") from None
+    if "drafter_options" not in serve and serve.get("drafter", "model") != "model":
+        raise SystemExit("error: provenance.json records no drafter_options (a serve run of an older specnative); "
+                         "run it again to compare its n-gram drafter")
+    cfg = ServeConfig(
+        target=models["target"], draft=models.get("draft"), rates=sorted({rate for rate, _, _ in replays}),
+        max_concurrency=serve["max_concurrency"], n_requests=serve.get("n_requests", len(replays[0][2])),
+        repeats=serve.get("repeats", 1), k=serve["k"], drafter=serve.get("drafter", "model"),
+        drafter_options=dict(serve.get("drafter_options") or {}), temperature=serve.get("temperature", 0.0),
+        accept_rule=serve.get("accept_rule", "greedy"), n_predict=serve.get("n_predict", 64),
+        slo=serve.get("slo") or {}, seed=settings.get("seed", 0), threads=args.threads or prov.get("n_threads", 2),
+        n_batch=args.batch_size or settings.get("n_batch", 512), gpu_layers=args.gpu_layers,
+        flash_attn=args.flash_attn == "on", placement=settings.get("placement") or {},
+        command=prov.get("command", ""))
+    return cfg, replays
+
+
+def comparable(cfg):
+    """What both sides can run alike, refused otherwise; an n-gram drafter's engine loads no draft."""
+    if cfg.temperature != 0:
+        raise SystemExit("error: the comparison runs greedy (--temp 0): llama-server samples with its own RNG, so "
+                         "sampled outputs and α would differ by chance alone")
+    if cfg.drafter != "model" and not cfg.drafter.startswith("ngram-"):
+        raise SystemExit(f"error: llama-server is compared with the draft model and the n-gram drafters, "
+                         f"not {cfg.drafter}")
+    if cfg.drafter == "model" and cfg.draft is None:
+        raise SystemExit("error: the draft model's comparison needs -md/--draft (or an n-gram --drafter)")
+    if cfg.placement:
+        raise SystemExit(f"error: placement flags ({', '.join(cfg.placement)}) are not passed to llama-server; "
+                         f"compare with the defaults")
+    return dataclasses.replace(cfg, draft=cfg.draft if cfg.drafter == "model" else None)
+
+
+def server_record(cfg) -> dict:
+    """What replay_cmd needs of the serving settings (provenance.json's 'serve' names)."""
+    return {"drafter": cfg.drafter, "k": cfg.k, "max_concurrency": cfg.max_concurrency,
+            "drafter_options": dict(cfg.drafter_options)}
+
+
+_LLAMA_CONTEXT = re.compile(r"llama_context:\s+(n_seq_max|n_ctx|n_batch|n_ubatch|flash_attn|kv_unified)\s+=\s+(\S+)")
+_THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)")
+
+
+def server_settings(log_text: str) -> dict:
+    """The target context llama.cpp set up in llama-server, from its log (the first context
+    created is the target's): n_seq_max, n_ctx, n_batch, n_ubatch, flash_attn, kv_unified,
+    swa_full, threads."""
+    out = {}
+    for name, value in _LLAMA_CONTEXT.findall(log_text):
+        out.setdefault(name, value)
+    if m := _THREADS.search(log_text):
+        out["n_threads"], out["n_threads_batch"] = m.group(1), m.group(2)
+    out["swa_full"] = "true" if "using full-size SWA cache" in log_text else "false (or no SWA)"
+    return out
 
 
 def trace_files(run_dir: Path) -> list[tuple[float, int, Path]]:
@@ -64,6 +225,9 @@ def trace_files(run_dir: Path) -> list[tuple[float, int, Path]]:
     return sorted(found)
 
 
+# ---------------------------------------------------------------------------------------------
+# llama-server's side: the command and the open-loop streaming client
+# ---------------------------------------------------------------------------------------------
 def replay_open_loop(server: LlamaServer, trace: list, ignore_eos: bool = True) -> list[dict]:
     """Every request sent at its arrival time (its own thread and connection), streamed."""
     t0 = time.perf_counter()
@@ -112,94 +276,150 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
     return cmd
 
 
-def measure(a, prov: dict, traces: list, tools: dict) -> pd.DataFrame:
-    from specnative.serving import arrivals
-    from specnative.serving.runner import trace_sha256
-
-    serve = prov["serve"]
-    drafter = serve.get("drafter", "model")
-    models = {m["role"]: m["path"] for m in prov["models"]}
-    loaded = [(rate, seed, arrivals.read_trace(path)) for rate, seed, path in traces]
-    need = max(len(r.prompt) + r.output_len for _, _, trace in loaded for r in trace) + serve["k"] + 1
-    n_par = serve["max_concurrency"]
-    n_ctx = max(256, need * n_par + 64)
-    cmds = {spec: replay_cmd(tools, models, serve, spec, n_ctx, a) for spec in (False, True)}  # refusals first
-    rows = []
-    for spec, cmd in cmds.items():
-        log_path = WORK / "server-logs" / f"serve-{'on' if spec else 'off'}.log"
-        with LlamaServer(cmd, log_path, a.start_timeout, a.request_timeout) as server:
-            replay_open_loop(server, loaded[0][2][:n_par])  # warm-up, discarded
-            for rate, seed, trace in loaded:
-                log(f"  llama-server spec {'on' if spec else 'off'}: rate {arrivals.rate_label(rate)} seed {seed}")
-                level = server_level(replay_open_loop(server, trace), serve.get("slo") or {})
-                rows.append({"side": "llama-server", "request_rate": rate, "seed": seed,
-                             "trace_sha256": trace_sha256(trace), "spec_decode": "on" if spec else "off",
-                             "concurrency": n_par, "k": serve["k"] if spec else None, "drafter": drafter,
-                             "mean_occupancy": math.nan, "cmd": show_cmd(server.cmd), **level})
-    return pd.DataFrame(rows)
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+def default_out(cfg, backend: str) -> Path:
+    return RESULTS / "serving-parity" / f"{cfg.target.stem}-{cfg.drafter}-{backend.lower()}"
 
 
-def ours_frame(run_dir: Path) -> pd.DataFrame:
-    from specnative.record import schema
-    frame = schema.serve_rows(schema.read_traces(run_dir / "traces.csv")).copy()
-    frame["side"] = "specnative"
-    return frame
+def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
+    """Opens both sides (the engine, one server per setting), warms them up and runs the
+    interleaved schedule; returns the rows and what each side ran with."""
+    from specnative.serving.runner import engine_for, engine_size
+
+    n_ctx, n_batch = engine_size(cfg, replays)
+    peer_args = SimpleNamespace(threads=cfg.threads, n_batch=n_batch, flash_attn="on" if cfg.flash_attn else "off",
+                                ngl=cfg.gpu_layers)
+    models = {"target": cfg.target, "draft": cfg.draft}
+    cmds = {spec: replay_cmd(tools, models, server_record(cfg), spec, n_ctx, peer_args) for spec in (False, True)}
+    quiet = Quiet(a.max_busy if a.max_busy is not None else default_max_busy(cfg.threads), a.max_wait)
+
+    def before() -> dict:
+        quiet.wait()
+        return serve_parity.host_state()
+
+    logs = {spec: WORK / "server-logs" / f"parity-{'on' if spec else 'off'}.log" for spec in (False, True)}
+    with engine_for(cfg, replays) as engine, \
+            LlamaServer(cmds[False], logs[False], a.start_timeout, a.request_timeout) as off, \
+            LlamaServer(cmds[True], logs[True], a.start_timeout, a.request_timeout) as on:
+        run = serve_parity.both(serve_parity.ours_runner(engine, cfg),
+                                serve_parity.server_runner({False: off, True: on}, cfg.slo))
+        log("warm-up (discarded): the first requests of the first trace, each side, off and on")
+        serve_parity.warm_up(run, replays[0][2], cfg.max_concurrency)
+        load_start = os.getloadavg()
+        rows = serve_parity.measure(replays, run, before)
+        return {"rows": rows, "ours_context": engine.context_info(),
+                "server_context": {("on" if spec else "off"): server_settings(LlamaServer(cmds[spec], path).log_tail(10**6))
+                                   for spec, path in logs.items()},
+                "server_cmds": {("on" if spec else "off"): show_cmd(s.cmd) for spec, s in ((False, off), (True, on))},
+                "quiet": quiet.describe(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
 
 
-def _fmt(v) -> str:
-    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3g}"
+SETTING_KEYS = ("n_seq_max", "n_ctx", "n_batch", "n_ubatch", "kv_unified", "swa_full", "flash_attn", "n_threads",
+                "n_threads_batch")
 
 
-def table_md(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
-    """Per rate and spec: means over the traces, ours | llama-server for each metric."""
-    head = ["rate", "spec"] + [f"{label} ours \\| server" for _, label in COMPARED]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for (rate, spec), mine in ours.groupby(["request_rate", "spec_decode"], sort=True):
-        peer = theirs[(theirs["request_rate"] == rate) & (theirs["spec_decode"] == spec)]
-        cells = [f"{_fmt(mine[c].astype(float).mean())} \\| {_fmt(peer[c].astype(float).mean())}" for c, _ in COMPARED]
-        lines.append("| " + " | ".join(["inf" if math.isinf(rate) else f"{rate:g}", spec] + cells) + " |")
+def settings_md(got: dict) -> str:
+    ours = got["ours_context"]
+    lines = ["| side | " + " | ".join(SETTING_KEYS) + " |", "|---|" + "---|" * len(SETTING_KEYS),
+             "| specnative (both settings, one engine) | " + " | ".join(str(ours.get(k, "?")).lower()
+                                                                      for k in SETTING_KEYS) + " |"]
+    for spec, theirs in got["server_context"].items():
+        lines.append(f"| llama-server spec {spec} | " + " | ".join(str(theirs.get(k, "?")) for k in SETTING_KEYS) + " |")
     return "\n".join(lines)
 
 
-def crossover_md(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
-    from specnative.serving import crossover
-    lines = []
-    for side, frame in (("specnative", ours), ("llama-server", theirs)):
-        table = crossover.benefit_table(frame)
-        for metric, c in crossover.crossovers(table).items():
-            rate = "–" if c["rate"] is None or not math.isfinite(c["rate"]) else f"{c['rate']:.3g} req/s"
-            lines.append(f"| {side} | {crossover.METRICS[metric][0]} | {c['status']} | {rate} |")
-    return "| side | metric | crossover | rate |\n|---|---|---|---|\n" + "\n".join(lines)
+def render(cfg, replays: list, got: dict, frame: pd.DataFrame, build: dict, argv: list) -> str:
+    from specnative.serving import arrivals
+    ratios = serve_paired.ratio_table(frame)
+    alphas = serve_paired.alpha_table(frame)
+    verdict = serve_paired.verdict(ratios, alphas)
+    per_rate = pd.Series([rate for rate, _, _ in replays]).value_counts().sort_index()
+    drafter = (f"draft model {cfg.draft.name}" if cfg.drafter == "model" else
+               f"{cfg.drafter} ({', '.join(f'--{k} {v}' for k, v in sorted(cfg.drafter_options.items())) or 'defaults'})")
+    load = got["loadavg_start"], got["loadavg_end"]
+    busy = pd.to_numeric(frame["busy_cores"], errors="coerce")
+    head = [
+        f"# specnative serving vs llama-server, interleaved: {cfg.target.name}, {drafter}",
+        (f"Self-measured on CPU {cpu_model()} ({os.cpu_count()} cores), specnative {git_rev()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M')}; load average at the start {load[0][0]:.2f} {load[0][1]:.2f} "
+        f"{load[0][2]:.2f}, at the end {load[1][0]:.2f} {load[1][1]:.2f} {load[1][2]:.2f}; cores busy elsewhere "
+        f"before a run: median {busy.median():.2f}, max {busy.max():.2f} ({got['quiet']})."),
+        (f"Traces: {', '.join(f'{n} at {arrivals.rate_label(r)} req/s' for r, n in per_rate.items())}; "
+        f"{cfg.n_requests if cfg.trace is None else len(replays[0][2])} requests each, max concurrency "
+        f"{cfg.max_concurrency}, k {cfg.k}, greedy, ignore_eos, {cfg.threads} threads. Per trace both sides ran "
+        f"back to back, off and on, in the order ours off, server off, ours on, server on (reversed on every "
+        f"second trace), after one discarded warm-up each; the servers were started once per setting and kept warm."),
+        ("Ratios: ours / llama-server of the same trace, the geometric mean over the traces with its 95 % Student t "
+        "interval on the logs (specnative.stats.speedup_interval). Latencies in ms: a ratio below 1 is ours faster. "
+        f"Outcome, oriented so that ours better is > 1: the interval contains 1, lies above 1 ('ours better'), or below "
+        f"1 within {serve_paired.TOLERANCE:.0%} ('ours lower, within 5 %') or beyond. llama-server streams one chunk "
+        "per token, so its ITL within a speculative round is ~0, where our engine stamps one emission per round: "
+        "ITL compares spec off only."),
+        "## Verdict", ("**Parity**: every spec-off ratio of throughput, TPOT p50 and TTFT p50 contains 1 or lies "
+                       "above 0.95 (oriented), and spec-on α is within 2 points of llama-server's." if verdict["parity"]
+                       else "**Not at parity**:\n\n" + "\n".join(f"- {f}" for f in verdict["failing"])),
+        "## Paired ratios, ours / llama-server", serve_paired.ratio_md(ratios),
+        "## α = accepted / drafted", serve_paired.alpha_md(alphas) if not alphas.empty else "(no spec-on runs)",
+        "## Speculation's benefit on each side (on/off for rates, off/on for latencies; > 1 pays)",
+        serve_paired.benefit_md(serve_paired.benefit_table(frame)),
+        "## Where the time goes (means over the traces)",
+        ("Iterations: ours one target llama_decode per iteration; llama-server's n_decode_total (its llama_decode calls "
+        "outside speculative drafting) over the run. ms / iteration: ours (duration - idle) / iterations; "
+        "llama-server duration / iterations (idle included). Engine's own share: our decoding time outside "
+        "llama.cpp calls (batch building, sampling, bookkeeping)."),
+        serve_paired.diagnostics_md(frame),
+        "## Batch settings on both sides (as llama.cpp set them up)", settings_md(got),
+        "## Commands",
+        "```\n" + PROG + " " + " ".join(shlex.quote(x) for x in argv) + "\n```",
+        "llama-server, spec off: `" + got["server_cmds"]["off"] + "`",
+        "llama-server, spec on: `" + got["server_cmds"]["on"] + "`",
+        *build_lines(build)]
+    return "\n\n".join(head) + "\n"
 
 
 def main(argv=None) -> int:
     from specnative import build_info
-    a = parse_args(argv)
-    if not (a.run_dir / "provenance.json").is_file() or not (a.run_dir / "traces.csv").is_file():
-        raise SystemExit(f"error: {a.run_dir} is not a run folder (no provenance.json and traces.csv)")
+    from specnative.record.provenance import environment, now_iso, write_json
+    from specnative.serving import arrivals
+    from specnative.serving.runner import serve_record, trace_file_path
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.resume or args.no_report:
+        raise SystemExit("error: --resume and --no-report belong to `specnative serve`; the comparison always "
+                         "measures anew and writes its table")
+    cfg, replays = config_of_run(p, args) if args.run_dir is not None else config_from_flags(p, args, argv)
+    cfg = comparable(cfg)
+    info = build_info()
+    out = args.out or default_out(cfg, info.get("backend", "CPU"))
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: -o {out} is a file, not a folder")
+    if len(replays) < 2 * len(cfg.rates):
+        log("warning: fewer than 2 traces per rate: the ratios get no interval (3 or more make it useful)")
     install_sigterm_handler()
-    prov = json.loads((a.run_dir / "provenance.json").read_text())
-    if "serve" not in prov:
-        raise SystemExit(f"error: {a.run_dir} is not a serve run (provenance.json has no 'serve' record)")
-    a.threads = a.threads or prov.get("n_threads", 2)
-    tools, build = find_tools(a, build_info(), [NAME])
-    if a.build_only:
+    tools, build = find_tools(args, info, [NAME])
+    if args.build_only:
         return 0
-    traces = trace_files(a.run_dir)
-    out = a.out or a.run_dir / "llama-server-replay.md"
-    out.parent.mkdir(parents=True, exist_ok=True)  # before the replay, which takes minutes
-    theirs = measure(a, prov, traces, tools)
-    ours = ours_frame(a.run_dir)
-    theirs.to_csv(out.with_suffix(".csv"), index=False)
-    text = "\n\n".join([
-        f"# specnative serving vs llama-server on the same traces ({a.run_dir.name})",
-        f"Self-measured on CPU {cpu_model()}, specnative {git_rev()}, {time.strftime('%Y-%m-%d')}. "
-        f"Ours: the run's traces.csv; llama-server: this replay ({len(traces)} traces, open loop, streamed).",
-        "Means over the seeded traces; latencies in ms. llama-server streams one chunk per token (ITL within a "
-        "speculative round is then ~0 there) where our engine stamps one emission per round.",
-        table_md(ours, theirs), "## Crossover on each side", crossover_md(ours, theirs),
-        "## Command", "```\npython bench/peers.py serve " + " ".join(sys.argv[2:] if argv is None else argv) + "\n```",
-        *build_lines(build)])
-    out.write_text(text + "\n")
-    print(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for rate, seed, trace in replays:  # what both sides replay, kept beside the table
+        arrivals.write_trace(trace_file_path(out, rate, seed), trace)
+    started = now_iso()
+    log(f"{len(replays)} traces x 2 sides x spec off/on -> {rel(out)}")
+    got = measure_both(cfg, replays, tools, args, out)
+    frame = pd.DataFrame(got["rows"])
+    frame.to_csv(out / "runs.csv", index=False)
+    write_json(out / "provenance.json", {
+        **environment(), "date": started, "finished": now_iso(), "command": f"{PROG} {shlex.join(argv)}",
+        "specnative_git": git_rev(), "serve": serve_record(cfg, replays), "n_threads": cfg.threads,
+        "models": [{"role": role, "path": str(path), "name": path.name}
+                   for role, path in (("target", cfg.target), ("draft", cfg.draft)) if path is not None],
+        "ours_context": got["ours_context"], "server_context": got["server_context"],
+        "server_cmds": got["server_cmds"], "loadavg_start": got["loadavg_start"], "loadavg_end": got["loadavg_end"],
+        "peer_build": {k: v for k, v in build.items() if k != "notes"}})
+    text = render(cfg, replays, got, frame, build, argv)
+    (out / "parity.md").write_text(text)
+    print(out / "parity.md")
     return 0

@@ -212,7 +212,7 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& n_predict,
                int max_concurrency, bool virtual_clock, float temperature, uint64_t seed, bool spec, int k,
                const std::string& rule, bool stop_at_eog, const std::string& drafter,
-               const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
+               const std::map<std::string, std::string>& drafter_options, float draft_p_min, bool prefix_cache) {
     if (arrival_ms.size() != prompts.size() || n_predict.size() != prompts.size()) {
         throw std::invalid_argument("arrival_ms, prompts and n_predict must have one entry per request");
     }
@@ -221,6 +221,7 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
     ServeParams sp;
     sp.gen = decoding_params(1, temperature, seed, spec, k, rule, stop_at_eog, false, drafter, drafter_options,
                              draft_p_min);
+    sp.gen.prefix_cache = prefix_cache;
     sp.max_concurrency = max_concurrency;
     sp.virtual_clock = virtual_clock;
     const auto should_stop = stop_poll(engine);
@@ -237,6 +238,7 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
         d["emit_ms"] = to_numpy(rec.emit_ms);
         d["emit_tokens"] = to_numpy(rec.emit_tokens);
         d["prefill_batches"] = rec.prefill_batches;
+        d["prefill_tokens"] = rec.prefill_tokens;
         d["counts"] = counts_dict(rec.counts);
         rows.append(d);
     }
@@ -253,6 +255,7 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
     out["busy_sum"] = r.busy_sum;
     out["decoding_sum"] = r.decoding_sum;
     out["prefill_tokens"] = r.prefill_tokens;
+    out["shared_prefix"] = r.shared_prefix;
     out["kv_cells_left"] = r.kv_cells_left;
     out["max_concurrency"] = r.max_concurrency;
     out["speculative"] = r.speculative;
@@ -334,9 +337,12 @@ PYBIND11_MODULE(_core, m) {
             for (const auto& t : r.margins) out.append(to_numpy(t));
             return out;
         })
-        .def_property_readonly("pit", [](const GenerateResult& r) {  // per sequence: {field: array}
+        // per sequence: {field: array}: the emitted tokens' PitPoint fields, and the drafts reached
+        // (DecisionPoint) as decision_index, accept_prob, accepted, residual_ahead, residual_prob
+        .def_property_readonly("pit", [](const GenerateResult& r) {
             py::list out;
-            for (const auto& points : r.pit) {
+            for (size_t s = 0; s < r.pit.size(); ++s) {
+                const auto& points = r.pit[s];
                 std::vector<int64_t> index;
                 std::vector<double> p_emitted, sure, maybe, draft_sure, draft_maybe;
                 for (const PitPoint& pt : points) {
@@ -354,6 +360,22 @@ PYBIND11_MODULE(_core, m) {
                 d["above_maybe"] = to_numpy(maybe);
                 d["draft_above_sure"] = to_numpy(draft_sure);
                 d["draft_above_maybe"] = to_numpy(draft_maybe);
+                std::vector<int64_t> decision_index;
+                std::vector<double> accept_prob, residual_ahead, residual_prob;
+                std::vector<uint8_t> accepted;
+                static const std::vector<DecisionPoint> none;
+                for (const DecisionPoint& dp : s < r.decisions.size() ? r.decisions[s] : none) {
+                    decision_index.push_back(dp.index);
+                    accept_prob.push_back(dp.accept_prob);
+                    accepted.push_back(dp.accepted ? 1 : 0);
+                    residual_ahead.push_back(dp.residual_ahead);
+                    residual_prob.push_back(dp.residual_prob);
+                }
+                d["decision_index"] = to_numpy(decision_index);
+                d["accept_prob"] = to_numpy(accept_prob);
+                d["accepted"] = to_numpy(accepted).attr("astype")("bool");
+                d["residual_ahead"] = to_numpy(residual_ahead);
+                d["residual_prob"] = to_numpy(residual_prob);
                 out.append(d);
             }
             return out;
@@ -444,7 +466,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("drafter") = "model", py::arg("drafter_options") = std::map<std::string, std::string>{},
-             py::arg("draft_p_min") = 0.0f)
+             py::arg("draft_p_min") = 0.0f, py::arg("prefix_cache") = false)
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })

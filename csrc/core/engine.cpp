@@ -529,6 +529,7 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
         result.tokens.push_back(std::move(seq.out));
         result.margins.push_back(std::move(seq.margins));
         result.pit.push_back(std::move(seq.pit));
+        result.decisions.push_back(std::move(seq.decisions));
         result.counts.push_back(std::move(seq.counts));
     }
     return result;
@@ -775,10 +776,52 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
     seq.done = finished(seq, p, t.vocab);
 }
 
+namespace {
+
+// The rejection rule's evidence at draft position i (DecisionPoint), by code of its own: p in
+// double precision from the position's verify row `logits`, q the distribution that proposed x.
+// `correction`: the token the round emitted in x's place (-1: x was kept, or an EOG ended the
+// round). `p` is scratch for the target's probabilities.
+DecisionPoint decision_point(const float* logits, int32_t n_vocab, float temperature, const std::vector<float>& q,
+                             int32_t x, int32_t correction, std::vector<double>& p) {
+    const double inv_t = 1.0 / static_cast<double>(temperature);
+    double max_logit = -INFINITY;
+    for (int32_t v = 0; v < n_vocab; ++v) max_logit = std::max(max_logit, static_cast<double>(logits[v]));
+    double sum = 0.0;
+    p.assign(std::max<size_t>(static_cast<size_t>(n_vocab), q.size()), 0.0);  // zero beyond either vocabulary
+    for (int32_t v = 0; v < n_vocab; ++v) sum += p[v] = std::exp((logits[v] - max_logit) * inv_t);
+    for (int32_t v = 0; v < n_vocab; ++v) p[v] /= sum;
+    const auto q_of = [&](size_t v) { return v < q.size() ? static_cast<double>(q[v]) : 0.0; };
+    DecisionPoint d;
+    const double p_x = p[x], q_x = q_of(x);
+    // x was drawn from q, so q(x) > 0; were it 0, the rule's test u * q(x) < p(x) keeps any x with p(x) > 0
+    d.accept_prob = q_x > 0.0 ? std::min(1.0, p_x / q_x) : (p_x > 0.0 ? 1.0 : 0.0);
+    d.accepted = correction < 0;
+    if (d.accepted) return d;
+    const auto r = [&](size_t v) { return std::max(0.0, p[v] - q_of(v)); };
+    double total = 0.0;
+    for (size_t v = 0; v < p.size(); ++v) total += r(v);
+    if (!(total > 0.0)) return d;  // no residual mass: nothing to place the correction in
+    const size_t c = static_cast<size_t>(correction);
+    const double r_c = c < p.size() ? r(c) : 0.0;
+    double ahead = 0.0;
+    for (size_t v = 0; v < p.size(); ++v) {
+        const double r_v = r(v);
+        if (r_v > r_c || (r_v == r_c && v < c)) ahead += r_v;
+    }
+    d.residual_ahead = ahead / total;
+    d.residual_prob = r_c / total;
+    return d;
+}
+
+}  // namespace
+
 // The round's emitted tokens placed in the p of their own verify rows (independently of how the
 // rule used those rows: a fault that reads the wrong row or q shows as a non-uniform PIT): the
 // accepted drafts, each under the q it was proposed from, then the correction or bonus token
 // (`last`, -1 if an accepted EOG ended the round) under the next draft's q, or none for a bonus.
+// And every draft the walk reached, judged apart from the rule (decision_point): the accepted
+// ones, then the rejected one (the round's correction `last` in its place) unless all were kept.
 void Engine::record_pit(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
                         int row, int64_t base_index, int accepted, int32_t last, const GenerateParams& p,
                         AcceptScratch& scratch) {
@@ -795,6 +838,14 @@ void Engine::record_pit(Sequence& seq, const std::vector<int32_t>& drafts, const
                                  proposed ? q[i].data() : nullptr, proposed ? static_cast<int32_t>(q[i].size()) : 0);
         pit.index = base_index + i;
         seq.pit.push_back(pit);
+    }
+    const int reached = std::min(drafted, accepted + (last >= 0 ? 1 : 0));
+    std::vector<double>& probs = scratch.decision_probs;
+    for (int i = 0; i < reached; ++i) {
+        DecisionPoint d = decision_point(t.logits(row + i), t.n_vocab, p.temperature, q[i], drafts[i],
+                                         i < accepted ? -1 : last, probs);
+        d.index = base_index + i;
+        seq.decisions.push_back(d);
     }
 }
 

@@ -134,10 +134,26 @@ struct StepTimes {
     }
 };
 
+// The rejection rule's own evidence at one drafted position its walk reached (record_pit), beside
+// the emitted tokens' PitPoint: computed apart from the rule, from the verify row that belongs to
+// the position and the q that proposed the draft (not the row or q the rule used: a rule that
+// reads the wrong one shows). Under a correct rule the decision is Bernoulli(accept_prob) given
+// the draft, and a rejection's correction token a draw from r = norm(max(0, p - q)).
+struct DecisionPoint {
+    int64_t index = 0;         // the draft's index in its sequence's output
+    double accept_prob = 0;    // pi = min(1, p(x) / q(x)) for the drafted token x
+    bool accepted = false;     // the walk kept x
+    // A rejection's correction token c in r (NaN for an accepted draft, or where r has no mass):
+    double residual_ahead = std::numeric_limits<double>::quiet_NaN();  // r's mass ahead of c (r
+                                                                      // descending, ties by id)
+    double residual_prob = std::numeric_limits<double>::quiet_NaN();   // r(c)
+};
+
 struct GenerateResult {
     std::vector<std::vector<int32_t>> tokens;  // generated ids per sequence (a final EOG included)
     std::vector<std::vector<float>> margins;   // target top-1 minus top-2 logit per token (if asked)
     std::vector<std::vector<PitPoint>> pit;    // per sequence: its tokens emitted by rounds (record_pit)
+    std::vector<std::vector<DecisionPoint>> decisions;  // per sequence: its drafts reached (record_pit)
     std::vector<SeqCounts> counts;
     StepTimes times;
     bool speculative = false;
@@ -266,8 +282,9 @@ public:
                             const std::function<bool()>& should_stop);
 
     // Continuous batching (serve.cpp): requests arrive at their times, up to max_concurrency
-    // slots decode together, prompts are prefilled in chunks inside the same batches. Clears the
-    // KV caches first and leaves them empty.
+    // slots decode together, prompts are prefilled in chunks inside the same batches; any drafter
+    // (draft model, n-gram, hidden-state); params.gen.prefix_cache shares the requests' common
+    // prompt prefix (serve.h). Clears the KV caches first and leaves them empty.
     ServeResult serve(const std::vector<ServeRequest>& requests, const ServeParams& params,
                       const std::function<bool()>& should_stop);
 
@@ -359,7 +376,8 @@ private:
     // (returns the look-ahead cells a round holds), and one prompt with its n_predict.
     int validate_params(const GenerateParams& p, int n_seq) const;
     void validate_prompt(int index, const std::vector<int32_t>& prompt, int n_predict, int lookahead) const;
-    void validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& params) const;
+    // serve()'s refusals; returns the prefix the prefix cache shares (0: none).
+    int validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& params) const;
     GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                    const std::function<bool()>& should_stop);
 

@@ -145,6 +145,7 @@ struct Engine::Sequence {
     std::vector<int32_t> out;          // generated tokens; out.back() is pending (not in target KV)
     std::vector<float> margins;
     std::vector<PitPoint> pit;
+    std::vector<DecisionPoint> decisions;  // record_pit: the rejection rule's drafts reached
     bool done = false;
     SeqCounts counts;
 
@@ -171,6 +172,7 @@ void spin_for_ms(double ms);
 struct AcceptScratch {
     SoftmaxNorm norm;  // the target's softmax at the position being judged
     std::vector<float> p_probs, residual, pit_probs;
+    std::vector<double> decision_probs;  // record_pit's own p (decision_point)
 };
 
 }  // namespace specnative

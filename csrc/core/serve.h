@@ -2,6 +2,11 @@
 // slots decode together, a free slot admits the next arrived request, and its prompt is prefilled
 // in chunks inside the same llama_decode batches as the other slots' decode or verify tokens
 // (bounded by n_batch, as llama-server does), so that prefill interference is measured.
+// Every drafter family runs under load: the draft model takes in each prompt when its request
+// starts decoding; the hidden-state drafters read the features of every mixed batch (other slots'
+// prompt chunks and verify tokens together) and keep per-slot draft cells, as llama-server runs
+// them. Prefix caching (gen.prefix_cache): the requests' common prefix is prefilled once into a
+// sequence of its own beside the slots and copied into each admitted slot's sequence.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +26,14 @@ struct ServeRequest {
 };
 
 struct ServeParams {
-    GenerateParams gen;        // spec, k, drafter, temperature, rule, seed, stop_at_eog (not n_predict)
+    // spec, k, drafter, temperature, rule, seed, stop_at_eog (not n_predict), and prefix_cache: the
+    // requests' common prompt prefix (a shared context ahead of each request's own prompt) is
+    // computed once into a holder sequence (id max_concurrency, so the engine needs n_seq_max >
+    // max_concurrency) and copied (llama_memory_seq_cp) into every admitted slot, which prefills
+    // only its own part; off: every request prefills its whole prompt, as a server without prompt
+    // caching. The hidden-state drafters keep per-slot draft cells from each request's own
+    // prefill: with them the prefix is not shared (ServeResult::shared_prefix says 0).
+    GenerateParams gen;
     int max_concurrency = 1;   // slots (llama-server's -np)
     bool virtual_clock = false;  // idle waits are skipped: the clock jumps to the next arrival
 };
@@ -37,6 +49,9 @@ struct RequestRecord {
     std::vector<double> emit_ms;
     std::vector<int32_t> emit_tokens;
     int prefill_batches = 0;  // target batches its prompt was spread over
+    // Prompt tokens the target fed for this request: its whole prompt, or with the prefix cache
+    // its own part (the request whose admission started the shared prefix is charged with it too).
+    int prefill_tokens = 0;
     SeqCounts counts;         // exact drafted/accepted of this request's rounds
 };
 
@@ -56,8 +71,9 @@ struct ServeResult {
     int64_t mixed_steps = 0;   // of those, with prompt tokens in the same batch
     int64_t busy_sum = 0;      // slots holding a request (prefilling or decoding), summed over steps
     int64_t decoding_sum = 0;  // slots decoding, summed over steps
-    int64_t prefill_tokens = 0;
-    int64_t kv_cells_left = 0;  // target and draft cells still held at the end (0: nothing leaked)
+    int64_t prefill_tokens = 0;  // every prompt token the target fed (the per-request counts summed)
+    int shared_prefix = 0;       // tokens of the prefix the prefix cache shared (0: none shared)
+    int64_t kv_cells_left = 0;  // target and draft (model or hidden) cells held at the end (0: none leaked)
     int max_concurrency = 0;
     bool speculative = false;
 

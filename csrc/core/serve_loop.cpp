@@ -1,11 +1,17 @@
 // Continuous batching: the engine as a server under load (serve.h). One iteration:
 //   1. admit: every free slot takes the next request that has arrived (first come, first served);
+//      with the prefix cache the shared prefix's cells are copied into its sequence (or, before
+//      the prefix is in the cache, it waits for the holder sequence that prefills it);
 //   2. draft (spec): the drafter proposes up to k tokens for every decoding slot;
 //   3. one target llama_decode: decoding slots' pending (+ drafts) first, then prompt chunks of
-//      prefilling slots in admission order while the batch has room (at most n_batch tokens);
-//   4. accept or sample per decoding slot, first token for a slot whose prompt ended in the batch;
+//      prefilling slots (the shared prefix's holder first) in admission order while the batch has
+//      room (at most n_batch tokens); each sequence's tokens are contiguous in the batch;
+//   4. a hidden-state drafter reads the batch's features (common_speculative_process over the
+//      whole mixed batch, as llama-server after each decode: prompt chunks and verify tokens);
+//   5. accept or sample per decoding slot, first token for a slot whose prompt ended in the batch;
 //      finished requests free their KV cells (target and draft);
-//   5. the draft model takes in the prompts of slots that just got their first token.
+//   6. the drafter takes in the prompts of slots that just got their first token (the draft
+//      model prefills them; a hidden-state drafter begins the slot's history).
 // With no slot busy it waits (real time) for the next arrival, or jumps there (virtual clock).
 #include "acceptor.h"
 #include "serve.h"
@@ -31,6 +37,7 @@ constexpr double kWaitPollMs = 5.0;  // an idle wait checks should_stop at least
 // KV cells the context's sequences still hold (each sequence's cells are contiguous positions).
 int64_t cells_held(llama_memory_t memory, int n_seq) {
     int64_t cells = 0;
+    if (memory == nullptr) return 0;
     for (llama_seq_id s = 0; s < n_seq; ++s) {
         const llama_pos hi = llama_memory_seq_pos_max(memory, s);
         if (hi >= 0) cells += hi - llama_memory_seq_pos_min(memory, s) + 1;
@@ -65,6 +72,20 @@ private:
     double skipped_ms_ = 0;
 };
 
+// The requests' common prompt prefix, short of each one's last token (every request feeds that
+// itself for its first logits): what the prefix cache computes once. Prompts are checked non-empty.
+int common_prefix(const std::vector<ServeRequest>& requests) {
+    const std::vector<int32_t>& first = requests[0].prompt;
+    size_t n = first.size() - 1;
+    for (const ServeRequest& r : requests) {
+        n = std::min(n, r.prompt.size() - 1);
+        size_t i = 0;
+        while (i < n && r.prompt[i] == first[i]) ++i;
+        n = i;
+    }
+    return static_cast<int>(n);
+}
+
 }  // namespace
 
 SeqCounts ServeResult::totals() const {
@@ -74,8 +95,9 @@ SeqCounts ServeResult::totals() const {
     return sum_counts(all);
 }
 
-// Everything llama.cpp would abort on, refused before any state changes.
-void Engine::validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& sp) const {
+// Everything llama.cpp would abort on, refused before any state changes. Returns the prefix the
+// prefix cache shares (0: none).
+int Engine::validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& sp) const {
     require_open();
     const int n_seq_max = params_.n_seq_max;
     if (requests.empty()) throw std::invalid_argument("no requests given");
@@ -87,10 +109,6 @@ void Engine::validate_serve(const std::vector<ServeRequest>& requests, const Ser
     p.n_predict = 1;
     for (const ServeRequest& r : requests) p.n_predict = std::max(p.n_predict, r.n_predict);
     const int lookahead = validate_params(p, sp.max_concurrency);
-    if (p.spec && is_hidden_drafter(p.drafter.type)) {  // its admit would find no prompt features
-        throw std::invalid_argument("serve does not run the hidden-state drafters yet (drafter '" + p.drafter.type +
-                                    "'): their prompt's features reach the drafter in generate() only");
-    }
     std::vector<int64_t> need(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
         const ServeRequest& r = requests[i];
@@ -106,37 +124,69 @@ void Engine::validate_serve(const std::vector<ServeRequest>& requests, const Ser
         validate_prompt(static_cast<int>(i), r.prompt, r.n_predict, lookahead);
         need[i] = static_cast<int64_t>(r.prompt.size()) + r.n_predict + lookahead;
     }
-    // Worst case: the max_concurrency largest requests in the cache together.
+    // A hidden-state drafter's draft cells come from each slot's own prefill (process() of its
+    // chunks): the prefix is not shared with one, as generate() does not share it either.
+    const bool hidden = p.spec && is_hidden_drafter(p.drafter.type);
+    const int shared = p.prefix_cache && !hidden ? common_prefix(requests) : 0;
+    if (shared > 0 && sp.max_concurrency >= n_seq_max) {
+        throw std::invalid_argument("prefix_cache keeps the requests' common prefix (" + std::to_string(shared) +
+                                    " tokens) in a sequence of its own beside the " +
+                                    std::to_string(sp.max_concurrency) + " slots: the engine needs n_seq_max >= " +
+                                    std::to_string(sp.max_concurrency + 1) + " (it has " + std::to_string(n_seq_max) +
+                                    "), or pass prefix_cache=False");
+    }
+    // Worst case: the max_concurrency largest requests in the cache together; the target holds
+    // the shared prefix once, a draft model's cache every prompt whole (it prefills each itself).
     std::sort(need.begin(), need.end(), std::greater<int64_t>());
-    int64_t cells = 0;
-    for (size_t i = 0; i < need.size() && i < static_cast<size_t>(sp.max_concurrency); ++i) cells += need[i];
+    int64_t whole = 0;
+    for (size_t i = 0; i < need.size() && i < static_cast<size_t>(sp.max_concurrency); ++i) whole += need[i];
+    const int64_t slots = std::min<int64_t>(need.size(), sp.max_concurrency);
+    int64_t cells = shared > 0 ? whole - slots * shared + shared : whole;
+    if (p.spec && p.drafter.type == "model") cells = whole;
     if (params_.kv_unified && cells > n_ctx()) {
         throw std::invalid_argument("the " + std::to_string(sp.max_concurrency) +
                                     " largest requests need " + std::to_string(cells) +
                                     " KV cells together but n_ctx is " + std::to_string(n_ctx()));
     }
+    return shared;
 }
 
 ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const ServeParams& sp,
                           const std::function<bool()>& should_stop) {
-    validate_serve(requests, sp);
+    const int shared = validate_serve(requests, sp);
     const GenerateParams& p = sp.gen;
     const int n_slots = sp.max_concurrency;
     reset_memory();
     forget_last_run();  // pending_logits() refers to generate()'s sequences, gone now
+    if (hidden_ != nullptr) llama_memory_clear(llama_get_memory(hidden_->ctx), true);  // a generate()'s draft cells
 
     Context& t = *target_;
     ServeResult r;
     r.requests.resize(requests.size());
     r.max_concurrency = n_slots;
     r.speculative = p.spec;
+    r.shared_prefix = shared;
     std::vector<Sequence> slots(n_slots);
     std::vector<int> request_of(n_slots, -1);  // -1: the slot is free
     for (int s = 0; s < n_slots; ++s) {
         slots[s].id = s;
         slots[s].done = true;
     }
+    // made before any prefill: a hidden-state drafter switches the target's feature extraction on
     std::unique_ptr<Drafter> drafter = p.spec ? make_drafter(p, n_slots) : nullptr;
+    const bool ingests = drafter && is_hidden_drafter(p.drafter.type);  // reads every target batch
+
+    // The prefix cache's holder: sequence n_slots prefills the shared prefix once (no logits), its
+    // cells are then copied into each admitted slot. The request whose admission started it is
+    // charged with its tokens; slots admitted before it is in the cache wait for it.
+    const int holder_id = n_slots;
+    Sequence holder;
+    holder.id = holder_id;
+    if (shared > 0) holder.prompt.assign(requests[0].prompt.begin(), requests[0].prompt.begin() + shared);
+    bool holder_started = false, holder_ready = false;
+    int holder_request = -1;
+    std::vector<char> waits_prefix(n_slots, 0);
+    const auto seq_at = [&](int s) -> Sequence& { return s == holder_id ? holder : slots[s]; };
 
     PhaseClock clock;
     ServeClock serve_clock(sp.virtual_clock);
@@ -181,6 +231,17 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             seq.prompt = requests[i].prompt;
             reset_counts(seq.counts, p.spec ? p.k : 0);
             request_of[s] = i;
+            if (shared > 0 && holder_ready) {  // the prefix's cells are in the cache: shared, not fed
+                llama_memory_seq_cp(t.memory(), holder_id, s, -1, -1);
+                seq.n_past_target = shared;
+            } else if (shared > 0) {
+                waits_prefix[s] = 1;
+                if (!holder_started) {
+                    holder_started = true;
+                    holder_request = i;
+                    prefilling.push_back(holder_id);
+                }
+            }
             prefilling.push_back(s);
             RequestRecord& rec = r.requests[i];
             rec.slot = s;
@@ -226,21 +287,40 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         }
         const int decode_tokens = t.batch.n_tokens;
         for (int s : prefilling) {
-            Sequence& seq = slots[s];
-            const int32_t n_prompt = static_cast<int32_t>(seq.prompt.size());
             if (t.batch_full()) break;
-            r.requests[request_of[s]].prefill_batches += 1;
+            if (s != holder_id && waits_prefix[s]) continue;  // its prefix comes from the holder, once decoded
+            Sequence& seq = seq_at(s);
+            const bool is_holder = s == holder_id;
+            const int32_t n_prompt = static_cast<int32_t>(seq.prompt.size());
+            RequestRecord& rec = r.requests[is_holder ? holder_request : request_of[s]];
+            rec.prefill_batches += 1;
+            const int32_t fed_from = seq.n_past_target;
             while (seq.n_past_target < n_prompt && !t.batch_full()) {
-                const bool last = seq.n_past_target + 1 == n_prompt;
+                const bool last = !is_holder && seq.n_past_target + 1 == n_prompt;
                 const int at = t.add(seq.prompt[seq.n_past_target], seq.n_past_target, seq.id, last);
                 if (last) last_row[s] = at;
                 seq.n_past_target += 1;
             }
+            rec.prefill_tokens += seq.n_past_target - fed_from;
         }
         const int prompt_tokens = t.batch.n_tokens - decode_tokens;
         t.decode(decode_tokens > 0 ? (p.spec ? "serve verify" : "serve decode") : "serve prefill");
         double& step_bucket = decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.verify : r.times.decode;
         charge(step_bucket, decode_tokens > 0);
+        if (ingests) {  // before the accept: the verify rows' features are the ones accept keeps
+            drafter->after_target_decode(t.batch);
+            charge(decode_tokens > 0 ? r.times.draft_ingest : r.times.prefill_draft, decode_tokens > 0);
+        }
+        if (holder_started && !holder_ready && holder.n_past_target == shared) {  // the prefix is cached now
+            holder_ready = true;
+            prefilling.erase(std::find(prefilling.begin(), prefilling.end(), holder_id));
+            for (int s = 0; s < n_slots; ++s) {
+                if (!waits_prefix[s]) continue;
+                llama_memory_seq_cp(t.memory(), holder_id, s, -1, -1);
+                slots[s].n_past_target = shared;
+                waits_prefix[s] = 0;
+            }
+        }
 
         // ---- accept or sample; first tokens; completions --------------------------------------
         for (int s = 0; s < n_slots; ++s) {
@@ -293,7 +373,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         charge(decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.resample : r.times.decode,
                decode_tokens > 0);
 
-        // ---- the draft model takes in the new prompts ----------------------------------------
+        // ---- the drafter takes in the new prompts ---------------------------------------------
         if (drafter) {
             bool admitted = false;
             for (int s : first_token_now) {
@@ -304,10 +384,12 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             if (admitted) charge(r.times.prefill_draft, false);
         }
     }
+    if (holder_started) t.remove_from(holder_id, 0);  // the prefix's cells go with the last request
     r.times.total = clock.elapsed_ms();
     r.skipped_ms = serve_clock.skipped_ms();
     const int n_seq_max = static_cast<int>(llama_n_seq_max(t.ctx));
-    r.kv_cells_left = cells_held(t.memory(), n_seq_max) + (draft_ ? cells_held(draft_->memory(), n_seq_max) : 0);
+    r.kv_cells_left = cells_held(t.memory(), n_seq_max) + (draft_ ? cells_held(draft_->memory(), n_seq_max) : 0) +
+                      (hidden_ ? cells_held(llama_get_memory(hidden_->ctx), n_seq_max) : 0);
     return r;
 }
 

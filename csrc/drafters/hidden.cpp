@@ -4,7 +4,9 @@
 // draft-eagle3, and draft-mtp (the target's own nextn head). Per generate(): common_speculative_init
 // (which turns on the target context's feature extraction), common_speculative_process after
 // every target decode (prefill chunks and verify; the engine's `draft_ingest` step),
-// common_speculative_draft for all sequences, common_speculative_accept per sequence. The rollback
+// common_speculative_draft for all sequences, common_speculative_accept per sequence. Serving
+// (serve_loop.cpp) drives the same calls per slot: process() over each mixed batch, begin at a
+// request's first token, the slot's draft cells dropped when its request finishes. The rollback
 // contract of llama-speculative-simple: after a draft the draft cache drops the sequence's cells
 // from pos0 on (DFlash leaves its noise block there); after accept it is trimmed to the target's.
 // Nothing of the drafters is reimplemented here; what is ours: refusing a pair llama.cpp would
@@ -289,9 +291,22 @@ public:
         }
     }
 
-    // Serving is refused for these drafters before it starts (serve_loop.cpp): never called.
-    void admit(Engine::Sequence&) override { throw std::logic_error("hidden-state drafters do not serve"); }
-    void release(const Engine::Sequence&) override {}
+    // Serving (serve_loop.cpp), as llama-server runs these drafters: the slot's new request was
+    // ingested by process() from the target's prefill chunks (its draft cells were dropped when the
+    // slot's last request finished); its history begins with its prompt.
+    void admit(Engine::Sequence& seq) override {
+        check_prompt_ingested(seq);
+        start(seq);
+    }
+    // The finished request's draft cells go, so the slot's next prompt is ingested into an empty
+    // sequence; its history is dropped.
+    void release(const Engine::Sequence& seq) override {
+        {
+            const ScopedMs timer(library_ms_);
+            llama_memory_seq_rm(llama_get_memory(h_.ctx), seq.id, -1, -1);  // a whole sequence: any memory drops it
+        }
+        forget(seq);
+    }
 
 protected:
     void after_draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max) override {

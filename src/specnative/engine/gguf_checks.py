@@ -256,8 +256,8 @@ def _expert_problems(h: Header, n_layer: int) -> list[str]:
         if groups >= n_expert:
             return [f"{arch}.expert_group_count {groups} must be below {key} {n_expert}"]
         if groups > 1 and (n_expert % groups or not 0 < group_used < groups):
-            return [f"{arch}.expert_group_count {groups} must divide {key} {n_expert}, with "
-                    f"{arch}.expert_group_used_count ({group_used}) between 1 and {groups - 1}"]
+            return [(f"{arch}.expert_group_count {groups} must divide {key} {n_expert}, with "
+                     f"{arch}.expert_group_used_count ({group_used}) between 1 and {groups - 1}")]
     elif used_max or groups:
         return [f"{key} is 0 but {arch}.expert_used_count or {arch}.expert_group_count is set"]
     return []

@@ -167,6 +167,11 @@ def _connect(db_path, create: bool) -> sqlite3.Connection:
             conn.execute("PRAGMA journal_mode = WAL")  # readers and one writer at once; persists in the file
         else:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not tables:  # a writer killed before its first commit left the file empty: an empty database
+                conn.execute("BEGIN IMMEDIATE")
+                _ensure_schema(conn)
+                conn.execute("COMMIT")
+                return conn
             if not {"runs", "traces", "schema_version"} <= tables:
                 conn.close()
                 raise DatabaseError(f"{path}: not a specnative results database")

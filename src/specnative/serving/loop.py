@@ -7,6 +7,14 @@ first served); its prompt is prefilled in chunks inside the same llama_decode ba
 slots' decode or verify tokens (at most n_batch tokens a batch, as llama-server); a finished
 request frees its KV cells. The clock is real wall time (llama_synchronize before each stop);
 `virtual_clock=True` skips the idle waits between arrivals (tests, traces with long gaps).
+
+Every drafter serves: the draft model, llama.cpp's n-gram drafters, and its hidden-state drafters
+(dflash, dspark, eagle3, mtp), which read the features of every mixed batch and keep per-slot draft
+cells as llama-server runs them. `prefix_cache=True` computes the requests' common prompt prefix
+(a shared context ahead of each request's own prompt) once, in a sequence of its own beside the
+slots (the engine needs n_seq_max > max_concurrency), and copies its cells into every admitted
+slot, which then prefills only its own part; off, every request prefills its whole prompt (a server
+without prompt caching). With a hidden-state drafter the prefix is not shared (shared_prefix 0).
 """
 from __future__ import annotations
 
@@ -27,19 +35,22 @@ class ServeRun:
     records: list          # per request, in trace order: the engine's record (tokens, timestamps, counts)
     metrics: list          # per request: serve_metrics.request_metrics
     admission_order: list  # request indices in the order slots admitted them
-    times: dict            # step buckets (prefill_target, prefill_draft, draft, verify, resample,
-                           # decode, total), llama and kv_removal as in generate()
+    times: dict            # step buckets (prefill_target, prefill_draft, draft, draft_ingest, verify,
+                           # resample, decode, total), llama and kv_removal as in generate(); a
+                           # hidden-state drafter's reading of a batch with decode or verify tokens
+                           # is draft_ingest, of prompt chunks alone prefill_draft
     idle_ms: float         # waited with every slot free for the next arrival
     skipped_ms: float      # virtual clock: idle time jumped over
     duration_ms: float     # until the last completion
     steps: int             # iterations, one target llama_decode each
     decode_steps: int      # with decode/verify tokens (the rest prefilled prompts alone)
     mixed_steps: int       # decode/verify and prompt tokens in one batch
-    prefill_tokens: int
+    prefill_tokens: int    # prompt tokens the target fed, all requests (each record's prefill_tokens)
     busy_sum: int          # slots holding a request, summed over iterations
     decoding_sum: int      # slots decoding, summed over iterations
     kv_cells_left: int     # target + draft KV cells held after the run (0: nothing leaked)
     totals: dict           # drafted, accepted, rounds, ... summed over requests
+    shared_prefix: int = 0  # prefix tokens the prefix cache shared (0: none shared)
     draft_accept_rate: float = math.nan  # alpha = accepted / drafted
     mean_accept_len: float = math.nan    # tau = emitted / rounds
     summary: dict = field(default_factory=dict)  # serve_metrics.level_summary
@@ -66,10 +77,12 @@ class ServeRun:
 def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool = False, k: int = 4,
           temperature: float = 0.0, seed: int = 0, accept_rule: str = "greedy", drafter: str = "model",
           drafter_options: dict | None = None, draft_p_min: float = 0.0, ignore_eos: bool = True,
-          virtual_clock: bool = False, slo: dict | None = None) -> ServeRun:
+          virtual_clock: bool = False, slo: dict | None = None, prefix_cache: bool = False) -> ServeRun:
     """Replays `requests` (in arrival order) through `engine` (specnative.Engine). ignore_eos:
     every request generates its output_len tokens (as a benchmark with recorded reply lengths
-    wants); False stops a request at an end-of-generation token. slo: serve_metrics.parse_slo."""
+    wants); False stops a request at an end-of-generation token. slo: serve_metrics.parse_slo.
+    prefix_cache: share the requests' common prompt prefix (module docstring); each record's
+    prefill_tokens says what its request fed."""
     if not requests:
         raise ValueError("no requests to serve")
     if accept_rule not in ACCEPT_RULES:
@@ -81,7 +94,8 @@ def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool =
         n_predict=[int(r.output_len) for r in requests], max_concurrency=max_concurrency,
         virtual_clock=bool(virtual_clock), temperature=float(temperature), seed=int(seed), spec=bool(spec),
         k=int(k), accept_rule=accept_rule, stop_at_eog=not ignore_eos, drafter=drafter,
-        drafter_options=checked_drafter_options(drafter, drafter_options), draft_p_min=check_draft_p_min(draft_p_min))
+        drafter_options=checked_drafter_options(drafter, drafter_options), draft_p_min=check_draft_p_min(draft_p_min),
+        prefix_cache=bool(prefix_cache))
     metrics = [serve_metrics.request_metrics(record) for record in raw["requests"]]
     return ServeRun(
         speculative=raw["speculative"], max_concurrency=raw["max_concurrency"], records=raw["requests"],
@@ -89,5 +103,5 @@ def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool =
         idle_ms=raw["idle_ms"], skipped_ms=raw["skipped_ms"], duration_ms=raw["duration_ms"], steps=raw["steps"],
         decode_steps=raw["decode_steps"], mixed_steps=raw["mixed_steps"], prefill_tokens=raw["prefill_tokens"],
         busy_sum=raw["busy_sum"], decoding_sum=raw["decoding_sum"], kv_cells_left=raw["kv_cells_left"],
-        totals=raw["totals"], draft_accept_rate=raw["draft_accept_rate"], mean_accept_len=raw["mean_accept_len"],
+        totals=raw["totals"], shared_prefix=raw["shared_prefix"], draft_accept_rate=raw["draft_accept_rate"], mean_accept_len=raw["mean_accept_len"],
         summary=serve_metrics.level_summary(metrics, raw["duration_ms"], slo or {}))
