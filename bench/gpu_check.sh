@@ -94,15 +94,26 @@ SPECNATIVE_TEST_NGL=-1 timeout "$T_TESTS" "$PYTHON" -m pytest -q --maxfail=10 --
   > "$OUT_DIR/pytest.log" 2>&1
 echo "pytest exit $?"; tail -15 "$OUT_DIR/pytest.log"
 
-step "short sweep: tiny preset, ctx 0/8192, concurrency 1/4/8, -ngl -1 -fa $FA (limit ${T_SWEEP}s)"
-timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0,8192 -np 1,4,8 -ngl -1 -fa "$FA" \
-  -r 3 --max-repeats 5 -o "$RESULTS/sweep-tiny" | tail -25
+step "short sweep: tiny preset, ctx 0/8192, concurrency 1/8, prefix cache on/off, -ngl -1 -fa $FA (limit ${T_SWEEP}s)"
+# both quantizations x spec x prefix cache: the factorial ("Do the levers add?"), tidy.csv, the database
+timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0,8192 -np 1,8 --prefix-cache on,off \
+  -ngl -1 -fa "$FA" -r 3 --max-repeats 5 -o "$RESULTS/sweep-tiny" | tail -25
+sed -n '/^## Do the levers add/,/^## Read first/p' "$RESULTS/sweep-tiny/summary.md" | head -30
 pack
+
+step "results database and compare: the run against itself (no decided change expected), runs listed"
+"$PYTHON" -m specnative runs --db "$RESULTS/specnative.sqlite" | head -5
+"$PYTHON" -m specnative compare "$RESULTS/sweep-tiny" "$RESULTS/sweep-tiny" --fail-on-regression 10 | head -30
+echo "compare exit $?"
 
 step "DFlash cell: tiny forced-high target + tiny DFlash2 draft (llama.cpp's draft-dflash), -ngl -1 (limit ${T_SWEEP}s)"
 read -r TINY_T TINY_D < <("$PYTHON" -c "from specnative.models.tiny_drafters import drafter_pair; print(*drafter_pair('$WORKDIR/hidden', 'dflash2'))")
 timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep -m "$TINY_T" -md "$TINY_D" --drafter dflash --ctx-len 0 -np 1,4 \
   -ngl -1 -fa "$FA" -r 3 --max-repeats 5 -o "$RESULTS/sweep-dflash" | tail -12
+pack
+step "serving under load with a hidden-state drafter (tiny DFlash2, continuous batching), -ngl -1 (limit ${T_SWEEP}s)"
+timeout "$T_SWEEP" "$PYTHON" -m specnative serve -m "$TINY_T" -md "$TINY_D" --drafter dflash --request-rate 8,inf \
+  --max-concurrency 4 --num-requests 8 -n 16 -r 2 -ngl -1 -fa "$FA" -o "$RESULTS/serve-dflash" | tail -12
 pack
 GEMMA_GGUF=""
 if [ -f "$CHUNKS/gemma.sha256" ]; then
@@ -127,7 +138,7 @@ import glob, sys
 from specnative.record.schema import read_traces
 parts = ["prefill_target_ms", "prefill_draft_ms", "draft_ms", "draft_ingest_ms", "verify_ms", "resample_ms",
          "decode_ms"]
-for path in sorted(glob.glob(f"{sys.argv[1]}/sweep-*/traces.csv")):
+for path in sorted(glob.glob(f"{sys.argv[1]}/sweep-*/traces.csv")):  # closed-loop runs
     t = read_traces(path)
     cover = t[parts].astype(float).fillna(0).sum(axis=1) / t["total_ms"].astype(float)
     for _, row in t.assign(cover=cover).iterrows():

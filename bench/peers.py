@@ -8,16 +8,19 @@
                                              loopback (python bench/peers.py server --help;
                                              bench/peerkit/server_table.py);
                                              writes bench/results/server-peer/<sets>-<backend>.md
-    python bench/peers.py serve RUN_DIR      a `specnative serve` run's traces replayed against
-                                             llama-server, open loop and streamed
-                                             (bench/peerkit/serve_table.py); writes
-                                             RUN_DIR/llama-server-replay.md and .csv
+    python bench/peers.py serve [options]    specnative's serving loop vs llama-server on the same traces,
+                                             interleaved trace by trace, open loop and streamed, paired
+                                             ratios with intervals (`specnative serve`'s flags, or a serve
+                                             RUN_DIR's traces and settings; bench/peerkit/serve_table.py);
+                                             writes bench/results/serving-parity/<target>-<drafter>-<backend>/
 
 llama.cpp's programs are built once from the vendored tree into bench/scratch/llama-build
 (--build-only builds and stops; --tools-dir uses programs built elsewhere).
 
 One module per peer lives in bench/peerkit/ (llama_bench, spec_simple, server), with what they
-share in peerkit/common.py and our own side in peerkit/ours.py.
+share in peerkit/common.py and our own side in peerkit/ours.py; the serving comparison is
+serve_table (command line, report), serve_parity (the interleaved runs) and serve_paired (the
+paired table).
 """
 from __future__ import annotations
 

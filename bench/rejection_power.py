@@ -1,20 +1,27 @@
-"""Power of the rejection rule's distributional verdict: how many emitted positions it needs to
-fail each planted rejection-rule fault with >= 95 % probability, and how often it fails the
-correct engine (the false-alarm rate it promises is lossless.DIST_ALPHA).
+"""Power of the rejection rule's distributional verdict: how often it fails each planted
+rejection-rule fault at n emitted positions, with every statistic (lossless.distribution: the
+emitted tokens, the bonus tokens, the acceptance decisions and count, the residual draws) and with
+the emitted tokens' PIT alone (the statistics "target" and "draft", the test before the decisions
+were recorded); and how often it fails the correct engine (the false-alarm rate it promises is
+lossless.DIST_ALPHA).
 
-    python bench/rejection_power.py --models tiny -np 1,4,8
-    python bench/rejection_power.py --models gemma -np 4 --pool 2048
+    python bench/rejection_power.py --models near,tiny,noisy -np 1,4 --temps 0.7,1.2
+    python bench/rejection_power.py --models gemma -np 4 --temps 0.7,1.2 --pool 4096
 
-For each pair, concurrency and fault (switched on with the C++ test-only `_inject_fault`), it pools
-`--pool` emitted positions of `rejection` runs at T (seeds 0, 1, ...; lossless.rejection_run, as the
-sweep's test: each emitted token placed in the p of its own verify row), then estimates
-the failure rate at n positions by testing `--draws` random subsets of whole runs of the pool
-(without replacement within a subset; subsets overlap, so rates near the pool size are optimistic).
-Writes bench/results/rejection-power/<models>.md (the model sets joined by '-'; -o elsewhere).
+For each pair, concurrency, temperature and fault (switched on with the C++ test-only
+`_inject_fault`), it pools `--pool` emitted positions of `rejection` runs (seeds 0, 1, ...;
+lossless.rejection_run, as the sweep's test, stress runs included), then estimates the failure rate
+at n positions by testing `--draws` random subsets of whole runs of the pool (without replacement
+within a subset; subsets overlap, so rates near the pool size are optimistic), and tests the pool's
+disjoint blocks of 4096 positions (the default cell size) on their own. With --null-pool N, the
+correct engine's own pool of N positions is cut into disjoint tests per size (no overlap: the
+false-alarm rate's honest estimate). Writes bench/results/rejection-power/<models>.md (-o elsewhere).
 """
 from __future__ import annotations
 
 import argparse
+import collections
+import os
 import sys
 import time
 from pathlib import Path
@@ -23,49 +30,56 @@ import numpy as np
 
 from specnative import Engine, build_info, lossless
 from specnative.lossless import distribution
+from specnative.record.provenance import environment
 from specnative.workloads import MIXED, Workload
 
 FAULTS = ("none", "residual_from_p", "accept_q_over_p", "q_prev_position", "accept_always", "bonus_from_q")
 SIZES = (128, 256, 512, 1024, 2048, 4096)
+DEFAULT_SIZE = 4096  # the sweep's --dist-positions
+MODEL_SETS = ("near", "tiny", "noisy", "gemma")
 
 
-def pairs(names: list[str]) -> dict:
+def pairs(names: list[str], directory: Path) -> dict:
     out = {}
     for name in names:
-        if name == "tiny":
-            from specnative.models.presets import tiny_preset
+        if name == "near":
+            from specnative.models import tiny_pair
+            target, draft = tiny_pair(directory, "deep", extra_layers=2)
+            out["near-copy: 4-layer f32 target (2 damped layers) over its 2-layer base"] = (target, draft)
+        elif name == "tiny":
+            from specnative.models.presets import TINY_EXTRA_LAYERS, tiny_preset
             p = tiny_preset()
-            out["tiny Q4_0 target, 2-layer Q8_0 draft"] = (p.targets[0], p.draft)
-            out["tiny Q8_0 target, 2-layer Q8_0 draft"] = (p.targets[1], p.draft)
+            out[f"near-copy: tiny preset, Q8_0 target ({TINY_EXTRA_LAYERS} damped layers) over its 2-layer Q8_0 base"] \
+                = (p.targets[1], p.draft)
+        elif name == "noisy":
+            from specnative.models import tiny_pair
+            target, draft = tiny_pair(directory, "noisy", noise=0.1)
+            out["noisy: f32 target, draft = target + 10 % weight noise"] = (target, draft)
         elif name == "gemma":
             from specnative.models.presets import gemma_files
             files = gemma_files()
             out["gemma3-270m Q8_0 target, Q4_K_M draft"] = (files["Q8_0"], files["Q4_K_M"])
-        elif name == "gemma-q4":
-            from specnative.models.presets import gemma_files
-            files = gemma_files()
-            out["gemma3-270m Q4_K_M target, Q4_K_M draft (the same file)"] = (files["Q4_K_M"], files["Q4_K_M"])
         else:
-            raise SystemExit(f"unknown model set {name!r} (tiny, gemma, gemma-q4)")
+            raise SystemExit(f"unknown model set {name!r} ({', '.join(MODEL_SETS)})")
     return out
 
 
-def pooled_runs(engine, prompts, fault: str, args) -> tuple[list, float, list]:
-    """PIT intervals per run ({order: (lo, hi)}) until --pool positions,
-    alpha over them, and each run's tokens (the keyed RNG makes a correct run at the same seed emit
-    the same tokens, so a fault shows as changed tokens exactly where it changed a decision)."""
+def pooled_runs(engine, prompts, fault: str, temp: float, pool: int, args) -> tuple[list, float, list]:
+    """Each run's values (lossless.rejection_run) until `pool` positions, alpha over them, and each
+    run's tokens (the keyed RNG makes a correct run at the same seed emit the same tokens, so a
+    fault shows as changed tokens exactly where it changed a decision)."""
     rng = np.random.default_rng([0, 0x9E3779B9])
     runs, outputs, positions, drafted, accepted, seed = [], [], 0, 0, 0, 0
     engine._core._inject_fault(fault)
     try:
-        while positions < args.pool:
-            out, pits = lossless.rejection_run(engine, prompts, args.temp, 0, seed, rng, args.stress,
-                                               n_predict=args.n_predict, k=args.k)
+        while positions < pool:
+            out, values = lossless.rejection_run(engine, prompts, temp, 0, seed, rng, args.stress,
+                                                 n_predict=args.n_predict, k=args.k)
             drafted += out.totals["drafted"]
             accepted += out.totals["accepted"]
             outputs.append([list(map(int, t)) for t in out.tokens])
-            runs.append(pits)
-            positions += pits["target"][0].size
+            runs.append(values)
+            positions += values["target"][0].size
             seed += 1
     finally:
         engine._core._inject_fault("none")
@@ -74,83 +88,162 @@ def pooled_runs(engine, prompts, fault: str, args) -> tuple[list, float, list]:
 
 def changed_share(outputs: list, reference: list) -> float:
     """Share of runs whose tokens differ from the correct engine's at the same seed."""
-    pairs = list(zip(outputs, reference))
-    return sum(a != b for a, b in pairs) / max(len(pairs), 1)
+    both = list(zip(outputs, reference))
+    return sum(a != b for a, b in both) / max(len(both), 1)
 
 
-def failure_rate(runs: list, n: int, draws: int, rng) -> float | None:
-    """Share of subsets of about n positions (whole runs) whose test fails; None: pool too small."""
-    per_run = runs[0]["draft"][0].size
-    take = max(1, -(-n // per_run))
+def tests_of(chosen: list) -> tuple:
+    """The full test and the emitted tokens' PIT alone over the chosen runs."""
+    tokens = {order: [r[order] for r in chosen if order in r] for order in distribution.ORDERS}
+    return distribution.pooled_test(chosen), lossless.distribution_test({o: v for o, v in tokens.items() if v},
+                                                                        len(chosen))
+
+
+def runs_for(runs: list, n: int) -> int:
+    per_run = np.mean([r["target"][0].size for r in runs])
+    return max(1, int(np.ceil(n / per_run)))
+
+
+def failure_rates(runs: list, n: int, draws: int, rng) -> tuple | None:
+    """(full, tokens alone, the statistics that decided the full test's failures) over subsets of
+    about n positions (whole runs); None: pool too small."""
+    take = runs_for(runs, n)
     if take > len(runs):
         return None
-    fails = 0
+    full = tokens = 0
+    decided = collections.Counter()
     for _ in range(draws):
-        chosen = [runs[i] for i in rng.choice(len(runs), take, replace=False)]
-        intervals = {order: [r[order] for r in chosen] for order in distribution.ORDERS}
-        fails += not lossless.distribution_test(intervals, take).passed
-    return fails / draws
+        test, token_test = tests_of([runs[i] for i in rng.choice(len(runs), take, replace=False)])
+        full += not test.passed
+        tokens += not token_test.passed
+        decided[test.decided_by] += not test.passed
+    return full / draws, tokens / draws, decided
+
+
+def disjoint_tests(runs: list, n: int) -> list:
+    """The pool cut into consecutive blocks of >= n positions (whole runs), each tested apart."""
+    take = runs_for(runs, n)
+    return [tests_of(runs[i:i + take]) for i in range(0, len(runs) - take + 1, take)]
+
+
+def cell(rate: float | None) -> str:
+    return "" if rate is None else (f"**{rate:.2f}**" if rate >= 0.95 else f"{rate:.2f}")
+
+
+def fault_rows(engine, prompts, temp: float, args, sizes: list, rng) -> list[str]:
+    lines = ["| fault | alpha | runs changed | " + " | ".join(f"n={n}" for n in sizes)
+             + f" | {DEFAULT_SIZE}-position blocks: p (tokens alone) | decided by | fails >= 95 % from |",
+             "|---|---|---|" + "---|" * len(sizes) + "---|---|---|"]
+    reference = None
+    for fault in args.faults.split(","):
+        started = time.monotonic()
+        runs, alpha, outputs = pooled_runs(engine, prompts, fault, temp, args.pool, args)
+        reference = outputs if fault == "none" else reference
+        rates = [failure_rates(runs, n, args.draws, rng) for n in sizes]
+        cells = ["" if r is None else f"{cell(r[0])} ({r[1]:.2f})" for r in rates]
+        blocks = disjoint_tests(runs, DEFAULT_SIZE)
+        block_text = "; ".join(f"{t.p_value:.1e} ({tokens.p_value:.1e})" for t, tokens in blocks)
+        decided = sum((r[2] for r in rates if r is not None), collections.Counter())
+        decided_text = ", ".join(f"{name} {count}" for name, count in decided.most_common(3)) or "-"
+        enough = next((n for n, r in zip(sizes, rates) if r is not None and r[0] >= 0.95), None)
+        verdict = "(false alarms)" if fault == "none" else (f"{enough}" if enough else f"> {sizes[-1]}")
+        lines.append(f"| {fault} | {alpha:.3f} | {changed_share(outputs, reference):.0%} | " + " | ".join(cells)
+                     + f" | {block_text} | {decided_text} | {verdict} |")
+        print(f"  T={temp:g} {fault}: alpha {alpha:.3f}, full/tokens {[r[:2] if r else None for r in rates]}, "
+              f"blocks {block_text} ({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
+    return lines
+
+
+def null_rows(engine, prompts, temp: float, args, sizes: list) -> list[str]:
+    """The correct engine's false alarms over disjoint tests of its own pool of --null-pool positions."""
+    runs, _, _ = pooled_runs(engine, prompts, "none", temp, args.null_pool, args)
+    lines = [f"Correct engine, T {temp:g}: {args.null_pool} positions cut into disjoint tests. Share of tests "
+             f"whose combined p-value is below 0.1 / 0.01 / {lossless.DIST_ALPHA:g} (a valid test: at most about "
+             f"that share), and the share of each statistic's own p below 0.01:", "",
+             "| n | tests | p < 0.1 | p < 0.01 | fail (p < alpha) | own p < 0.01, per statistic |",
+             "|---|---|---|---|---|---|"]
+    for n in sizes:
+        tests = [t for t, _ in disjoint_tests(runs, n)]
+        if len(tests) < 2:
+            continue
+        p = np.array([t.p_value for t in tests])
+        own = {name: np.mean([t.p_of(name) < 0.01 for t in tests if t.of(name)]) for name in distribution.STATISTICS
+               if any(t.of(name) for t in tests)}
+        lines.append(f"| {n} | {len(tests)} | {np.mean(p < 0.1):.3f} | {np.mean(p < 0.01):.3f} | "
+                     f"{np.mean(p < lossless.DIST_ALPHA):.3f} | "
+                     + ", ".join(f"{name} {share:.3f}" for name, share in own.items()) + " |")
+        print(f"  null T={temp:g} n={n}: {len(tests)} tests, p<0.01 {np.mean(p < 0.01):.3f}", file=sys.stderr, flush=True)
+    return lines + [""]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="tiny")
-    ap.add_argument("-np", "--concurrency", default="1,4,8")
+    ap.add_argument("--models", default="near,tiny,noisy", help=f"comma-separated: {', '.join(MODEL_SETS)}")
+    ap.add_argument("-np", "--concurrency", default="1,4")
+    ap.add_argument("--temps", default="0.7,1.2")
     ap.add_argument("-n", "--n-predict", type=int, default=32)
     ap.add_argument("-k", type=int, default=4)
-    ap.add_argument("--temp", type=float, default=0.8)
-    ap.add_argument("--pool", type=int, default=8192, help="positions pooled per pair, concurrency and fault")
+    ap.add_argument("--pool", type=int, default=8192, help="positions pooled per pair, concurrency, T and fault")
+    ap.add_argument("--null-pool", type=int, default=0,
+                    help="also pool this many positions of the correct engine per pair and concurrency (first T) and "
+                         "cut them into disjoint tests: the false-alarm rate without overlapping subsets")
     ap.add_argument("--draws", type=int, default=100)
     ap.add_argument("--no-stress", dest="stress", action="store_false",
                     help="every run at the user's draft temperature (the sweep drafts every other run hotter)")
     ap.add_argument("--pairs", default=None, help="only the pairs whose label contains this text")
     ap.add_argument("--faults", default=",".join(FAULTS),
                     help="comma-separated, 'none' first (the reference for 'runs changed'; default: all)")
+    ap.add_argument("--model-dir", type=Path, default=Path(__file__).parent / "scratch" / "rejection-power",
+                    help="where the tiny pairs are written")
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("-o", "--out", type=Path, default=None)
     args = ap.parse_args(argv)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
+    temps = [float(t) for t in args.temps.split(",")]
     if args.faults.split(",")[0] != "none" or not set(args.faults.split(",")) <= set(FAULTS):
         raise SystemExit(f"--faults: 'none' first, then any of {', '.join(FAULTS[1:])}")
+    if not all(t > 0 for t in temps):
+        raise SystemExit("--temps: the distributional test needs temperatures > 0")
+    chosen = pairs(args.models.split(","), args.model_dir)  # unknown names refused before any run
     sizes = [n for n in SIZES if n <= args.pool]
+    env = environment()
     command = " ".join(sys.argv[1:] if argv is None else argv)
+    load = os.getloadavg()
     lines = [f"# Power of the rejection rule's distributional verdict ({time.strftime('%Y-%m-%d')})", "",
              f"Command: `python bench/rejection_power.py {command}`  ",
+             f"Commit: {env['specnative_commit']} (llama.cpp {env['llama_cpp_commit']})  ",
+             f"Host: {env['cpu_model']}, {env['cpu_count']} cores, load average {load[0]:.1f} at the start; "
+             f"{args.threads} thread(s)  ",
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
-             f"T {args.temp:g}, k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); "
-             f"{'every other run drafts at ' + str(distribution.STRESS_DRAFT_FACTOR) + ' x T (as the sweep) ' if args.stress else 'every run at the draft temperature T (no stress runs)'}; "
-             f"false-alarm rate per cell {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
-             f"pool of {args.pool} positions. Cells: share of subsets whose verdict is fail; **bold**: >= 95 %. "
-             f"'runs changed': share of the pooled runs whose tokens differ from the correct engine's at the same "
-             f"seed (the keyed RNG makes them equal where the fault changed no decision): a fault that changes "
-             f"few runs barely changes the distribution, and no test can see what did not change.", ""]
+             f"k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); "
+             f"{'every other run drafts at ' + str(distribution.STRESS_DRAFT_FACTOR) + ' x T (as the sweep)' if args.stress else 'every run at the draft temperature T (no stress runs)'}; "
+             f"false-alarm rate per test {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
+             f"pool of {args.pool} positions.", "",
+             f"Cells: share of subsets whose verdict is fail with every statistic (**bold**: >= 95 %), and in "
+             f"brackets with the emitted tokens' PIT alone (the test before decisions were recorded). "
+             f"'{DEFAULT_SIZE}-position blocks': the combined p-value of each disjoint block of the pool (tokens "
+             f"alone in brackets); fail below {lossless.DIST_ALPHA:g}. 'decided by': the statistics whose p-value "
+             f"decided the failing subsets, most often first. 'runs changed': share of the pooled runs whose tokens "
+             f"differ from the correct engine's at the same seed (the keyed RNG makes them equal where the fault "
+             f"changed no decision).", ""]
     rng = np.random.default_rng(1)
-    for label, (target, draft) in pairs(args.models.split(",")).items():
+    for label, (target, draft) in chosen.items():
         if args.pairs and args.pairs not in label:
             continue
         for conc in concurrencies:
-            lines += [f"## {label}, concurrency {conc}", "",
-                      "| fault | alpha | runs changed | " + " | ".join(f"n={n}" for n in sizes) + " | fails >= 95 % from |",
-                      "|---|---|---|" + "---|" * len(sizes) + "---|"]
             with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc, n_threads=args.threads) as engine:
                 prompts, _ = Workload(target).token_prompts(MIXED, conc, 0)
-                reference = None
-                for fault in args.faults.split(","):
-                    started = time.monotonic()
-                    runs, alpha, outputs = pooled_runs(engine, prompts, fault, args)
-                    reference = outputs if fault == "none" else reference
-                    changed = changed_share(outputs, reference)
-                    rates = [failure_rate(runs, n, args.draws, rng) for n in sizes]
-                    cells = ["" if r is None else (f"**{r:.2f}**" if r >= 0.95 else f"{r:.2f}") for r in rates]
-                    enough = next((n for n, r in zip(sizes, rates) if r is not None and r >= 0.95), None)
-                    verdict = "(false alarms)" if fault == "none" else (f"{enough}" if enough else f"> {sizes[-1]}")
-                    lines.append(f"| {fault} | {alpha:.3f} | {changed:.0%} | " + " | ".join(cells) + f" | {verdict} |")
-                    print(f"{label} c={conc} {fault}: alpha {alpha:.3f} rates {rates} "
-                          f"({time.monotonic() - started:.0f} s)", file=sys.stderr, flush=True)
-                lines.append("")
+                for temp in temps:
+                    print(f"{label}, concurrency {conc}, T {temp:g}", file=sys.stderr, flush=True)
+                    lines += [f"## {label}, concurrency {conc}, T {temp:g}", ""]
+                    lines += fault_rows(engine, prompts, temp, args, sizes, rng) + [""]
+                if args.null_pool:
+                    lines += [f"### False alarms: {label}, concurrency {conc}", ""]
+                    lines += null_rows(engine, prompts, temps[0], args, sizes)
+    lines.append(f"Load average at the end: {os.getloadavg()[0]:.1f}.")
     out = args.out or Path(__file__).parent / "results" / "rejection-power" / f"{args.models.replace(',', '-')}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
+    out.write_text("\n".join(lines) + "\n")
     print(out)
     return 0
 

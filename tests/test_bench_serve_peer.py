@@ -13,10 +13,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from peerkit import serve_table  # noqa: E402
-from peerkit import server as srv  # noqa: E402
+from peerkit import serve_table
+from peerkit import server as srv
 
-from specnative.serving.arrivals import Request  # noqa: E402
+from specnative.serving.arrivals import Request
 
 # Streams n_predict tokens (the first prompt token repeated) in chunks of two, 20 ms apart, then a
 # final chunk with llama-server's timings, as server-sent events.
@@ -116,7 +116,7 @@ def test_replay_of_an_ngram_run_starts_the_server_with_its_type_and_options_and_
 # ---------------------------------------------------------------------------------------------
 # The interleaved comparison: schedule, measurement loop, paired table
 # ---------------------------------------------------------------------------------------------
-from peerkit import serve_paired, serve_parity  # noqa: E402
+from peerkit import serve_paired, serve_parity
 
 OURS, SERVER = serve_paired.OURS, serve_paired.SERVER
 
@@ -198,7 +198,7 @@ def test_paired_ratio_table_pairs_by_trace_and_orients_latencies():
 def test_outcome_of_a_latency_faster_on_our_side_and_a_zero_goodput():
     faster = serve_paired.ratio([9.0, 9.1, 8.9], [10.0, 10.0, 10.0])  # ours lower latency: better
     assert serve_paired.outcome(faster, higher_better=False) == serve_paired.BETTER
-    assert serve_paired.outcome(faster, higher_better=True) == serve_paired.WITHIN
+    assert serve_paired.outcome(faster, higher_better=True) == serve_paired.BELOW  # as a rate: 10 % lower
     zero = serve_paired.ratio([0.0, 1.0, 1.0], [1.0, 1.0, 1.0])  # no log of 0: no interval
     assert serve_paired.outcome(zero, True) == serve_paired.NA and zero.n == 3
     one = serve_paired.ratio([1.0], [2.0])
@@ -312,7 +312,7 @@ def test_the_server_side_runner_measures_the_stand_in_and_pairs_with_ours(stream
         return {"output_throughput": 1.0, "tokens": [[r.prompt[0]] * r.output_len for r in trace]}
 
     server = serve_parity.server_runner({False: streaming_server, True: streaming_server}, {})
-    rows = serve_parity.measure(traces, serve_parity.both(ours, server), before=lambda: {},
+    rows = serve_parity.measure(traces, serve_parity.both(ours, server), before=dict,
                                 progress=lambda msg: None)
     theirs = [r for r in rows if r["side"] == SERVER]
     assert len(theirs) == 4 and all(r["identical"] == 2 for r in rows)
@@ -321,3 +321,38 @@ def test_the_server_side_runner_measures_the_stand_in_and_pairs_with_ours(stream
     assert all(r["drafted"] == 16 and r["accepted"] == 12 for r in on)  # the stand-in's timings, per request
     with pytest.raises(ValueError, match="unknown side"):
         serve_parity.both(ours, server)("other", False, traces[0][2])
+
+
+def test_our_side_runs_the_serving_loop_on_the_open_engine(target_only, noisy_pair):
+    from specnative.serving.runner import ServeConfig
+    cfg = ServeConfig(target=noisy_pair[0], draft=None, rates=[float("inf")], max_concurrency=2, k=3,
+                      drafter="ngram-simple", threads=1)
+    prompts = [tuple(int(t) for t in target_only.tokenize(text)) for text in ("The city of", "Hello")]
+    trace = [Request(0.0, prompts[0], 6), Request(0.0, prompts[1], 4), Request(0.0, prompts[0], 3)]
+    run = serve_parity.ours_runner(target_only, cfg)
+    off, on = run(False, trace), run(True, trace)
+    for result in (off, on):
+        assert [len(t) for t in result["tokens"]] == [6, 4, 3]
+        assert result["completed"] == 3 and result["kv_cells_left"] == 0
+        assert result["ms_per_iteration"] > 0 and result["prefill_tokens"] == 2 * len(prompts[0]) + len(prompts[1])
+    assert off["drafted"] == 0 and off["iterations"] >= 6  # one token per iteration for the longest request
+    assert 0 <= on["accepted"] <= on["drafted"]
+
+
+def test_render_writes_every_table_from_synthetic_runs(tmp_path):
+    from specnative.serving.runner import ServeConfig
+    values = {"output_throughput": [40.0, 42.0, 41.0], "tpot_p50_ms": [20.0, 21.0, 20.5],
+              "ttft_p50_ms": [100.0, 90.0, 95.0], "accepted": [8, 9, 7], "drafted": [10, 10, 10],
+              "busy_cores": [0.1, 0.2, 0.1], "iterations": [50, 51, 50]}
+    frame = _rows({(side, spec): values for side in (OURS, SERVER) for spec in ("off", "on")})
+    cfg = ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[float("inf")], drafter="ngram-simple",
+                      drafter_options={"spec-ngram-simple-size-n": "3"}, max_concurrency=4, n_requests=12)
+    got = {"ours_context": {"n_ctx": 1536, "n_batch": 512, "kv_unified": True}, "quiet": "quiet",
+           "server_context": {"off": {"n_ctx": "1536"}, "on": {"n_ctx": "1536"}},
+           "server_cmds": {"off": "llama-server -m t.gguf", "on": "llama-server -m t.gguf --spec-type ngram-simple"},
+           "loadavg_start": (1.0, 1.0, 1.0), "loadavg_end": (2.0, 2.0, 2.0)}
+    text = serve_table.render(cfg, [(float("inf"), s, []) for s in range(3)], got, frame, {"prebuilt": "x"},
+                              ["--preset", "gemma3-270m"])
+    assert "**Parity**" in text and "| inf | off | output tok/s | 3 | 41 | 41 | 1 [1, 1] | contains 1 |" in text
+    assert "--spec-ngram-simple-size-n 3" in text and "| specnative (both settings, one engine) | " in text
+    assert "3 at inf req/s" in text and "+0.0 [0, 0]" in text

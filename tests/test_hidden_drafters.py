@@ -413,14 +413,3 @@ def test_a_prompt_longer_than_a_batch_feeds_the_drafter_every_chunk(hidden_dir, 
     # choice whatever the chunking. (A missed chunk is caught above: the drafter refuses the hole.)
     for run in runs.values():
         assert 0 < run.totals["accepted"] == run.totals["drafted"], run.totals
-
-
-def test_serving_refuses_the_hidden_state_drafters_in_one_line(engine_of):
-    """Continuous batching (serve.cpp) admits requests without the prefill hook these drafters need:
-    refused before anything runs, not drafted from an empty cache."""
-    from specnative.serving.loop import Request, serve
-
-    engine = engine_of("dflash", "low")
-    requests = [Request(arrival_s=0.0, prompt=engine.tokenize("Hello").tolist(), output_len=4)]
-    with pytest.raises(ValueError, match="serve does not run the hidden-state drafters"):
-        serve(engine, requests, max_concurrency=1, spec=True, drafter="dflash")

@@ -54,13 +54,19 @@ def test_max_kv_gib_is_applied(noisy_pair, tmp_path):
 
 
 @pytest.mark.parametrize("drafter", ["dflash", "draft-eagle3", "mtp"])
-def test_hidden_state_drafters_are_refused_before_anything_is_loaded(noisy_pair, tmp_path, drafter):
+def test_hidden_state_drafters_are_refused_before_anything_is_loaded_while_serve_cannot_run_them(
+        noisy_pair, tmp_path, monkeypatch, drafter):
+    """One predicate (checks.SERVE_RUNS_HIDDEN_DRAFTERS) decides; while it says no, the refusal is
+    one line naming the drafter, before any model is loaded or any file written."""
+    monkeypatch.setattr(checks, "SERVE_RUNS_HIDDEN_DRAFTERS", False)
     out = tmp_path / "out"
     name = drafter.removeprefix("draft-")
     refused(serve_args(noisy_pair, out, "--drafter", drafter),
             f"--drafter {name}: serve does not run the hidden-state drafters")
     assert not out.exists()
     assert checks.hidden_drafter_refusal("model") is None and checks.hidden_drafter_refusal("ngram-simple") is None
+    monkeypatch.setattr(checks, "SERVE_RUNS_HIDDEN_DRAFTERS", True)
+    assert checks.hidden_drafter_refusal(name) is None
 
 
 def test_shard_stays_refused(noisy_pair, tmp_path, capsys):
@@ -170,14 +176,21 @@ def test_a_trace_run_prints_and_records_what_the_trace_holds(noisy_engine, noisy
 
 
 # ---- lossless at every temperature and rule -------------------------------------------------------------
-def test_the_keyed_uniform_is_the_cores(noisy_engine):
-    from specnative.serving.verdict import keyed_uniform
+def test_a_replay_draws_with_the_keys_it_is_given(noisy_engine):
+    """Serving keys a request by its place in the trace; the replay that judges it must draw with
+    that key, not with the request's place in the replay call."""
     prompts = [noisy_engine.tokenize(t).tolist() for t in ("Hello", "The city of", "Once upon")]
     seed = 2**63 + 12345
     result = noisy_engine.generate(prompts, n_predict=5, temperature=0.9, seed=seed)
-    replay = noisy_engine._core.replay(prompts, [list(map(int, t)) for t in result.tokens], 0.9, seed)
-    ours = [keyed_uniform(seed, int(s), int(i)) for s, i in zip(replay["seq"], replay["index"])]
-    assert ours == pytest.approx(replay["u"].tolist(), abs=0.0)
+    forced = [list(map(int, t)) for t in result.tokens]
+    together = noisy_engine._core.replay(prompts, forced, 0.9, seed)
+    for s in range(len(prompts)):  # each alone, keyed as it was keyed together: the same uniforms
+        alone = noisy_engine._core.replay([prompts[s]], [forced[s]], 0.9, seed, keys=[s])
+        assert alone["u"].tolist() == together["u"][together["seq"] == s].tolist()
+    unkeyed = noisy_engine._core.replay([prompts[2]], [forced[2]], 0.9, seed)
+    assert unkeyed["u"].tolist() != together["u"][together["seq"] == 2].tolist()  # key 0 draws other numbers
+    with pytest.raises(ValueError, match="2 keys for 1 continuations"):
+        noisy_engine._core.replay([prompts[0]], [forced[0]], 0.9, seed, keys=[0, 1])
 
 
 def test_sampled_serving_is_judged_per_seed_and_a_planted_bug_fails(noisy_engine):

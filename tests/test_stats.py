@@ -217,7 +217,8 @@ class FakeEngine:
         self.calls.append("on" if spec else "off")
         cold = 0.5 if len(self.calls) <= 2 else 1.0  # the first pair runs cold
         tps = self.off_tps * cold * (self.on_ratio * next(self.noise) if spec else 1.0)
-        return SimpleNamespace(tps=tps, steady={"tps": tps})  # the sweep's rate is the steady one
+        # the sweep's rate is the steady one; the end-to-end one (tokens over the whole call) rides along
+        return SimpleNamespace(tps=tps, steady={"tps": tps}, tokens=[[0] * 10], times={"total": 100.0})
 
 
 def fake_config(**overrides):

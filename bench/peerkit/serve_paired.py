@@ -225,7 +225,8 @@ def benefit_md(benefits: pd.DataFrame) -> str:
 # Per run, the iteration-level figures that say where a difference comes from (means over traces)
 DIAGNOSTICS = (("iterations", "iterations", 0), ("ms_per_iteration", "ms / iteration", 3),
                ("prefill_tokens", "prompt tokens", 0), ("mixed_iterations", "mixed iterations", 0),
-               ("engine_own_share", "engine's own share", 3), ("identical", "requests with identical output", 0),
+               ("engine_own_share", "engine's own share", 3), ("tpot_mean_ms", "TPOT mean (client)", 2),
+               ("server_tpot_mean_ms", "TPOT mean (server's own timings)", 2), ("identical", "requests with identical output", 0),
                ("busy_cores", "cores busy elsewhere before", 2))
 
 

@@ -64,10 +64,12 @@ def measure(traces: list, run: Callable[[str, bool, list], dict], before: Callab
                    "position": position, "trace_sha256": trace_sha256(trace), "n_requests": len(trace),
                    "started": started, **state, **result}
             mine.append(row)
+            got = {name: row.get(name, math.nan) for name in ("output_throughput", "tpot_p50_ms", "ttft_p50_ms",
+                                                              "draft_accept_rate")}
             progress(f"  trace {index + 1}/{len(traces)} (rate {arrivals.rate_label(rate)}, seed {seed}) {side} "
-                     f"spec {spec}: {row.get('output_throughput', math.nan):.1f} tok/s, TPOT p50 "
-                     f"{row.get('tpot_p50_ms', math.nan):.1f} ms, TTFT p50 {row.get('ttft_p50_ms', math.nan):.0f} ms"
-                     + (f", alpha {row['draft_accept_rate']:.3f}" if spec == "on" and "draft_accept_rate" in row else ""))
+                     f"spec {spec}: {got['output_throughput']:.1f} tok/s, TPOT p50 {got['tpot_p50_ms']:.1f} ms, "
+                     f"TTFT p50 {got['ttft_p50_ms']:.0f} ms" + (f", alpha {got['draft_accept_rate']:.3f}"
+                                                                if spec == "on" else ""))
         for row in mine:
             spec = row["spec_decode"]
             row["identical"] = identical(tokens[(OURS, spec)], tokens[(SERVER, spec)])
@@ -86,12 +88,12 @@ def ours_runner(engine, cfg) -> Callable[[bool, list], dict]:
     def run(spec: bool, trace: list) -> dict:
         r = replay(engine, trace, cfg, spec)
         decoding = decoding_ms(r.times)
-        busy_ms = r.duration_ms - r.idle_ms - r.skipped_ms
         drafted, accepted = (int(r.totals["drafted"]), int(r.totals["accepted"])) if r.speculative else (0, 0)
         return {**r.summary, "drafted": drafted, "accepted": accepted,
                 "draft_accept_rate": accepted / drafted if drafted else math.nan,
                 "iterations": r.steps, "decode_iterations": r.decode_steps, "mixed_iterations": r.mixed_steps,
-                "prefill_tokens": r.prefill_tokens, "ms_per_iteration": busy_ms / r.steps if r.steps else math.nan,
+                "prefill_tokens": r.prefill_tokens,
+                "ms_per_iteration": r.duration_ms / r.steps if r.steps else math.nan,
                 "idle_ms": r.idle_ms, "mean_occupancy": r.mean_occupancy, "decoding_ms": decoding,
                 "prefill_ms": r.times["prefill_target"] + r.times["prefill_draft"],
                 **{f"{name}_ms": r.times[name] for name in ("draft", "verify", "resample", "decode")},
@@ -115,7 +117,12 @@ def server_runner(servers: dict, slo: dict) -> Callable[[bool, list], dict]:
         iterations = delta.get("n_decode_total", math.nan)
         drafted = sum(r["counts"]["drafted"] for r in records)
         accepted = sum(r["counts"]["accepted"] for r in records)
+        own = [r["timings"].get("predicted_per_token_ms") for r in records]
+        own = [v for v in own if isinstance(v, (int, float)) and math.isfinite(v)]
         return {**level, "drafted": drafted, "accepted": accepted, "iterations": iterations,
+                # its own per-token time (timings.predicted_per_token_ms, mean over requests): the
+                # client's TPOT minus this is what streaming over HTTP adds
+                "server_tpot_mean_ms": sum(own) / len(own) if own else math.nan,
                 "prefill_tokens": delta.get("prompt_tokens_total", math.nan),
                 "ms_per_iteration": level["duration_s"] * 1000.0 / iterations if iterations else math.nan,
                 "tokens": [r["tokens"] for r in records]}

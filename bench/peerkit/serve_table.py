@@ -121,11 +121,8 @@ def config_from_flags(p: argparse.ArgumentParser, args: argparse.Namespace, argv
     if problems := cli.serve_problems(args):
         raise SystemExit("error: " + "\n       ".join(problems))
     trace = checks.read_trace_file(args.trace) if args.trace is not None else None
-    args.concurrency = [args.max_concurrency]
-    out = args.out
-    args.out = None  # not a run directory here (checked below)
+    args.concurrency = [args.max_concurrency]  # the batch-size check of the shared flags
     cfg = cli.config_from(options.config_from_args(args, argv, verb="serve"), args, trace)
-    args.out = out
     return cfg, planned_replays(cfg)
 
 
@@ -254,7 +251,8 @@ def server_level(records: list[dict], slo: dict) -> dict:
 
 
 def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a) -> list:
-    """llama-server for one side of the replay of a serve run (`serve`: its provenance record):
+    """llama-server for one setting of the comparison (`serve`: the serving settings under
+    provenance.json's names):
     the target alone (spec off), with the draft model (draft-simple), or with the run's n-gram
     drafter and the options it ran with, passed under llama.cpp's own flag names. For ngram-simple
     the draft length is its size-m (llama.cpp's n-gram drafters ignore --spec-draft-n-max; it is
@@ -265,7 +263,8 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
         return server_cmd(tools, models["target"], models["draft"] if spec else None, k, n_par, n_ctx, a,
                           swa_full=True)
     if not drafter.startswith("ngram-"):
-        raise SystemExit(f"error: the llama-server replay covers the draft model and the n-gram drafters, not {drafter}")
+        raise SystemExit(f"error: llama-server is compared with the draft model and the n-gram drafters, "
+                         f"not {drafter}")
     if "drafter_options" not in serve:  # its options are unknown: llama.cpp's defaults might not be what ran
         raise SystemExit("error: provenance.json records no drafter_options (a serve run of an older specnative); "
                          "run it again to replay its n-gram drafter")
@@ -299,7 +298,7 @@ def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
         quiet.wait()
         return serve_parity.host_state()
 
-    logs = {spec: WORK / "server-logs" / f"parity-{'on' if spec else 'off'}.log" for spec in (False, True)}
+    logs = {spec: WORK / "server-logs" / f"parity-{out.name}-{'on' if spec else 'off'}.log" for spec in (False, True)}
     with engine_for(cfg, replays) as engine, \
             LlamaServer(cmds[False], logs[False], a.start_timeout, a.request_timeout) as off, \
             LlamaServer(cmds[True], logs[True], a.start_timeout, a.request_timeout) as on:
@@ -309,11 +308,11 @@ def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
         serve_parity.warm_up(run, replays[0][2], cfg.max_concurrency)
         load_start = os.getloadavg()
         rows = serve_parity.measure(replays, run, before)
-        return {"rows": rows, "ours_context": engine.context_info(),
-                "server_context": {("on" if spec else "off"): server_settings(LlamaServer(cmds[spec], path).log_tail(10**6))
+        return {"rows": rows, "ours_context": engine.context_info(), "quiet": quiet.describe(),
+                "server_context": {("on" if spec else "off"): server_settings(path.read_text(errors="replace"))
                                    for spec, path in logs.items()},
                 "server_cmds": {("on" if spec else "off"): show_cmd(s.cmd) for spec, s in ((False, off), (True, on))},
-                "quiet": quiet.describe(), "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+                "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
 
 
 SETTING_KEYS = ("n_seq_max", "n_ctx", "n_batch", "n_ubatch", "kv_unified", "swa_full", "flash_attn", "n_threads",
@@ -323,10 +322,11 @@ SETTING_KEYS = ("n_seq_max", "n_ctx", "n_batch", "n_ubatch", "kv_unified", "swa_
 def settings_md(got: dict) -> str:
     ours = got["ours_context"]
     lines = ["| side | " + " | ".join(SETTING_KEYS) + " |", "|---|" + "---|" * len(SETTING_KEYS),
-             "| specnative (both settings, one engine) | " + " | ".join(str(ours.get(k, "?")).lower()
-                                                                      for k in SETTING_KEYS) + " |"]
+             "| specnative (both settings, one engine) | "
+             + " | ".join(str(ours.get(k, "?")).lower() for k in SETTING_KEYS) + " |"]
     for spec, theirs in got["server_context"].items():
-        lines.append(f"| llama-server spec {spec} | " + " | ".join(str(theirs.get(k, "?")) for k in SETTING_KEYS) + " |")
+        lines.append(f"| llama-server spec {spec} | " + " | ".join(str(theirs.get(k, "?")) for k in SETTING_KEYS)
+                     + " |")
     return "\n".join(lines)
 
 
@@ -336,47 +336,49 @@ def render(cfg, replays: list, got: dict, frame: pd.DataFrame, build: dict, argv
     alphas = serve_paired.alpha_table(frame)
     verdict = serve_paired.verdict(ratios, alphas)
     per_rate = pd.Series([rate for rate, _, _ in replays]).value_counts().sort_index()
-    drafter = (f"draft model {cfg.draft.name}" if cfg.drafter == "model" else
-               f"{cfg.drafter} ({', '.join(f'--{k} {v}' for k, v in sorted(cfg.drafter_options.items())) or 'defaults'})")
-    load = got["loadavg_start"], got["loadavg_end"]
+    options = ", ".join(f"--{k} {v}" for k, v in sorted(cfg.drafter_options.items())) or "its defaults"
+    drafter = f"draft model {cfg.draft.name}" if cfg.drafter == "model" else f"{cfg.drafter} ({options})"
+    (l1, l5, l15), (e1, e5, e15) = got["loadavg_start"], got["loadavg_end"]
     busy = pd.to_numeric(frame["busy_cores"], errors="coerce")
-    head = [
-        f"# specnative serving vs llama-server, interleaved: {cfg.target.name}, {drafter}",
-        (f"Self-measured on CPU {cpu_model()} ({os.cpu_count()} cores), specnative {git_rev()}, "
-        f"{time.strftime('%Y-%m-%d %H:%M')}; load average at the start {load[0][0]:.2f} {load[0][1]:.2f} "
-        f"{load[0][2]:.2f}, at the end {load[1][0]:.2f} {load[1][1]:.2f} {load[1][2]:.2f}; cores busy elsewhere "
-        f"before a run: median {busy.median():.2f}, max {busy.max():.2f} ({got['quiet']})."),
-        (f"Traces: {', '.join(f'{n} at {arrivals.rate_label(r)} req/s' for r, n in per_rate.items())}; "
-        f"{cfg.n_requests if cfg.trace is None else len(replays[0][2])} requests each, max concurrency "
-        f"{cfg.max_concurrency}, k {cfg.k}, greedy, ignore_eos, {cfg.threads} threads. Per trace both sides ran "
-        f"back to back, off and on, in the order ours off, server off, ours on, server on (reversed on every "
-        f"second trace), after one discarded warm-up each; the servers were started once per setting and kept warm."),
-        ("Ratios: ours / llama-server of the same trace, the geometric mean over the traces with its 95 % Student t "
-        "interval on the logs (specnative.stats.speedup_interval). Latencies in ms: a ratio below 1 is ours faster. "
-        f"Outcome, oriented so that ours better is > 1: the interval contains 1, lies above 1 ('ours better'), or below "
-        f"1 within {serve_paired.TOLERANCE:.0%} ('ours lower, within 5 %') or beyond. llama-server streams one chunk "
-        "per token, so its ITL within a speculative round is ~0, where our engine stamps one emission per round: "
-        "ITL compares spec off only."),
-        "## Verdict", ("**Parity**: every spec-off ratio of throughput, TPOT p50 and TTFT p50 contains 1 or lies "
-                       "above 0.95 (oriented), and spec-on α is within 2 points of llama-server's." if verdict["parity"]
-                       else "**Not at parity**:\n\n" + "\n".join(f"- {f}" for f in verdict["failing"])),
+    n_requests = len(replays[0][2])
+    host = (f"Self-measured on CPU {cpu_model()} ({os.cpu_count()} cores), specnative {git_rev()}, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}; load average {l1:.2f} {l5:.2f} {l15:.2f} at the start, "
+            f"{e1:.2f} {e5:.2f} {e15:.2f} at the end; cores busy elsewhere before a run: median {busy.median():.2f}, "
+            f"max {busy.max():.2f} ({got['quiet']}).")
+    design = (f"Traces: {', '.join(f'{n} at {arrivals.rate_label(r)} req/s' for r, n in per_rate.items())}, "
+              f"{n_requests} requests each; max concurrency {cfg.max_concurrency}, k {cfg.k}, greedy, ignore_eos, "
+              f"{cfg.threads} threads. Per trace both sides ran back to back, off and on, in the order ours off, "
+              f"server off, ours on, server on (reversed on every second trace), after one discarded warm-up each; "
+              f"the servers were started once per setting and kept warm.")
+    legend = ("Ratios: ours / llama-server of the same trace, the geometric mean over the traces with its 95 % "
+              "Student t interval on the logs (specnative.stats.speedup_interval). Latencies in ms: a ratio below 1 "
+              "is ours faster. Outcome, oriented so that ours better is > 1: the interval contains 1, lies above 1 "
+              f"('ours better'), or below 1 within {serve_paired.TOLERANCE:.0%} ('ours lower, within 5 %') or beyond. "
+              "llama-server streams one chunk per token, so its ITL within a speculative round is ~0, where our "
+              "engine stamps one emission per round: ITL compares spec off only.")
+    if verdict["parity"]:
+        decided = ("**Parity**: every spec-off ratio of throughput, TPOT p50 and TTFT p50 contains 1 or lies above "
+                   "0.95 (oriented), and spec-on α is within 2 points of llama-server's.")
+    else:
+        decided = "**Not at parity**:\n\n" + "\n".join(f"- {f}" for f in verdict["failing"])
+    where = ("Iterations: ours one target llama_decode per iteration; llama-server's n_decode_total (its "
+             "llama_decode calls outside speculative drafting) over the run. ms / iteration: duration / iterations "
+             "on both sides (idle time between arrivals included). Engine's own share: our decoding time outside "
+             "llama.cpp calls (batch building, sampling, bookkeeping).")
+    parts = [
+        f"# specnative serving vs llama-server, interleaved: {cfg.target.name}, {drafter}", host, design, legend,
+        "## Verdict", decided,
         "## Paired ratios, ours / llama-server", serve_paired.ratio_md(ratios),
         "## α = accepted / drafted", serve_paired.alpha_md(alphas) if not alphas.empty else "(no spec-on runs)",
         "## Speculation's benefit on each side (on/off for rates, off/on for latencies; > 1 pays)",
         serve_paired.benefit_md(serve_paired.benefit_table(frame)),
-        "## Where the time goes (means over the traces)",
-        ("Iterations: ours one target llama_decode per iteration; llama-server's n_decode_total (its llama_decode calls "
-        "outside speculative drafting) over the run. ms / iteration: ours (duration - idle) / iterations; "
-        "llama-server duration / iterations (idle included). Engine's own share: our decoding time outside "
-        "llama.cpp calls (batch building, sampling, bookkeeping)."),
-        serve_paired.diagnostics_md(frame),
+        "## Where the time goes (means over the traces)", where, serve_paired.diagnostics_md(frame),
         "## Batch settings on both sides (as llama.cpp set them up)", settings_md(got),
-        "## Commands",
-        "```\n" + PROG + " " + " ".join(shlex.quote(x) for x in argv) + "\n```",
+        "## Commands", "```\n" + PROG + " " + " ".join(shlex.quote(x) for x in argv) + "\n```",
         "llama-server, spec off: `" + got["server_cmds"]["off"] + "`",
         "llama-server, spec on: `" + got["server_cmds"]["on"] + "`",
         *build_lines(build)]
-    return "\n\n".join(head) + "\n"
+    return "\n\n".join(parts) + "\n"
 
 
 def main(argv=None) -> int:
@@ -397,8 +399,10 @@ def main(argv=None) -> int:
     out = args.out or default_out(cfg, info.get("backend", "CPU"))
     if out.exists() and not out.is_dir():
         raise SystemExit(f"error: -o {out} is a file, not a folder")
-    if len(replays) < 2 * len(cfg.rates):
-        log("warning: fewer than 2 traces per rate: the ratios get no interval (3 or more make it useful)")
+    per_rate = pd.Series([rate for rate, _, _ in replays]).value_counts()
+    if per_rate.min() < 3:
+        log(f"warning: {per_rate.min()} trace(s) at some rate: a ratio needs 2 for an interval, 3 or more for a "
+            f"useful one (-r)")
     install_sigterm_handler()
     tools, build = find_tools(args, info, [NAME])
     if args.build_only:

@@ -509,8 +509,9 @@ PYBIND11_MODULE(_core, m) {
            py::arg("settings_of") = "", py::arg("temperature") = 0.0f,
            py::arg("seed") = 0)
         .def("replay", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts,
-                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
-            const ReplayCheck r = locked(e, [&] { return e.replay(prompts, forced, temperature, seed); });
+                          const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
+                          const std::vector<uint64_t>& keys) {
+            const ReplayCheck r = locked(e, [&] { return e.replay(prompts, forced, temperature, seed, keys); });
             py::dict d;
             d["seq"] = to_numpy(r.seq);
             d["index"] = to_numpy(r.index);
@@ -524,7 +525,8 @@ PYBIND11_MODULE(_core, m) {
             for (const auto& f : r.final_logits) finals.append(to_numpy(f));
             d["final_logits"] = finals;
             return d;
-        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"))
+        }, py::arg("prompts"), py::arg("forced"), py::arg("temperature"), py::arg("seed"),
+             py::arg("keys") = std::vector<uint64_t>{})
         .def("cost_curve", [](GuardedEngine& e, const std::vector<std::vector<int32_t>>& prompts, int k_max,
                               int repeats) {
             const CostCurve c = locked(e, [&] { return e.cost_curve(prompts, k_max, repeats); });

@@ -328,8 +328,11 @@ public:
     NoiseProbe numeric_noise(const std::vector<std::vector<int32_t>>& prompts,
                              const std::vector<std::vector<int32_t>>& forced, int chunk_a, int chunk_b,
                              const std::string& settings_of = "", float temperature = 0.0f, uint64_t seed = 0);
+    // keys: each continuation's sequence key for the keyed draws (empty: its place in the call,
+    // as generate() keys its sequences; serving keys a request by its place in the trace).
     ReplayCheck replay(const std::vector<std::vector<int32_t>>& prompts,
-                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed);
+                       const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
+                       const std::vector<uint64_t>& keys = {});
 
     // Times target decodes of 1..k_max+1 positions per sequence after the prompts, and one
     // draft position (cost_curve.cpp). Leaves the KV cache holding the prompts.

@@ -189,8 +189,13 @@ NoiseProbe Engine::numeric_noise(const std::vector<std::vector<int32_t>>& prompt
 }
 
 ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
-                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed) {
+                           const std::vector<std::vector<int32_t>>& forced, float temperature, uint64_t seed,
+                           const std::vector<uint64_t>& keys) {
     check_temperature(temperature);
+    if (!keys.empty() && keys.size() != forced.size()) {
+        throw std::invalid_argument("replay: " + std::to_string(keys.size()) + " keys for " +
+                                    std::to_string(forced.size()) + " continuations");
+    }
     require_open();
     const int32_t n_vocab = target_->n_vocab;
     ReplayCheck check;
@@ -216,7 +221,7 @@ ReplayCheck Engine::replay(const std::vector<std::vector<int32_t>>& prompts,
         } else {  // the baseline's draw: inverse CDF at the position-keyed uniform
             softmax_norm(logits, n_vocab, temperature, norm);
             softmax(logits, n_vocab, norm, probs);
-            const double u = keyed_uniform(seed, s, index, Stream::target);
+            const double u = keyed_uniform(seed, keys.empty() ? s : keys[s], index, Stream::target);
             pick = sample_softmax(logits, n_vocab, norm, u);
             // The draw's CDF in vocabulary order
             double below = 0.0, total = 0.0;

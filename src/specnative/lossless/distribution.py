@@ -6,16 +6,17 @@ rule, given everything before it:
   (p's own and the draft's preference over p's: the statistics "target" and "draft"); the bonus
   tokens (emitted after every draft was kept) on their own too ("bonus");
 * every draft the walk reached is kept with probability pi = min(1, p(x) / q(x)), p from the
-  draft's own verify row and q the distribution that proposed it, so the randomized PIT of the
-  decision, accepted ? V pi : pi + V (1 - pi), is uniform ("decisions");
+  draft's own verify row and q the distribution that proposed it: the randomized PIT of each
+  decision, accepted ? V pi : pi + V (1 - pi), is uniform ("decisions"), and the number of drafts
+  kept has the Poisson-binomial distribution of the pi ("acceptances");
 * a rejected draft's correction token is a draw from r = norm(max(0, p - q)), so its PIT in r is
   uniform ("residuals").
 
 The engine records all of it apart from the rule (generate(record_pit=True)): a rule that reads
-the wrong verify row or q, weighs the wrong ratio, or draws from the wrong residual shows. Each
-statistic is a one-sample Kolmogorov-Smirnov test of uniformity; they are Bonferroni-combined at
-DIST_ALPHA. The decisions and residuals see the rule's own mistakes where the emitted tokens alone
-barely move (a draft that nearly equals the target: most faults then change few tokens)."""
+the wrong verify row or q, weighs the wrong ratio, or draws from the wrong residual shows. The
+statistics are Bonferroni-combined at DIST_ALPHA. The decisions and residuals see the rule's own
+mistakes where the emitted tokens alone barely move (a draft that nearly equals the target: a
+faulty rule then changes few tokens, but each of its decisions is still judged)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,30 +28,35 @@ from scipy import stats
 # this probability (the noise folding only lowers it).
 DIST_ALPHA = 1e-3
 
-# Below this many emitted tokens the test has too little power to call a rule distributed as p
-# (bench/results/rejection-power/README.md: the smallest size at which every planted rejection-rule
-# fault fails in at least 95 % of subsets on each tiny pair measured); a smaller test still
-# decides, and its reason says so.
+# Below this many emitted tokens the test has too little power to call a rule distributed as p:
+# the smallest size at which every planted rejection-rule fault failed in at least 95 % of the
+# tests on every tiny pair measured (bench/results/rejection-power/README.md). A smaller test
+# still decides, and its reason says it was underpowered.
 MIN_DIST_POSITIONS = 1024
 
 
 # Every other run of the distributional test drafts this many times hotter than the target (draft
 # model only): the rule is lossless for any q, and a flatter q makes rejections frequent, so the
 # rule's every path (acceptance test, residual, bonus) is exercised even when the user's draft
-# nearly equals the target (bench/results/rejection-power/: without it such faults change few
-# tokens, and pi is 1 at nearly every draft, so no test can see them).
+# nearly equals the target (bench/results/rejection-power/: without it pi is 1 at nearly every
+# draft, a faulty rule changes few decisions, and no statistic can see what did not change).
 STRESS_DRAFT_FACTOR = 2.0
 
+# pi is computed apart from the rule, in double precision; the rule's own float p(x) / q(x) may
+# round across 1 (or 0) by ~1e-6. A decision the other side of such a pi is then possible, not
+# impossible: the acceptance count weighs pi clipped to [PI_ROUNDING, 1 - PI_ROUNDING].
+PI_ROUNDING = 1e-4
 
-# The statistics (each a KS test of uniformity) in the order the reason lists them.
 ORDERS = ("draft", "target")  # the emitted tokens' PIT orders (pit_intervals)
-STATISTICS = ("target", "draft", "bonus", "decisions", "residuals")
+# The statistics, in the order the reason lists them.
+STATISTICS = ("target", "draft", "bonus", "decisions", "acceptances", "residuals")
 STATISTIC_TEXT = {
-    "target": "emitted tokens in p's order",
-    "draft": "emitted tokens in the draft's order",
-    "bonus": "bonus tokens in p's order",
-    "decisions": "acceptance decisions against min(1, p/q)",
-    "residuals": "corrections in norm(max(0, p - q))",
+    "target": "the emitted tokens' PIT in p's order",
+    "draft": "the emitted tokens' PIT in the draft's order",
+    "bonus": "the bonus tokens' PIT in p's order",
+    "decisions": "the acceptance decisions' PIT against min(1, p/q)",
+    "acceptances": "the number of drafts kept against min(1, p/q)",
+    "residuals": "the corrections' PIT in norm(max(0, p - q))",
 }
 
 PIT_FIELDS = ("index", "p_emitted", "above_sure", "above_maybe", "draft_above_sure", "draft_above_maybe")
@@ -59,11 +65,12 @@ DECISION_FIELDS = ("decision_index", "accept_prob", "accepted", "residual_ahead"
 
 @dataclass(frozen=True)
 class Statistic:
-    """One KS test of uniformity among the distributional test's statistics."""
+    """One test among the distributional test's statistics."""
 
     name: str          # STATISTICS
-    statistic: float   # the smallest KS distance any placement of exact ties has (KS itself without ties)
-    p_value: float     # its own p-value, P(D >= statistic) for n uniform draws (before Bonferroni)
+    statistic: float   # a KS distance from uniform (the smallest any placement of exact ties has);
+                       # "acceptances": z, (kept - sum pi) / sqrt(sum pi (1 - pi))
+    p_value: float     # its own p-value (before Bonferroni)
     n: int             # values tested
 
 
@@ -71,12 +78,12 @@ class Statistic:
 class DistributionTest:
     """The rejection rule's distributional test: its statistics, Bonferroni-combined."""
 
-    statistic: float   # KS distance of the statistic that decided (the smallest p-value)
-    p_value: float     # that p-value times the number of statistics tested (at most 1)
+    statistic: float   # KS distance of the emitted tokens' PIT (the token order with the smaller p)
+    p_value: float     # the smallest p-value times the number of statistics tested (at most 1)
     positions: int     # emitted tokens tested, over all sequences and runs
     runs: int          # speculative runs (seeds) pooled
     alpha: float = DIST_ALPHA
-    order: str = "target"  # the statistic that decided (STATISTICS)
+    decided_by: str = "target"  # the statistic with the smallest p-value (STATISTICS)
     statistics: tuple[Statistic, ...] = ()
     min_positions: int = MIN_DIST_POSITIONS
 
@@ -86,32 +93,44 @@ class DistributionTest:
 
     @property
     def underpowered(self) -> bool:
+        """Too few positions for the test to catch a wrong rule reliably (MIN_DIST_POSITIONS)."""
         return self.positions < self.min_positions
 
     def of(self, name: str) -> Statistic | None:
         return next((s for s in self.statistics if s.name == name), None)
 
+    def p_of(self, name: str) -> float:
+        """A statistic's own p-value (before Bonferroni); NaN when it had nothing to test."""
+        s = self.of(name)
+        return s.p_value if s else float("nan")
+
     @property
     def decisions(self) -> int:
-        return self.of("decisions").n if self.of("decisions") else 0
+        """Drafts judged: every draft the walk reached."""
+        s = self.of("decisions")
+        return s.n if s else 0
 
     @property
     def residuals(self) -> int:
-        return self.of("residuals").n if self.of("residuals") else 0
+        """Rejections whose correction was placed in its residual."""
+        s = self.of("residuals")
+        return s.n if s else 0
 
     @property
     def reason(self) -> str:
         outcome = "consistent with" if self.passed else "NOT consistent with"
-        which = STATISTIC_TEXT.get(self.order, self.order)
-        each = ", ".join(f"{s.name} {s.p_value:.2g} (n {s.n})" for s in self.statistics)
-        text = (f"rejection rule {outcome} the target's p: {which} decided, KS distance >= {self.statistic:.4f}, "
-                f"p = {self.p_value:.3g} (Bonferroni over {len(self.statistics)} statistics; false-alarm rate "
-                f"{self.alpha:g}); {self.positions} positions, {self.decisions} drafts judged, {self.residuals} "
-                f"corrections, {self.runs} seeded runs; each statistic's own p: {each} (p and q from each "
-                f"position's own verify row and draft, no noise to allow for)")
+        decisive = self.of(self.decided_by)
+        measure = (f"z = {decisive.statistic:+.1f}" if self.decided_by == "acceptances"
+                   else f"KS distance >= {decisive.statistic:.4f}")
+        each = ", ".join(f"{s.name} {s.p_value:.2g}" for s in self.statistics)
+        text = (f"rejection rule {outcome} the target's p: {STATISTIC_TEXT[self.decided_by]} decided ({measure}), "
+                f"p = {self.p_value:.3g} (Bonferroni over {len(self.statistics)} statistics, false-alarm rate "
+                f"{self.alpha:g}; each one's own p: {each}); {self.positions} positions, {self.decisions} drafts "
+                f"judged, {self.residuals} corrections, {self.runs} seeded runs (p and q from each position's own "
+                f"verify row and draft, no noise to allow for)")
         if self.underpowered:
             text += (f"; UNDERPOWERED: {self.positions} positions are fewer than the {self.min_positions} the test "
-                     f"needs to catch a wrong rejection rule reliably, so passing says little")
+                     f"needs to catch a wrong rejection rule reliably, so a pass says little")
         return text
 
 
@@ -144,6 +163,36 @@ def residual_pits(ahead, prob, v) -> np.ndarray:
     return np.clip(np.asarray(ahead, np.float64) + v * np.asarray(prob, np.float64), 0.0, 1.0)
 
 
+def poisson_binomial_pmf(probs) -> np.ndarray:
+    """P(K = 0..n) for K the number of successes of independent Bernoulli(probs): the product of
+    the polynomials (1 - p_i) + p_i x, multiplied pairwise by FFT (n log^2 n; a tail is exact to
+    ~1e-13 absolute, far below any level the test decides at)."""
+    probs = np.asarray(probs, np.float64)
+    n = probs.size
+    pieces = np.zeros((1 << max(0, (n - 1).bit_length()), 2))
+    pieces[:, 0] = 1.0  # padding: factors 1 (no trial)
+    pieces[:n, 0], pieces[:n, 1] = 1.0 - probs, probs
+    while pieces.shape[0] > 1:
+        length = 2 * pieces.shape[1] - 1
+        size = 1 << (length - 1).bit_length()
+        spectra = np.fft.rfft(pieces, size, axis=1)
+        pieces = np.maximum(np.fft.irfft(spectra[0::2] * spectra[1::2], size, axis=1)[:, :length], 0.0)
+    return pieces[0, :n + 1]
+
+
+def acceptance_test(accept_prob, accepted) -> Statistic:
+    """The number of drafts kept against its distribution under a correct rule (each kept with
+    probability pi, PI_ROUNDING allowed either side of 0 and 1): two-sided, exact Poisson-binomial
+    tails. Far more powerful than the decisions' PIT against a rule that keeps too many or too few
+    (a pi near 1 adds V's noise to the PIT, nothing to the count)."""
+    pi = np.clip(np.asarray(accept_prob, np.float64), PI_ROUNDING, 1.0 - PI_ROUNDING)
+    kept = int(np.count_nonzero(accepted))
+    pmf = poisson_binomial_pmf(pi)
+    below, above = pmf[:kept + 1].sum(), pmf[kept:].sum()
+    z = (kept - pi.sum()) / np.sqrt(max((pi * (1.0 - pi)).sum(), 1e-300))
+    return Statistic("acceptances", float(z), float(min(1.0, 2.0 * min(below, above))), int(pi.size))
+
+
 def ks_distance_lower_bound(lo, hi) -> float:
     """min over x_i in [lo_i, hi_i] of sup_t |F_n(t) - t| is at least this: F_n(t) lies between
     the share of intervals ending at or below t and the share starting at or below it."""
@@ -159,79 +208,93 @@ def ks_p_value(statistic: float, n: int) -> float:
     return float(stats.kstwo.sf(statistic, n)) if statistic > 0 else 1.0
 
 
-def distribution_test(intervals: dict, runs: int, alpha: float = DIST_ALPHA,
+def ks_test(name: str, parts: list) -> Statistic | None:
+    """A KS test of uniformity over pooled intervals [(lo, hi) per run] (None: no values)."""
+    lo = np.concatenate([p[0] for p in parts]) if parts else np.empty(0)
+    hi = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
+    if lo.size == 0:
+        return None  # e.g. no rejection, no bonus token: nothing to test
+    statistic = ks_distance_lower_bound(lo, hi)
+    return Statistic(name, statistic, ks_p_value(statistic, lo.size), int(lo.size))
+
+
+def distribution_test(intervals: dict, runs: int, alpha: float = DIST_ALPHA, decisions: list | None = None,
                       min_positions: int = MIN_DIST_POSITIONS) -> DistributionTest:
-    """The test over pooled PIT intervals: {statistic: [(lo, hi) per run]} (a point is an interval
-    with lo == hi). Kolmogorov-Smirnov rather than chi-square on bins: it takes every value without a
-    binning choice, needs no minimum count per bin (a cell of 32 positions is valid), has an exact
-    finite-n null distribution, and its statistic has the conservative bound above when values are
-    intervals. One test per statistic with values, Bonferroni-combined (the smallest p-value times
-    the number of statistics tested). positions: the emitted tokens ("target")."""
-    tests = []
-    for name, parts in intervals.items():
-        lo = np.concatenate([p[0] for p in parts]) if parts else np.empty(0)
-        hi = np.concatenate([p[1] for p in parts]) if parts else np.empty(0)
-        if lo.size == 0:
-            continue  # e.g. no rejection, no bonus token: nothing to test
-        statistic = ks_distance_lower_bound(lo, hi)
-        tests.append(Statistic(name, statistic, ks_p_value(statistic, lo.size), int(lo.size)))
-    positions = next((s.n for s in tests if s.name == "target"), 0)
-    if positions == 0:
+    """The test over pooled values: `intervals` {statistic: [(lo, hi) per run]} for the PITs (a
+    point is an interval with lo == hi), `decisions` [(accept_prob, accepted) per run] for the
+    acceptance count. Kolmogorov-Smirnov for the PITs rather than chi-square on bins: it takes every
+    value without a binning choice, needs no minimum count per bin (a cell of 32 positions is
+    valid), has an exact finite-n null distribution, and its statistic has the conservative bound
+    above when values are intervals. Every statistic with values is tested; the smallest p-value
+    times their number (Bonferroni) decides. positions: the emitted tokens ("target")."""
+    tests = [t for t in (ks_test(name, parts) for name, parts in intervals.items()) if t is not None]
+    if decisions and sum(len(pi) for pi, _ in decisions):
+        tests.append(acceptance_test(np.concatenate([pi for pi, _ in decisions]),
+                                     np.concatenate([kept for _, kept in decisions])))
+    tokens = [t for t in tests if t.name in ORDERS]
+    if not tokens:
         raise ValueError("no emitted positions to test")
-    tests.sort(key=lambda s: STATISTICS.index(s.name) if s.name in STATISTICS else len(STATISTICS))
-    decisive = min(tests, key=lambda s: s.p_value)
-    return DistributionTest(decisive.statistic, min(1.0, decisive.p_value * len(tests)), positions, runs, alpha,
-                            decisive.name, tuple(tests), min_positions)
+    tests.sort(key=lambda t: STATISTICS.index(t.name))
+    decisive = min(tests, key=lambda t: t.p_value)
+    return DistributionTest(min(tokens, key=lambda t: t.p_value).statistic, min(1.0, decisive.p_value * len(tests)),
+                            tokens[0].n, runs, alpha, decisive.name, tuple(tests), min_positions)
 
 
 def rejection_distribution(engine, prompts, temperature: float, seed: int, min_positions: int, stress: bool = True,
                            **spec) -> DistributionTest:
     """Runs the `rejection` rule (rejection_run) at seeds seed, seed + 1, ... until `min_positions`
-    tokens were emitted by rounds, and tests their pooled PITs. `spec`: generate()'s other
+    tokens were emitted by rounds, and tests their pooled values. `spec`: generate()'s other
     arguments (n_predict, k, ...)."""
     if temperature <= 0:
         raise ValueError("the distributional test needs temperature > 0 (greedy is checked exactly)")
     prompts = engine.to_token_prompts(prompts)
     rng = np.random.default_rng([int(seed), 0x9E3779B9])  # V: fixed by the cell's seed
-    intervals, positions, run = {}, 0, 0
+    runs, positions = [], 0
     while positions < min_positions:
-        _, pits = rejection_run(engine, prompts, temperature, seed, run, rng, stress, **spec)
-        if not pits:
+        _, values = rejection_run(engine, prompts, temperature, seed, len(runs), rng, stress, **spec)
+        if not values:
             break  # no round emitted anything (n_predict <= 1): nothing to test
-        for name, bounds in pits.items():
-            intervals.setdefault(name, []).append(bounds)
-        positions += pits["target"][0].size
-        run += 1
-    return distribution_test(intervals, run)
+        runs.append(values)
+        positions += values["target"][0].size
+    return pooled_test(runs)
 
 
-def run_pits(out, rng, model: bool) -> dict:
-    """One run's values per statistic ({name: (lo, hi)}; {} when no round emitted a token), V from
-    `rng`: one V per emitted token (shared by its orders), then one per draft judged, then one per
-    rejection's correction."""
+def pooled_test(runs: list, alpha: float = DIST_ALPHA) -> DistributionTest:
+    """distribution_test over runs' values (rejection_run's second result, one per run)."""
+    intervals = {name: [r[name] for r in runs if name in r] for name in STATISTICS
+                 if name != "acceptances" and any(name in r for r in runs)}
+    return distribution_test(intervals, len(runs), alpha, [r["acceptances"] for r in runs])
+
+
+def run_values(out, rng, model: bool) -> dict:
+    """One run's values: {statistic: (lo, hi)} for the PITs, and "acceptances": (pi, accepted);
+    {} when no round emitted a token. V from `rng`: one per emitted token (shared by its orders),
+    then one per draft judged, then one per rejection's correction."""
     seqs = out.pit
     points = {key: np.concatenate([seq[key] for seq in seqs]) for key in PIT_FIELDS + DECISION_FIELDS}
     if points["index"].size == 0:
         return {}
     v = rng.random(points["index"].size)
-    pits = {order: pit_intervals(points, v, order) for order in (ORDERS if model else ("target",))}
+    values = {order: pit_intervals(points, v, order) for order in (ORDERS if model else ("target",))}
     bonus = np.concatenate([~np.isin(seq["index"], seq["decision_index"]) for seq in seqs])  # no draft judged there
-    pits["bonus"] = tuple(bound[bonus] for bound in pits["target"])
-    decisions = decision_pits(points["accept_prob"], points["accepted"], rng.random(points["accept_prob"].size))
-    pits["decisions"] = (decisions, decisions)
-    placed = ~points["accepted"] & ~np.isnan(points["residual_prob"])  # a rejection whose r had mass
+    values["bonus"] = tuple(bound[bonus] for bound in values["target"])
+    pi, kept = points["accept_prob"], points["accepted"].astype(bool)
+    decisions = decision_pits(pi, kept, rng.random(pi.size))
+    values["decisions"] = (decisions, decisions)
+    values["acceptances"] = (pi, kept)
+    placed = ~kept & ~np.isnan(points["residual_prob"])  # a rejection whose r had mass
     residuals = residual_pits(points["residual_ahead"][placed], points["residual_prob"][placed],
                               rng.random(int(placed.sum())))
-    pits["residuals"] = (residuals, residuals)
-    return pits
+    values["residuals"] = (residuals, residuals)
+    return values
 
 
 def rejection_run(engine, prompts, temperature: float, seed: int, run: int, rng, stress: bool = True, **spec):
-    """Run number `run` of the distributional test, at seed + run, and its values per statistic
-    (run_pits). With `stress` (draft model only) every other run drafts at STRESS_DRAFT_FACTOR x the
-    temperature: a correct rule emits p either way, so the pooled PITs stay uniform."""
+    """Run number `run` of the distributional test, at seed + run, and its values (run_values).
+    With `stress` (draft model only) every other run drafts at STRESS_DRAFT_FACTOR x the
+    temperature: a correct rule emits p either way, so the pooled values stay uniform."""
     model = spec.get("drafter", "model") == "model"
     hotter = STRESS_DRAFT_FACTOR * temperature if stress and model and run % 2 == 1 else None
     out = engine.generate(prompts, temperature=temperature, seed=seed + run, spec=True, accept_rule="rejection",
                           draft_temperature=hotter, record_pit=True, **spec)
-    return out, run_pits(out, rng, model)
+    return out, run_values(out, rng, model)

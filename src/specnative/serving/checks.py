@@ -13,10 +13,10 @@ from specnative.serving import arrivals
 from specnative.sweep import gridcheck, hidden_drafters
 from specnative.sweep.grid import context_refusal, gguf_shape, kv_refusal
 
-# The serving loop (csrc/core/serve_loop.cpp) admits requests without the prefill hook that the
-# hidden-state drafters need to read the target's features. Set to True once it runs them: this
-# is the only place serve refuses them.
-SERVE_RUNS_HIDDEN_DRAFTERS = False
+# The serving loop (csrc/core/serve_loop.cpp) runs the hidden-state drafters as llama-server does
+# (their reading of every mixed batch, per-slot draft cells): this is the only place serve would
+# refuse them.
+SERVE_RUNS_HIDDEN_DRAFTERS = True
 
 # A trace whose arrivals spread over more than this is refused (the loop waits on the real clock):
 # a rate of 1e-300 req/s would otherwise wait for ever with nothing printed.

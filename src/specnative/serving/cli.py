@@ -18,7 +18,7 @@ from specnative.serving import arrivals, checks
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.report import write_report
 from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
-from specnative.sweep import options
+from specnative.sweep import hidden_drafters, options
 from specnative.sweep.config import SweepConfig
 
 DESCRIPTION = ("Serving under load: replay seeded request traces at each --request-rate through continuous "
@@ -121,8 +121,11 @@ def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
                          "(the request rate is its axis)")
     rates = sorted(arrivals.parse_rate(r) for r in (args.request_rate or DEFAULT_RATES).split(","))
     drafter = sweep_cfg.drafters[0]
+    # the engine's draft: the draft model, a hidden-state drafter's file (-md or --drafter-file),
+    # the target's own nextn head (mtp), or none (an n-gram drafter)
+    draft, mtp = hidden_drafters.engine_draft(drafter, sweep_cfg.draft, sweep_cfg.drafter_files)
     return ServeConfig(
-        target=Path(sweep_cfg.targets[0]), draft=Path(sweep_cfg.draft) if sweep_cfg.draft else None,  # n-gram: none
+        target=Path(sweep_cfg.targets[0]), draft=Path(draft) if draft else None, mtp=mtp,
         rates=[offered_rate(trace)] if trace is not None else rates,
         max_concurrency=args.max_concurrency,
         n_requests=len(trace) if trace is not None else (args.num_requests or DEFAULT_REQUESTS),

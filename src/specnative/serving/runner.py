@@ -40,12 +40,13 @@ from specnative.serving.verdict import (
     sampled_serving_verdict,
     serving_verdict,
 )
+from specnative.sweep import hidden_drafters
 
 
 @dataclass
 class ServeConfig:
     target: Path
-    draft: Path | None          # None: an n-gram drafter alone
+    draft: Path | None          # None: an n-gram drafter alone (or mtp: the target's own head)
     rates: list                 # requests per second; inf = all at t=0
     max_concurrency: int = 8
     n_requests: int = 32
@@ -75,6 +76,7 @@ class ServeConfig:
     max_kv_gib: float = 8.0
     placement: dict = field(default_factory=dict)  # Engine keyword arguments (-sm, -ts, -dev, --rpc, ...)
     resume: bool = False
+    mtp: bool = False           # --drafter mtp: the target loaded with its nextn (MTP) layers
     out_dir: Path = Path("runs/serve")
     report: bool = True
     preset: str | None = None
@@ -122,6 +124,7 @@ def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: 
            "n_predict": n_predict_of(cfg, trace), "repeats": cfg.repeats, "drafter": cfg.drafter,
            "prefill_target_ms": t["prefill_target"], "prefill_draft_ms": t["prefill_draft"], "draft_ms": t["draft"],
            "verify_ms": t["verify"], "resample_ms": t["resample"], "decode_ms": t["decode"], "total_ms": t["total"],
+           "draft_ingest_ms": t["draft_ingest"],
            **run.engine_own, "occupancy": run.mean_occupancy / run.max_concurrency,
            "mean_occupancy": run.mean_occupancy, "request_rate": rate,
            "burstiness": cfg.burstiness if cfg.trace_file is None else math.nan, "n_requests": len(trace),
@@ -214,7 +217,7 @@ def engine_for(cfg: ServeConfig, traces: list) -> Engine:
     try:
         return Engine(cfg.target, cfg.draft, n_ctx=n_ctx, n_batch=n_batch, n_threads=cfg.threads,
                       n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1), flash_attn=cfg.flash_attn,
-                      **cfg.placement)
+                      mtp=cfg.mtp, **cfg.placement)
     except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
         raise SystemExit(f"error: cannot load {cfg.target} with draft {cfg.draft}: {error}") from None
 
@@ -373,6 +376,8 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                 for spec, cell_id in zip((False, True), level_cell_ids(cfg, rate, seed)):
                     run = replay(engine, trace, cfg, spec)
                     row = {**identity, **level_row(run, trace, rate, seed, cfg), "cell_id": cell_id}
+                    if spec and hidden_drafters.is_hidden(cfg.drafter):  # its file and what it was inferred to be
+                        row.update(hidden_drafters.draft_columns(cfg.drafter, engine))
                     row.update(verdict_columns(engine, trace, run, cfg))
                     rows.append(row)
                     lines += request_lines(run, trace, row)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 
 import numpy as np
 from scipy import stats
@@ -43,15 +44,21 @@ def methods_text(methods) -> str:
     return "; ".join(f"`{m}`: {LOSSLESS_METHODS[m]}" for m in known) or "no row was checked"
 
 
-_ALONE: dict = {}  # (engine id, prompt, output_len) -> tokens of the request decoded alone
+# Per engine (entries go with it: an id can be reused by a later engine): what was decoded alone
+# or tested once, so the off and on runs of every level share it
+_CACHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _cache(engine, kind: str) -> dict:
+    return _CACHES.setdefault(engine, {}).setdefault(kind, {})
 
 
 def decoded_alone(engine, request: Request) -> list:
-    key = (id(engine), request.prompt, request.output_len)
-    if key not in _ALONE:
+    cache, key = _cache(engine, "alone"), (request.prompt, request.output_len)
+    if key not in cache:
         result = engine.generate([list(request.prompt)], n_predict=request.output_len, stop_at_eos=False)
-        _ALONE[key] = result.tokens[0]
-    return _ALONE[key]
+        cache[key] = result.tokens[0]
+    return cache[key]
 
 
 def serving_noise(engine, prompts: list, base: list, k: int, temperature: float = 0.0,
@@ -119,40 +126,18 @@ def serving_verdict(engine, requests: list[Request], tokens: list, k: int) -> lo
 # ---------------------------------------------------------------------------------------------
 # Sampling (temperature > 0): per seed, with each request's own keys
 # ---------------------------------------------------------------------------------------------
-_MASK64 = (1 << 64) - 1
-TARGET_STREAM = 0  # the core's Stream::target: the draw of a token from the target's p
-
-
-def _mix64(z: int) -> int:
-    """splitmix64's finaliser, as the core's keyed RNG mixes (csrc/core/sampling.cpp)."""
-    z = (z + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def keyed_uniform(seed: int, sequence: int, position: int, stream: int = TARGET_STREAM) -> float:
-    """The core's position-keyed uniform for (seed, sequence key, position, stream), for keys the
-    core's replay cannot give (it keys a replayed sequence by its place in the call). Pinned to
-    the core's own draws by a test."""
-    h = _mix64(_mix64(_mix64(_mix64(int(seed)) ^ int(sequence)) ^ int(position)) ^ int(stream))
-    return (h >> 11) * 2.0 ** -53
-
-
-_ALONE_SAMPLED: dict = {}  # (engine id, trace, T, seed) -> each request decoded alone, keyed as served
-
-
 def decoded_alone_sampled(engine, requests: list[Request], temperature: float, seed: int) -> list:
     """Each request of a trace decoded alone with the keys a serving run gives it (its index in
     the trace): the trace replayed through the serving loop one request at a time, spec off."""
     from specnative.serving.loop import serve
 
-    key = (id(engine), tuple((r.prompt, r.output_len) for r in requests), float(temperature), int(seed))
-    if key not in _ALONE_SAMPLED:
+    cache = _cache(engine, "alone-sampled")
+    key = (tuple((r.prompt, r.output_len) for r in requests), float(temperature), int(seed))
+    if key not in cache:
         alone = [Request(0.0, r.prompt, r.output_len, r.label) for r in requests]
         run = serve(engine, alone, max_concurrency=1, temperature=temperature, seed=seed, virtual_clock=True)
-        _ALONE_SAMPLED[key] = [list(map(int, t)) for t in run.tokens]
-    return _ALONE_SAMPLED[key]
+        cache[key] = [list(map(int, t)) for t in run.tokens]
+    return cache[key]
 
 
 def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: int, temperature: float,
@@ -180,8 +165,9 @@ def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: in
     tol = lossless.SAFETY * max(control.max_spread, layout)
     checked, n_mismatch, worst = 0, 0, None
     for i in differ:
-        replay = engine._core.replay([list(requests[i].prompt)], [served[i]], float(temperature), int(seed))
-        u = np.array([keyed_uniform(seed, i, int(at)) for at in replay["index"]])
+        # the request's own key (its place in the trace), as the serving loop drew its tokens
+        replay = engine._core.replay([list(requests[i].prompt)], [served[i]], float(temperature), int(seed), keys=[i])
+        u = np.asarray(replay["u"])
         lo, hi = np.asarray(replay["cdf_lo"]), np.asarray(replay["cdf_hi"])
         mismatch = ~((lo <= u) & (u < hi))
         checked += u.size
@@ -208,9 +194,6 @@ def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: in
     return lossless.Verdict(lossless.NUMERIC, reason, index, n_mismatch, math.nan, tol, checked)
 
 
-_DISTRIBUTION: dict = {}  # (engine id, prompts, T, seed, k, drafter, ...) -> the distributional test
-
-
 def rejection_distribution(engine, requests: list[Request], temperature: float, seed: int, k: int,
                            min_positions: int, drafter: str = "model", drafter_options: dict | None = None):
     """The rejection rule's distributional test (lossless.rejection_distribution) over the engine's
@@ -218,10 +201,11 @@ def rejection_distribution(engine, requests: list[Request], temperature: float, 
     generating the longest output length of the trace; run once per engine, prompts and settings."""
     prompts = list(dict.fromkeys(r.prompt for r in requests))[:engine.context_info()["n_seq_max"]]
     n_predict = max(r.output_len for r in requests)
-    key = (id(engine), tuple(prompts), float(temperature), int(seed), k, drafter, n_predict, min_positions,
+    cache = _cache(engine, "distribution")
+    key = (tuple(prompts), float(temperature), int(seed), k, drafter, n_predict, min_positions,
            tuple(sorted((drafter_options or {}).items())))
-    if key not in _DISTRIBUTION:
-        _DISTRIBUTION[key] = lossless.rejection_distribution(
+    if key not in cache:
+        cache[key] = lossless.rejection_distribution(
             engine, [list(p) for p in prompts], temperature, seed, min_positions, n_predict=n_predict, k=k,
             drafter=drafter, drafter_options=drafter_options or None)
-    return _DISTRIBUTION[key]
+    return cache[key]
