@@ -5,7 +5,7 @@ the emitted tokens' PIT alone (the statistics "target" and "draft", the test bef
 were recorded); and how often it fails the correct engine (the false-alarm rate it promises is
 lossless.DIST_ALPHA).
 
-    python bench/rejection_power.py --models near,tiny,noisy -np 1,4 --temps 0.7,1.2
+    python bench/rejection_power.py --models near,damped,tiny,noisy -np 1,4 --temps 0.7,1.2 --null-pool 32768
     python bench/rejection_power.py --models gemma -np 4 --temps 0.7,1.2 --pool 4096
 
 For each pair, concurrency, temperature and fault (switched on with the C++ test-only
@@ -36,7 +36,7 @@ from specnative.workloads import MIXED, Workload
 FAULTS = ("none", "residual_from_p", "accept_q_over_p", "q_prev_position", "accept_always", "bonus_from_q")
 SIZES = (128, 256, 512, 1024, 2048, 4096)
 DEFAULT_SIZE = 4096  # the sweep's --dist-positions
-MODEL_SETS = ("near", "tiny", "noisy", "gemma")
+MODEL_SETS = ("near", "damped", "tiny", "noisy", "gemma")
 
 
 def pairs(names: list[str], directory: Path) -> dict:
@@ -46,6 +46,10 @@ def pairs(names: list[str], directory: Path) -> dict:
             from specnative.models import tiny_pair
             target, draft = tiny_pair(directory, "deep", extra_layers=2)
             out["near-copy: 4-layer f32 target (2 damped layers) over its 2-layer base"] = (target, draft)
+        elif name == "damped":
+            from specnative.models import tiny_pair
+            target, draft = tiny_pair(directory, "deep", extra_layers=2, extra_damping=0.05)
+            out["near-copy: 4-layer f32 target (2 layers damped to 0.05) over its 2-layer base"] = (target, draft)
         elif name == "tiny":
             from specnative.models.presets import TINY_EXTRA_LAYERS, tiny_preset
             p = tiny_preset()
@@ -178,7 +182,7 @@ def null_rows(engine, prompts, temp: float, args, sizes: list) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="near,tiny,noisy", help=f"comma-separated: {', '.join(MODEL_SETS)}")
+    ap.add_argument("--models", default="near,damped,tiny,noisy", help=f"comma-separated: {', '.join(MODEL_SETS)}")
     ap.add_argument("-np", "--concurrency", default="1,4")
     ap.add_argument("--temps", default="0.7,1.2")
     ap.add_argument("-n", "--n-predict", type=int, default=32)

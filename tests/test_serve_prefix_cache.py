@@ -22,10 +22,7 @@ def shared_prompts(noisy_pair):
     """Token prompts with CTX_LEN tokens of shared context (workloads.Workload.token_prompts' layout)."""
     workload = workloads.Workload(noisy_pair[0])
     chosen = [p for p in workload.prompts if p.answer_of is None and not p.completion][:4]
-    split = [workload.split(p) for p in chosen]
-    head = split[0][0]
-    context = head + workload.document_tokens(CTX_LEN - len(head))
-    return [context + tail for _, tail in split]
+    return workload.context_prompts(chosen, CTX_LEN)
 
 
 def common_prefix(prompts) -> int:
@@ -83,3 +80,24 @@ def test_the_prefix_needs_a_sequence_beside_the_slots(noisy_engine, shared_promp
         serve(noisy_engine, trace, max_concurrency=8, prefix_cache=True)
     run = serve(noisy_engine, trace, max_concurrency=8, prefix_cache=False)  # off: all sequences are slots
     assert run.kv_cells_left == 0
+
+
+def test_the_serve_verb_replays_each_trace_with_and_without_the_prefix_cache(noisy_pair, tmp_path):
+    from specnative.cli import main
+    from specnative.record import schema
+    out = tmp_path / "serve"
+    argv = ["serve", "-m", str(noisy_pair[0]), "-md", str(noisy_pair[1]), "--ctx-len", "96", "--prefix-cache", "on,off",
+            "--request-rate", "inf", "--max-concurrency", "2", "--num-requests", "4", "-r", "1", "-n", "6", "-k", "2",
+            "-t", "1", "-o", str(out), "--no-report", "--no-db"]
+    assert main(argv) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    assert sorted(rows["prefix_cache"]) == ["off", "off", "on", "on"] and (rows["ctx_len"] == 96).all()
+    by_mode = {mode: group for mode, group in rows.groupby("prefix_cache")}
+    assert by_mode["on"]["prefill_tokens"].max() < by_mode["off"]["prefill_tokens"].min()  # the context fed once
+    assert rows["cell_id"].nunique() == 4 and (rows["kv_cells_left"] == 0).all()
+    assert (rows[rows["spec_decode"] == "on"]["verdict"] != "fail").all()
+    from specnative.serving.report import write_report
+    summary = write_report(out).read_text()
+    levers = summary[summary.index("## Do the levers add under load?"):summary.index("## Per load level")]
+    assert "benefit, cache off" in levers and "log-linear model of output throughput" in levers
+    assert summary.index("## Where speculation stops paying (prefix cache off)") < summary.index("## Reproducibility")

@@ -320,7 +320,9 @@ SETTING_KEYS = ("n_seq_max", "n_ctx", "n_batch", "n_ubatch", "kv_unified", "swa_
 
 
 def settings_md(got: dict) -> str:
-    ours = got["ours_context"]
+    ours = dict(got["ours_context"])
+    # llama_flash_attn_type by llama.cpp's names, as its log prints them
+    ours["flash_attn"] = {-1: "auto", 0: "disabled", 1: "enabled"}.get(ours.get("flash_attn"), ours.get("flash_attn"))
     lines = ["| side | " + " | ".join(SETTING_KEYS) + " |", "|---|" + "---|" * len(SETTING_KEYS),
              "| specnative (both settings, one engine) | "
              + " | ".join(str(ours.get(k, "?")).lower() for k in SETTING_KEYS) + " |"]

@@ -135,14 +135,13 @@ int Engine::validate_serve(const std::vector<ServeRequest>& requests, const Serv
                                     std::to_string(sp.max_concurrency + 1) + " (it has " + std::to_string(n_seq_max) +
                                     "), or pass prefix_cache=False");
     }
-    // Worst case: the max_concurrency largest requests in the cache together; the target holds
-    // the shared prefix once, a draft model's cache every prompt whole (it prefills each itself).
+    // Worst case: the max_concurrency largest requests in the cache together; the target (and a
+    // draft model's cache, share_prefix) holds the shared prefix once.
     std::sort(need.begin(), need.end(), std::greater<int64_t>());
     int64_t whole = 0;
     for (size_t i = 0; i < need.size() && i < static_cast<size_t>(sp.max_concurrency); ++i) whole += need[i];
     const int64_t slots = std::min<int64_t>(need.size(), sp.max_concurrency);
-    int64_t cells = shared > 0 ? whole - slots * shared + shared : whole;
-    if (p.spec && p.drafter.type == "model") cells = whole;
+    const int64_t cells = shared > 0 ? whole - slots * shared + shared : whole;
     if (params_.kv_unified && cells > n_ctx()) {
         throw std::invalid_argument("the " + std::to_string(sp.max_concurrency) +
                                     " largest requests need " + std::to_string(cells) +
@@ -183,6 +182,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     Sequence holder;
     holder.id = holder_id;
     if (shared > 0) holder.prompt.assign(requests[0].prompt.begin(), requests[0].prompt.begin() + shared);
+    if (drafter) drafter->share_prefix(shared, holder_id);  // a draft model's cache shares it likewise
     bool holder_started = false, holder_ready = false;
     int holder_request = -1;
     std::vector<char> waits_prefix(n_slots, 0);
@@ -385,6 +385,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         }
     }
     if (holder_started) t.remove_from(holder_id, 0);  // the prefix's cells go with the last request
+    if (drafter) drafter->share_prefix(0, holder_id);
     r.times.total = clock.elapsed_ms();
     r.skipped_ms = serve_clock.skipped_ms();
     const int n_seq_max = static_cast<int>(llama_n_seq_max(t.ctx));

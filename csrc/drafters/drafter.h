@@ -53,6 +53,12 @@ public:
     virtual void admit(Engine::Sequence& seq) = 0;
     // The request in slot `seq` finished: the drafter drops its state (the draft KV cells).
     virtual void release(const Engine::Sequence& seq) = 0;
+    // Serving with the prefix cache: every request's first `length` prompt tokens are the same; a
+    // drafter with its own cache keeps them once in sequence `holder` (filled at the first admit)
+    // and copies them into each admitted slot. Called before the first admit, and with length 0
+    // after the last release (the holder's cells go). The families without a cache of their own
+    // (n-gram) or with per-sequence state from each whole prompt (hidden-state) ignore it.
+    virtual void share_prefix(int /*length*/, int /*holder*/) {}
     // After every target decode of a speculative run (each prefill chunk, each verify), with the
     // batch the target decoded: the hidden-state drafters read its extracted features here
     // (common_speculative_process). Charged to prefill_draft during the prefill, else to

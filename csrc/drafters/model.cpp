@@ -57,21 +57,29 @@ public:
     // first draft position is computed from pending, in the next round's first draft batch).
     void admit(Engine::Sequence& seq) override {
         d_.remove_from(seq.id, 0);  // nothing is left from the slot's last request (release)
-        d_.clear_batch();
-        for (size_t i = 0; i < seq.prompt.size(); ++i) {
-            d_.add(seq.prompt[i], static_cast<int32_t>(i), seq.id, false);
-            if (d_.batch_full()) {
-                d_.decode("draft prefill");
-                d_.clear_batch();
+        size_t from = 0;
+        if (shared_ > 0) {  // the prefix's cells from the holder (fed there once), then the rest
+            if (!holder_filled_) {
+                feed(seq.prompt, 0, static_cast<size_t>(shared_), holder_);
+                holder_filled_ = true;
             }
+            llama_memory_seq_cp(d_.memory(), holder_, seq.id, -1, -1);
+            from = static_cast<size_t>(shared_);
         }
-        if (d_.batch.n_tokens > 0) d_.decode("draft prefill");
+        feed(seq.prompt, from, seq.prompt.size(), seq.id);
         seq.n_past_draft = static_cast<int32_t>(seq.prompt.size());
         seq.draft_todo = {seq.pending()};
         stopped_[seq.id] = 0;
     }
 
     void release(const Engine::Sequence& seq) override { d_.remove_from(seq.id, 0); }
+
+    void share_prefix(int length, int holder) override {
+        if (length == 0 && holder_filled_) d_.remove_from(holder_, 0);
+        shared_ = length;
+        holder_ = holder;
+        holder_filled_ = false;
+    }
 
     // Position j predicts draft j+1 for every sequence that still drafts.
     void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
@@ -138,6 +146,23 @@ public:
     }
 
 private:
+    // Prompt tokens [from, to) into draft sequence `seq` at their positions, in batches of at most
+    // n_batch (no logits: drafting starts from the pending token).
+    void feed(const std::vector<int32_t>& prompt, size_t from, size_t to, int seq) {
+        d_.clear_batch();
+        for (size_t i = from; i < to; ++i) {
+            d_.add(prompt[i], static_cast<int32_t>(i), seq, false);
+            if (d_.batch_full()) {
+                d_.decode("draft prefill");
+                d_.clear_batch();
+            }
+        }
+        if (d_.batch.n_tokens > 0) d_.decode("draft prefill");
+    }
+
+    int shared_ = 0;              // serving's shared prefix (share_prefix), 0: none
+    int holder_ = -1;             // the draft sequence that keeps it
+    bool holder_filled_ = false;
     Engine::Context& d_;
     DraftPrefill prefill_;
     const GenerateParams& p_;

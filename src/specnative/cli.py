@@ -106,17 +106,17 @@ def report_main(argv: list[str] | None = None) -> int:
 
 def merge_main(argv: list[str] | None = None) -> int:
     from specnative.record import database, merge
-    from specnative.sweep import cli as sweep_cli
+    from specnative.sweep import options
 
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="specnative merge", description="Join the run directories of a sweep's "
                                      "shards (--shard i/N) into one run directory, checking that they belong "
                                      "together.")
     merge.add_arguments(parser)
-    sweep_cli.add_database_flags(parser.add_argument_group("results database"))
+    options.add_database_flags(parser.add_argument_group("results database"))
     args = parser.parse_args(argv)
     traces = merge.run(args, argv)
-    if (db := sweep_cli.database_path(args, args.out)) is not None:
+    if (db := options.database_path(args, args.out)) is not None:
         database.sync_or_warn(db, args.out)
     if not args.no_report:
         print(f"report: {write_any_report(args.out)}", file=sys.stderr)

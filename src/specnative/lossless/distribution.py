@@ -47,6 +47,10 @@ STRESS_DRAFT_FACTOR = 2.0
 # impossible: the acceptance count weighs pi clipped to [PI_ROUNDING, 1 - PI_ROUNDING].
 PI_ROUNDING = 1e-4
 
+# The acceptance count is tested apart for the drafts a correct rule keeps with pi >= this (near
+# certainly) and for the others (acceptance_test).
+ACCEPTANCE_SPLIT = 0.99
+
 ORDERS = ("draft", "target")  # the emitted tokens' PIT orders (pit_intervals)
 # The statistics, in the order the reason lists them.
 STATISTICS = ("target", "draft", "bonus", "decisions", "acceptances", "residuals")
@@ -111,6 +115,12 @@ class DistributionTest:
         return s.n if s else 0
 
     @property
+    def decision_p_value(self) -> float:
+        """The acceptance decisions' own p-value: the smaller of their PIT's and their count's
+        (before Bonferroni); NaN without drafts."""
+        return float(np.nanmin([self.p_of("decisions"), self.p_of("acceptances")])) if self.decisions else float("nan")
+
+    @property
     def residuals(self) -> int:
         """Rejections whose correction was placed in its residual."""
         s = self.of("residuals")
@@ -120,12 +130,13 @@ class DistributionTest:
     def reason(self) -> str:
         outcome = "consistent with" if self.passed else "NOT consistent with"
         decisive = self.of(self.decided_by)
-        measure = (f"z = {decisive.statistic:+.1f}" if self.decided_by == "acceptances"
-                   else f"KS distance >= {decisive.statistic:.4f}")
+        measure = (f"z = {decisive.statistic:+.1f}" if decisive and decisive.name == "acceptances"
+                   else f"KS distance >= {decisive.statistic if decisive else self.statistic:.4f}")
         each = ", ".join(f"{s.name} {s.p_value:.2g}" for s in self.statistics)
         text = (f"rejection rule {outcome} the target's p: {STATISTIC_TEXT[self.decided_by]} decided ({measure}), "
                 f"p = {self.p_value:.3g} (Bonferroni over {len(self.statistics)} statistics, false-alarm rate "
-                f"{self.alpha:g}; each one's own p: {each}); {self.positions} positions, {self.decisions} drafts "
+                f"{self.alpha:g}; each one's own p: {each}; the emitted tokens' PIT at KS distance >= "
+                f"{self.statistic:.4f}); {self.positions} positions, {self.decisions} drafts "
                 f"judged, {self.residuals} corrections, {self.runs} seeded runs (p and q from each position's own "
                 f"verify row and draft, no noise to allow for)")
         if self.underpowered:
@@ -183,14 +194,24 @@ def poisson_binomial_pmf(probs) -> np.ndarray:
 def acceptance_test(accept_prob, accepted) -> Statistic:
     """The number of drafts kept against its distribution under a correct rule (each kept with
     probability pi, PI_ROUNDING allowed either side of 0 and 1): two-sided, exact Poisson-binomial
-    tails. Far more powerful than the decisions' PIT against a rule that keeps too many or too few
-    (a pi near 1 adds V's noise to the PIT, nothing to the count)."""
+    tails, apart for the drafts with pi >= ACCEPTANCE_SPLIT and the others (Bonferroni over the
+    two). Far more powerful than the decisions' PIT against a rule that keeps too many or too few
+    (a pi near 1 adds V's noise to the PIT, nothing to the count); apart, because a wrong rule
+    may reject drafts a correct one nearly always keeps and keep too many of the others (a q of
+    the wrong position does both), which cancel in one count."""
     pi = np.clip(np.asarray(accept_prob, np.float64), PI_ROUNDING, 1.0 - PI_ROUNDING)
-    kept = int(np.count_nonzero(accepted))
-    pmf = poisson_binomial_pmf(pi)
-    below, above = pmf[:kept + 1].sum(), pmf[kept:].sum()
-    z = (kept - pi.sum()) / np.sqrt(max((pi * (1.0 - pi)).sum(), 1e-300))
-    return Statistic("acceptances", float(z), float(min(1.0, 2.0 * min(below, above))), int(pi.size))
+    kept = np.asarray(accepted, bool)
+    parts = []
+    for part in (pi >= ACCEPTANCE_SPLIT, pi < ACCEPTANCE_SPLIT):
+        if not part.any():
+            continue
+        pmf = poisson_binomial_pmf(pi[part])
+        k = int(np.count_nonzero(kept[part]))
+        p_value = min(1.0, 2.0 * min(pmf[:k + 1].sum(), pmf[k:].sum()))
+        z = (k - pi[part].sum()) / np.sqrt(max((pi[part] * (1.0 - pi[part])).sum(), 1e-300))
+        parts.append((p_value, float(z)))
+    p_value, z = min(parts)
+    return Statistic("acceptances", z, float(min(1.0, p_value * len(parts))), int(pi.size))
 
 
 def ks_distance_lower_bound(lo, hi) -> float:

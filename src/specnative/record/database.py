@@ -22,10 +22,20 @@ from pathlib import Path
 
 import pandas as pd
 
+from specnative.record.run_folder import (
+    RunFolderError,
+    RunRecord,
+    base_cell,
+    find_run_dirs,
+    grid_of,
+    grid_summary,
+    host_of,
+    kind_of,
+    models_summary,
+    read_run,
+    row_verdict,
+)
 from specnative.record.schema import COLUMN_NAMES, COLUMNS, PANDAS_DTYPES
-
-from specnative.record.run_folder import (RunFolderError, RunRecord, base_cell, find_run_dirs, grid_of, grid_summary,
-                                  host_of, kind_of, models_summary, read_run, row_verdict)
 
 DEFAULT_DB = Path("runs") / "specnative.sqlite"
 SCHEMA_VERSION = 1

@@ -260,6 +260,17 @@ COLUMNS: tuple[Column, ...] = (
     Column("e2e_tps", "float", "end-to-end tokens/s over the timed runs: every generated token over the whole "
            "run's time, the prefill included"),
     Column("e2e_tps_repeats", "str", "e2e_tps of every timed repeat, in order, ';'-separated"),
+    # --- the rejection rule's own decisions in the distributional verdict (lossless.distribution) ------
+    Column("dist_decisions", "int", "rejection cells: drafts the acceptance walk reached, each judged against "
+           "min(1, p/q) from its own verify row and the q that proposed it (on rows)"),
+    Column("dist_decision_p_value", "float", "rejection cells: the acceptance decisions' own p-value (the smaller of "
+           "their randomized PIT's KS test and the count of drafts kept, before Bonferroni; on rows)"),
+    Column("dist_residuals", "int", "rejection cells: rejections whose correction token was placed in "
+           "norm(max(0, p - q)) (on rows)"),
+    Column("dist_residual_p_value", "float", "rejection cells: the corrections' own p-value (KS of their randomized "
+           "PIT in the residual, before Bonferroni; on rows)"),
+    Column("dist_decided_by", "str", "rejection cells: the distributional test's statistic with the smallest p-value "
+           "(target, draft, bonus, decisions, acceptances, residuals: lossless.distribution.STATISTICS; on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import pandas as pd
@@ -120,21 +121,29 @@ def varied_factors(tidy: pd.DataFrame) -> list[str]:
     return [f for f in FACTORS if f in tidy and tidy[f].astype(str).nunique() > 1]
 
 
-def loglinear(tidy: pd.DataFrame, metric: str = "tps") -> pd.DataFrame:
+def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None = None) -> pd.DataFrame:
     """log(metric) ~ (every varied factor)**2, OLS over the repeats of lossless cells; one row per
     term: the multiplicative effect exp(coef) with its 95 % interval and p-value. Factors are
-    categorical with the first level (sorted) as the reference."""
+    categorical with a reference level (reference_level). `factors`: which columns (default the
+    closed loop's, spec_method carrying speculation); those that do not vary are left out."""
     import statsmodels.formula.api as smf  # a dependency; imported here: it is slow to import
 
     data = tidy[(tidy["verdict"] != "fail") & (tidy[metric] > 0)].copy()
-    factors = [f for f in varied_factors(data) if f != "spec_decode"]  # spec_method carries spec on/off
+    if factors is None:
+        factors = [f for f in varied_factors(data) if f != "spec_decode"]  # spec_method carries spec on/off
+    else:
+        factors = [f for f in factors if f in data and data[f].astype(str).nunique() > 1]
     if not factors or len(data) <= 2:
-        return pd.DataFrame(columns=["term", "effect", "low", "high", "p_value", "decided"])
+        return pd.DataFrame(columns=["term", "effect", "low", "high", "p_value", "decided", "interaction"])
     data["y"] = data[metric].map(math.log)
     for f in factors:
         data[f] = data[f].astype(str)
     formula = "y ~ (" + " + ".join(categorical(f, data) for f in factors) + ")" + ("**2" if len(factors) > 1 else "")
-    fit = smf.ols(formula, data=data).fit()
+    with warnings.catch_warnings():  # a saturated model (no residual) is refused just below, not warned of
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fit = smf.ols(formula, data=data).fit()
+    if fit.df_resid <= 0:  # as many terms as repeats: no spread left to give any interval
+        return pd.DataFrame(columns=["term", "effect", "low", "high", "p_value", "decided", "interaction"])
     intervals = fit.conf_int(alpha=1 - LEVEL)
     rows = []
     for term in fit.params.index:
@@ -149,7 +158,7 @@ def loglinear(tidy: pd.DataFrame, metric: str = "tps") -> pd.DataFrame:
 
 # The level every effect is measured against: speculation off, the prefix cache on (the usual
 # setting), otherwise the first level in sorted order.
-PREFERRED_REFERENCE = {"spec_method": "off", "prefix_cache": "on"}
+PREFERRED_REFERENCE = {"spec_method": "off", "spec_decode": "off", "prefix_cache": "on"}
 
 
 def reference_level(factor: str, levels) -> str:

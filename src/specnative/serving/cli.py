@@ -20,6 +20,7 @@ from specnative.serving.report import write_report
 from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
 from specnative.sweep import hidden_drafters, options
 from specnative.sweep.config import SweepConfig
+from specnative.sweep.options import int_list, on_off_list
 
 DESCRIPTION = ("Serving under load: replay seeded request traces at each --request-rate through continuous "
                "batching, spec off and on on the same trace (-r traces per rate), and write traces.csv, "
@@ -47,6 +48,12 @@ def add_serving_flags(p: argparse.ArgumentParser) -> None:
                               "times instead of seeded traces: its arrivals, prompts and output lengths replace "
                               "--request-rate, --num-requests, --burstiness, -n, --prompts, --dataset and --tasks")
     serving.add_argument("-r", "--repeats", type=int, default=2, help="seeded traces per request rate")
+    serving.add_argument("--ctx-len", type=int_list, default=[0], metavar="N",
+                         help="tokens of shared documents ahead of every request's own prompt (one value)")
+    serving.add_argument("--prefix-cache", type=on_off_list, default=[False], metavar="on,off",
+                         help="on: the requests' common prefix (the shared documents, the chat template's head) "
+                              "computed once and copied into each admitted slot; off: every request prefills its "
+                              "whole prompt; both: each trace replayed both ways")
 
 
 def build_parser(prog: str = "specnative serve") -> argparse.ArgumentParser:
@@ -58,11 +65,11 @@ def build_parser(prog: str = "specnative serve") -> argparse.ArgumentParser:
     add_serving_flags(p)
     options.add_run_flags(p)
     options.add_placement_flags(p)
-    options.add_output_flags(p)
+    options.add_database_flags(options.add_output_flags(p))
     # the closed loop's grid and measuring settings, fixed (no flag of serve's sets them): a serve
     # run's axis is the request rate, its repeats are seeded traces; the rejection rule's
     # distributional test pools the sweep's default number of tokens (recorded in provenance)
-    p.set_defaults(ctx_len=[0], concurrency=None, draft_p_min=[0.0], dist_positions=SweepConfig.dist_positions,
+    p.set_defaults(concurrency=None, draft_p_min=[0.0], dist_positions=SweepConfig.dist_positions,
                    warmup=0, warmup_tol=0.1, max_repeats=None, ci_level=0.95, ci_width=0.05, which_k=False,
                    check_k=False, shard=None, context=None)
     return p
@@ -101,6 +108,13 @@ def serve_problems(args) -> list[str]:
                       f"sequences per context), not {args.max_concurrency}")
     if not (burstiness > 0 and math.isfinite(burstiness)):
         errors.append("--burstiness must be a finite number > 0")
+    if len(args.ctx_len) != 1 or args.ctx_len[0] < 0:
+        errors.append("--ctx-len takes one number of tokens >= 0 (the shared context of every request)")
+    if args.trace is not None and args.ctx_len != [0]:
+        errors.append("--trace replays the file's own prompts: --ctx-len would not apply")
+    if any(args.prefix_cache) and args.max_concurrency >= native.max_parallel_sequences:
+        errors.append(f"--prefix-cache on keeps the shared prefix in a sequence beside the slots: --max-concurrency "
+                      f"must be below {native.max_parallel_sequences}")
     for drafter in args.drafter:
         try:
             problem = checks.hidden_drafter_refusal(drafter_name(drafter))
@@ -139,7 +153,7 @@ def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
         prompts_source=sweep_cfg.prompts_source, dataset=sweep_cfg.dataset, trace_file=args.trace, trace=trace,
         out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset, command=sweep_cfg.command,
         dist_positions=sweep_cfg.dist_positions, max_kv_gib=sweep_cfg.max_kv_gib, placement=sweep_cfg.placement,
-        resume=sweep_cfg.resume)
+        resume=sweep_cfg.resume, ctx_len=sweep_cfg.ctx_lens[0], prefix_caches=args.prefix_cache)
 
 
 def describe(cfg: ServeConfig) -> str:
@@ -164,11 +178,14 @@ def describe(cfg: ServeConfig) -> str:
 def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(prog).parse_args(argv)
+    if args.no_db and args.db is not None:
+        raise SystemExit("error: --db and --no-db: give one of them")
     if problems := serve_problems(args):
         raise SystemExit("error: " + "\n       ".join(problems))
     trace = checks.read_trace_file(args.trace) if args.trace is not None else None
     args.concurrency = [args.max_concurrency]  # the batch-size check of the shared flags
     cfg = config_from(options.config_from_args(args, argv, verb="serve"), args, trace)
+    cfg.db = options.database_path(args, cfg.out_dir)
     print(describe(cfg), file=sys.stderr)
     try:
         traces = run_serve_sweep(cfg)

@@ -32,8 +32,8 @@ PAYS, LOSES, TIE = "pays", "loses", "tie"
 
 
 def paired(rows: pd.DataFrame) -> pd.DataFrame:
-    """One line per (rate, trace) with each column of the off and on rows (_off / _on)."""
-    keys = ["request_rate", "trace_sha256"]
+    """One line per (rate, trace, prefix cache) with each column of the off and on rows (_off / _on)."""
+    keys = ["request_rate", "trace_sha256"] + (["prefix_cache"] if "prefix_cache" in rows else [])
     off, on = rows[rows["spec_decode"] == "off"], rows[rows["spec_decode"] == "on"]
     return off.merge(on, on=keys, suffixes=("_off", "_on"), how="inner")
 

@@ -51,6 +51,7 @@ class ServeRun:
     kv_cells_left: int     # target + draft KV cells held after the run (0: nothing leaked)
     totals: dict           # drafted, accepted, rounds, ... summed over requests
     shared_prefix: int = 0  # prefix tokens the prefix cache shared (0: none shared)
+    prefix_cache: bool = False  # the run asked for the prefix cache (shared_prefix: what it found to share)
     draft_accept_rate: float = math.nan  # alpha = accepted / drafted
     mean_accept_len: float = math.nan    # tau = emitted / rounds
     summary: dict = field(default_factory=dict)  # serve_metrics.level_summary
@@ -103,5 +104,6 @@ def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool =
         idle_ms=raw["idle_ms"], skipped_ms=raw["skipped_ms"], duration_ms=raw["duration_ms"], steps=raw["steps"],
         decode_steps=raw["decode_steps"], mixed_steps=raw["mixed_steps"], prefill_tokens=raw["prefill_tokens"],
         busy_sum=raw["busy_sum"], decoding_sum=raw["decoding_sum"], kv_cells_left=raw["kv_cells_left"],
-        totals=raw["totals"], shared_prefix=raw["shared_prefix"], draft_accept_rate=raw["draft_accept_rate"], mean_accept_len=raw["mean_accept_len"],
+        totals=raw["totals"], shared_prefix=raw["shared_prefix"], prefix_cache=bool(prefix_cache),
+        draft_accept_rate=raw["draft_accept_rate"], mean_accept_len=raw["mean_accept_len"],
         summary=serve_metrics.level_summary(metrics, raw["duration_ms"], slo or {}))

@@ -16,7 +16,7 @@ from specnative.report.advisor import load_traces
 from specnative.report.figures import save
 from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md
 from specnative.report.text import md_table
-from specnative.serving import crossover
+from specnative.serving import crossover, levers
 from specnative.serving.verdict import methods_text
 
 CURVES = (("tpot_p50_ms", "p50 TPOT (ms)"), ("tpot_p99_ms", "p99 TPOT (ms)"),
@@ -113,11 +113,12 @@ def levels_md(rows: pd.DataFrame) -> str:
             "tpot_p99_ms", "itl_p50_ms", "e2e_p50_ms", "queue_p50_ms", "mean_occupancy", "mixed_step_frac",
             "draft_accept_rate", "mean_accept_len", "verify_cost_c", "engine_own_share"]
     table = []
-    for (rate, spec), g in rows.groupby(["request_rate", "spec_decode"], sort=True):
+    rows = levers.with_modes(rows)
+    for (rate, prefix, spec), g in rows.groupby(["request_rate", "prefix_cache", "spec_decode"], sort=True):
         verdicts = ",".join(sorted(set(g["verdict"].dropna()))) if "verdict" in g else ""
-        table.append([_fmt(rate), spec, len(g)] + [_fmt(g[c].astype(float).mean()) for c in cols] +
+        table.append([_fmt(rate), prefix, spec, len(g)] + [_fmt(g[c].astype(float).mean()) for c in cols] +
                      [verdicts or "–", int(g["kv_cells_left"].max())])
-    head = ["rate", "spec", "traces", "out tok/s", "req/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50",
+    head = ["rate", "prefix cache", "spec", "traces", "out tok/s", "req/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50",
             "TPOT p99", "ITL p50", "E2E p50", "queue p50", "occupancy", "mixed", "α", "τ", "c", "own share",
             "verdicts", "KV left"]
     return md_table(head, table)
@@ -178,7 +179,10 @@ def _json_safe(value):
 def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
     """Figures, advice.json and summary.md of a load sweep; returns {file name: path}."""
     run_dir = Path(run_dir)
-    rows = serve_rows(traces)
+    all_rows = levers.with_modes(serve_rows(traces))
+    # the crossover and the advice per load band: one prefix-cache mode (off, where both were served)
+    main_mode = "off" if (all_rows["prefix_cache"] == "off").any() else all_rows["prefix_cache"].iloc[0]
+    rows = all_rows[all_rows["prefix_cache"] == main_mode]
     table = crossover.benefit_table(rows)
     crosses = crossover.crossovers(table)
     adv = crossover.advice(rows, table)
@@ -194,8 +198,9 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
     out["advice.json"].write_text(json.dumps(_json_safe(adv), indent=2) + "\n")
     shown = dict(prov, grid=prov.get("serve") or {})
     parts = [f"# specnative serving report: run {prov.get('run_id', 'n/a')}",
-             "## Reproducibility record", provenance_md(shown),
-             "## Where speculation stops paying", crossover_md(table, crosses),
+             "## Where speculation stops paying" + (f" (prefix cache {main_mode})" if all_rows["prefix_cache"].nunique() > 1
+                                                    else ""), crossover_md(table, crosses),
+             *(["## Do the levers add under load?", section] if (section := levers.section_md(all_rows)) else []),
              "## Per load level (means over the seeded traces)",
              "Latencies in ms. TTFT counts the queueing delay; TPOT is the mean time per output token after the "
              "first, per request; ITL the gaps between emissions: a speculative round emits its accepted drafts and "
@@ -203,10 +208,11 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
              "c = mean decoding iteration on / off - 1 on the same trace; `mixed`: share of decoding iterations "
              "that also prefilled a prompt chunk; verdicts (lossless_method): " + methods_text(
                  rows["lossless_method"].dropna() if "lossless_method" in rows else []) + ".",
-             levels_md(rows),
+             levels_md(all_rows),
              "## Advice per load band", advice_md(adv),
              "## Figures"]
     parts += [f"### {FIGURES[f]}\n\n![{f}]({f}.png)\n\n[PDF]({f}.pdf)" for f in figures]
+    parts += ["## Reproducibility record", provenance_md(shown)]
     out["summary.md"] = run_dir / "summary.md"
     out["summary.md"].write_text("\n\n".join(parts) + "\n")
     return out

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from specnative import lossless, workloads
 from specnative.engine import Engine, drafter_options_text
-from specnative.record import rundir, schema
+from specnative.record import database, rundir, schema
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.serving import arrivals, checks
 from specnative.serving.arrivals import Request
@@ -71,6 +71,11 @@ class ServeConfig:
     dataset: dict | None = None  # --dataset: the public set's record (package, version, sha256, item ids)
     trace_file: Path | None = None
     trace: list | None = None   # the --trace file's requests (read and checked up front)
+    ctx_len: int = 0            # tokens of shared documents ahead of every request's own prompt
+    # --prefix-cache on,off: True computes the requests' common prefix once and copies its cells into
+    # each admitted slot; False prefills every prompt whole (as serve always did, and the default)
+    prefix_caches: list = field(default_factory=lambda: [False])
+    db: Path | None = None      # the results database synced after every level (record/database.py)
     check_lossless: bool = True
     dist_positions: int = 4096  # the rejection rule's distributional test: emitted tokens pooled
     max_kv_gib: float = 8.0
@@ -96,7 +101,7 @@ def workload_requests(cfg: ServeConfig) -> tuple[list, list, list]:
               and p.answer_of is None]
     if not chosen:
         raise ValueError(f"no prompts of tasks {cfg.tasks}")
-    return ([workload.tokenize(workload.text_of(p), True) for p in chosen], [p.ident for p in chosen],
+    return (workload.context_prompts(chosen, cfg.ctx_len), [p.ident for p in chosen],
             [p.output_len or cfg.n_predict for p in chosen])
 
 
@@ -119,7 +124,9 @@ def n_predict_of(cfg: ServeConfig, trace: list[Request]) -> int:
 def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: ServeConfig) -> dict:
     """One traces.csv row of one replay (without identity columns and the on/off pairing)."""
     t = run.times
-    row = {"spec_decode": "on" if run.speculative else "off", "concurrency": run.max_concurrency, "ctx_len": 0,
+    row = {"spec_decode": "on" if run.speculative else "off", "concurrency": run.max_concurrency,
+           "ctx_len": cfg.ctx_len, "prefix_cache": "on" if run.prefix_cache else "off",
+           "prefill_tokens": run.prefill_tokens,
            "tps": run.summary["output_throughput"], "seed": seed, "temperature": cfg.temperature,
            "n_predict": n_predict_of(cfg, trace), "repeats": cfg.repeats, "drafter": cfg.drafter,
            "prefill_target_ms": t["prefill_target"], "prefill_draft_ms": t["prefill_draft"], "draft_ms": t["draft"],
@@ -214,18 +221,22 @@ def engine_size(cfg: ServeConfig, traces: list) -> tuple[int, int]:
 
 def engine_for(cfg: ServeConfig, traces: list) -> Engine:
     n_ctx, n_batch = engine_size(cfg, traces)
+    holder = 1 if any(cfg.prefix_caches) else 0  # the prefix cache keeps the prefix in a sequence of its own
     try:
         return Engine(cfg.target, cfg.draft, n_ctx=n_ctx, n_batch=n_batch, n_threads=cfg.threads,
-                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1), flash_attn=cfg.flash_attn,
+                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1) + holder,
+                      flash_attn=cfg.flash_attn,
                       mtp=cfg.mtp, **cfg.placement)
     except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
         raise SystemExit(f"error: cannot load {cfg.target} with draft {cfg.draft}: {error}") from None
 
 
-def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool, accept_rule: str | None = None) -> ServeRun:
+def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool, accept_rule: str | None = None,
+           prefix_cache: bool = False) -> ServeRun:
     return serve(engine, trace, max_concurrency=cfg.max_concurrency, spec=spec, k=cfg.k,
                  temperature=cfg.temperature, seed=cfg.seed, accept_rule=accept_rule or cfg.accept_rule,
-                 drafter=cfg.drafter, drafter_options=cfg.drafter_options or None, slo=cfg.slo)
+                 drafter=cfg.drafter, drafter_options=cfg.drafter_options or None, slo=cfg.slo,
+                 prefix_cache=prefix_cache)
 
 
 def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
@@ -256,9 +267,12 @@ def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
 
 
 def level_cell_ids(cfg: ServeConfig, rate: float, seed: int) -> list[str]:
-    """The cell_id of each row of one level (off, on): what a resume looks for in traces.csv."""
-    return [f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}/k={cfg.k}/{cfg.drafter}/{spec}"
-            for spec in ("off", "on")]
+    """The cell_id of each row of one level (per prefix-cache mode: off, on): what a resume looks
+    for in traces.csv. Levels without the prefix cache and context keep their old ids."""
+    base = f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}/k={cfg.k}/{cfg.drafter}"
+    if cfg.ctx_len:
+        base += f"/ctx={cfg.ctx_len}"
+    return [base + ("/prefix=on" if prefix else "") + f"/{spec}" for prefix in cfg.prefix_caches for spec in ("off", "on")]
 
 
 def run_settings(cfg: ServeConfig) -> dict:
@@ -328,7 +342,10 @@ def keep_requests(path: Path, kept_cell_ids: set) -> int:
 
 def run_serve_sweep(cfg: ServeConfig) -> Path:
     out = Path(cfg.out_dir)
-    replays = planned_replays(cfg)
+    try:
+        replays = planned_replays(cfg)
+    except ValueError as error:  # the workload cannot give these prompts (no prompts, documents too short)
+        raise SystemExit(f"error: {error}") from None
     checks.check_models(cfg, replays, engine_size(cfg, replays)[0])  # refusals before anything is written
     with rundir.locked(out):
         traces_path, requests_path = out / "traces.csv", out / "requests.jsonl"
@@ -373,21 +390,27 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                 if (rate, seed) in plan.done:
                     continue
                 rows, lines = [], []
-                for spec, cell_id in zip((False, True), level_cell_ids(cfg, rate, seed)):
-                    run = replay(engine, trace, cfg, spec)
+                modes = [(prefix, spec) for prefix in cfg.prefix_caches for spec in (False, True)]
+                for (prefix, spec), cell_id in zip(modes, level_cell_ids(cfg, rate, seed)):
+                    run = replay(engine, trace, cfg, spec, prefix_cache=prefix)
                     row = {**identity, **level_row(run, trace, rate, seed, cfg), "cell_id": cell_id}
                     if spec and hidden_drafters.is_hidden(cfg.drafter):  # its file and what it was inferred to be
                         row.update(hidden_drafters.draft_columns(cfg.drafter, engine))
                     row.update(verdict_columns(engine, trace, run, cfg))
                     rows.append(row)
                     lines += request_lines(run, trace, row)
-                pair_rows(*rows)
+                for off_on in zip(rows[::2], rows[1::2]):
+                    pair_rows(*off_on)
                 append_requests(requests_path, lines)  # first: a level's rows are its commit point
                 schema.append_rows(traces_path, rows)
+                if cfg.db is not None:  # derived from the folder, after the level is whole in it
+                    database.sync_or_warn(cfg.db, out)
                 print(f"[{n}/{len(replays)}] rate {arrivals.rate_label(rate)} seed {seed}: output tok/s off "
                       f"{rows[0]['tps']:.1f} on {rows[1]['tps']:.1f}, TPOT p50 off {rows[0]['tpot_p50_ms']:.1f} "
                       f"on {rows[1]['tpot_p50_ms']:.1f} ms, alpha {rows[1]['draft_accept_rate']:.2f}, "
                       f"{rows[1].get('verdict') or 'unchecked'}", file=sys.stderr)
         provenance["completed"] = True
         write_json(out / "provenance.json", provenance)
+        if cfg.db is not None and traces_path.exists():
+            database.sync_or_warn(cfg.db, out)
     return traces_path

@@ -73,7 +73,9 @@ def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature:
     dist = lossless.rejection_distribution(engine, prompts, temperature, cfg.seed + cfg.check_seed_offset,
                                            cfg.dist_positions, **spec)
     columns = {"dist_statistic": dist.statistic, "dist_p_value": dist.p_value, "dist_positions": dist.positions,
-               "dist_runs": dist.runs, "proxy_verdict": proxy.verdict}
+               "dist_runs": dist.runs, "proxy_verdict": proxy.verdict, "dist_decisions": dist.decisions,
+               "dist_decision_p_value": dist.decision_p_value, "dist_residuals": dist.residuals,
+               "dist_residual_p_value": dist.p_of("residuals"), "dist_decided_by": dist.decided_by}
     ok = dist.passed and proxy.lossless_ok
     verdict = lossless.EXACT_DIST if ok else lossless.FAIL
     reason = f"{dist.reason}; match proxy at the same seed: {proxy.verdict} ({proxy.reason})"

@@ -10,7 +10,7 @@ from specnative.record import shards
 from specnative.report import write_report
 from specnative.sweep import options
 from specnative.sweep.config import SweepConfig
-from specnative.sweep.options import config_from_args, float_list, int_list
+from specnative.sweep.options import config_from_args, float_list, int_list, on_off_list
 from specnative.sweep.runner import run_sweep
 
 DESCRIPTION = ("Measure speculative decoding (spec on vs off) over concurrency x context length x target "
@@ -34,14 +34,6 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                       help="on: the shared context is prefilled once, its cells shared by the sequences and kept "
                            "between runs; off: every sequence prefills its own copy every run (a server without "
                            "prompt caching); both: one cell each")
-
-
-def on_off_list(text: str) -> list[bool]:
-    """--prefix-cache on,off -> [True, False]; anything else is an argparse error naming it."""
-    values = [v.strip() for v in text.split(",") if v.strip()]
-    if not values or any(v not in ("on", "off") for v in values) or len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}")
-    return [v == "on" for v in values]
 
 
 def add_measuring_flags(p: argparse.ArgumentParser, runs: argparse._ArgumentGroup) -> None:
@@ -81,22 +73,8 @@ def build_parser(prog: str = "specnative sweep") -> argparse.ArgumentParser:
     output.add_argument("--shard", type=shards.parse_shard, default=None, metavar="i/N",
                         help="measure only the grid cells whose index is i mod N (0 <= i < N), e.g. one "
                              "Slurm array task each; join the run directories with specnative merge")
-    add_database_flags(output)
+    options.add_database_flags(output)
     return p
-
-
-def add_database_flags(output: argparse._ArgumentGroup) -> None:
-    output.add_argument("--db", type=Path, default=None, metavar="PATH",
-                        help="the results database the run is also written to, cell by cell (SQLite; default: "
-                             "specnative.sqlite beside the run folder)")
-    output.add_argument("--no-db", action="store_true", help="write no results database (the run folder only)")
-
-
-def database_path(args: argparse.Namespace, out_dir: Path) -> Path | None:
-    """The database a run syncs into: --db, else specnative.sqlite in the run folder's parent."""
-    if args.no_db:
-        return None
-    return args.db if args.db is not None else Path(out_dir).parent / "specnative.sqlite"
 
 
 def describe(cfg: SweepConfig) -> str:
@@ -113,7 +91,7 @@ def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:
     if args.no_db and args.db is not None:
         raise SystemExit("error: --db and --no-db: give one of them")
     cfg = config_from_args(args, argv)
-    cfg.db = database_path(args, cfg.out_dir)
+    cfg.db = options.database_path(args, cfg.out_dir)
     cfg.prefix_caches = args.prefix_cache
     print(describe(cfg), file=sys.stderr)
     try:

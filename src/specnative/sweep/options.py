@@ -379,3 +379,23 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
 
 
+def on_off_list(text: str) -> list[bool]:
+    """--prefix-cache on,off -> [True, False]; anything else is an argparse error naming it."""
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values or any(v not in ("on", "off") for v in values) or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}")
+    return [v == "on" for v in values]
+
+
+def add_database_flags(output: argparse._ArgumentGroup) -> None:
+    output.add_argument("--db", type=Path, default=None, metavar="PATH",
+                        help="the results database the run is also written to, cell by cell (SQLite; default: "
+                             "specnative.sqlite beside the run folder)")
+    output.add_argument("--no-db", action="store_true", help="write no results database (the run folder only)")
+
+
+def database_path(args: argparse.Namespace, out_dir: Path) -> Path | None:
+    """The database a run syncs into: --db, else specnative.sqlite in the run folder's parent."""
+    if args.no_db:
+        return None
+    return args.db if args.db is not None else Path(out_dir).parent / "specnative.sqlite"

@@ -149,8 +149,13 @@ class Workload:
         """One token prompt per sequence: ctx_len tokens of shared context (0: none) then the
         sequence's own prompt (of the task's `batch`-th cell, batches_of)."""
         chosen = batches_of(self.prompts, task, concurrency)[batch]
+        return self.context_prompts(chosen, ctx_len), chosen
+
+    def context_prompts(self, chosen: list[Prompt], ctx_len: int) -> list[list[int]]:
+        """Token prompts of `chosen`: ctx_len tokens of the shared documents (0: none), then each
+        prompt's own part, in the model's chat template."""
         if ctx_len == 0:
-            return [self.tokenize(self.text_of(p), True) for p in chosen], chosen
+            return [self.tokenize(self.text_of(p), True) for p in chosen]
         split = [self.split(p) for p in chosen]
         head = split[0][0]
         if any(h != head for h, _ in split):
@@ -160,7 +165,7 @@ class Workload:
         if problem:
             raise ValueError(problem)
         shared = head + self.document_tokens(ctx_len - len(head))
-        return [shared + tail for _, tail in split], chosen
+        return [shared + tail for _, tail in split]
 
     def cell_prompts(self, task: str, concurrency: int, ctx_len: int,
                      batch: int = 0) -> tuple[list[list[int]], list[Prompt]]:
