@@ -116,15 +116,19 @@ def test_close_during_generate_stops_it_and_later_calls_raise(noisy_pair):
             except Exception as error:
                 outcome[spec] = error
 
+        other = threading.Thread(target=long_run, args=(True,))
+
         def closer():
             entered.wait()
+            other.start()           # a second run, queued behind the main thread's
             os.kill(os.getpid(), signal.SIGUSR1)
             inside.wait()
             engine.close()          # returns only once no call runs
 
-        runs = [threading.Thread(target=long_run, args=(True,)), threading.Thread(target=closer)]
-        for t in runs: t.start()
+        runs = [threading.Thread(target=closer)]
+        runs[0].start()
         long_run(False)
+        runs.append(other)
         for t in runs: t.join(timeout=30)
         assert not any(t.is_alive() for t in runs)
         for spec, result in outcome.items():

@@ -655,6 +655,7 @@ PYBIND11_MODULE(_core, m) {
        "or an unreadable lookup cache file: the check generate() makes before decoding");
     m.attr("max_parallel_sequences") = static_cast<int>(llama_max_parallel_sequences());
     m.attr("candidate_window") = kCandidateWindow;
+    m.attr("slow_accept_ms") = kSlowAcceptMs;  // a planted slowdown's busy-wait per sequence (acceptor.h)
     m.def("build_info", [] {
         ensure_backend();
         py::dict d;

@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import shlex
 import time
 import uuid
 from pathlib import Path
 
 from specnative.record import rundir, schema
-from specnative.record.provenance import now_iso, write_json
+from specnative.record.provenance import ProvenanceError, now_iso, read_provenance, write_json
 
 # Hardware a shard ran on: the same on "identical machines"; compared unless allowed to differ
 # (placement too: each array task may have its own rpc-server hosts).
@@ -38,14 +37,13 @@ class MergeError(Exception):
 
 
 def load_shard(run_dir: Path) -> dict:
-    path = Path(run_dir) / "provenance.json"
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MergeError(f"{run_dir}: no provenance.json (not a sweep's run directory)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise MergeError(f"{path}: unreadable ({error})") from None
-    if not isinstance(record, dict) or not isinstance(record.get("shard"), dict):
+        record = read_provenance(run_dir)
+    except ProvenanceError as error:
+        raise MergeError(f"unreadable: {error}") from None
+    if record is None:
+        raise MergeError(f"{run_dir}: no provenance.json (not a sweep's run directory)")
+    if not isinstance(record.get("shard"), dict):
         raise MergeError(f"{run_dir}: not a shard (its sweep ran without --shard i/N)")
     if record.get("completed") is not True:
         shard = record["shard"]

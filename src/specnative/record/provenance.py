@@ -139,3 +139,28 @@ def write_json(path, record: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
+
+
+class ProvenanceError(ValueError):
+    """A provenance.json that cannot be read as a record: the message names the file and why."""
+
+
+def read_provenance(run_dir) -> dict | None:
+    """A run folder's provenance.json as a dict; None when the folder has none. A damaged one is a
+    ProvenanceError: numbers must never be read under a record that cannot be read."""
+    path = Path(run_dir) / "provenance.json"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as error:
+        raise ProvenanceError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    except RecursionError:
+        raise ProvenanceError(f"{path}: JSON nested too deeply to be a run's record") from None
+    except UnicodeDecodeError as error:
+        raise ProvenanceError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise ProvenanceError(f"{path}: cannot read it ({error.strerror or error})") from None
+    if not isinstance(record, dict):
+        raise ProvenanceError(f"{path}: expected a JSON object, found a {type(record).__name__}")
+    return record

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specnative.record.provenance import ProvenanceError, read_provenance
 from specnative.record.schema import COLUMNS, PANDAS_DTYPES, TracesError, read_traces
 
 
@@ -51,15 +52,12 @@ def read_run(run_dir) -> RunRecord:
 
 
 def _read_provenance(run_dir: Path) -> dict:
-    path = run_dir / "provenance.json"
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RunFolderError(f"{run_dir}: not a run folder (no provenance.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise RunFolderError(f"{path}: unreadable ({error})") from None
-    if not isinstance(record, dict):
-        raise RunFolderError(f"{path}: not a JSON object")
+        record = read_provenance(run_dir)
+    except ProvenanceError as error:
+        raise RunFolderError(f"unreadable: {error}") from None
+    if record is None:
+        raise RunFolderError(f"{run_dir}: not a run folder (no provenance.json)")
     return record
 
 

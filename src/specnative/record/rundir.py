@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnative.lossless.noise_summary import record_noise
+from specnative.record.provenance import ProvenanceError, read_provenance
 from specnative.record.schema import COLUMN_NAMES
 
 # provenance.json keys that change from one invocation to the next without changing what a row
@@ -120,16 +121,13 @@ def differences(recorded: dict, current: dict, prefix: str = "") -> list[str]:
 def check_resume(out: Path, provenance: dict) -> dict:
     """Refuses a resume whose settings differ from those the run directory was started with;
     returns the recorded provenance."""
-    path = Path(out) / "provenance.json"
     try:
-        recorded = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise SystemExit(f"error: cannot resume {out}: {path.name} is missing, so its settings cannot be "
-                         f"checked; start a new --out") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise SystemExit(f"error: cannot resume {out}: {path} is unreadable ({error}); start a new --out") from None
-    if not isinstance(recorded, dict):
-        raise SystemExit(f"error: cannot resume {out}: {path} is not a JSON object; start a new --out")
+        recorded = read_provenance(out)
+    except ProvenanceError as error:
+        raise SystemExit(f"error: cannot resume {out}: unreadable: {error}; start a new --out") from None
+    if recorded is None:
+        raise SystemExit(f"error: cannot resume {out}: provenance.json is missing, so its settings cannot be "
+                         f"checked; start a new --out")
     current = comparable(provenance)
     diffs = differences({k: v for k, v in comparable(recorded).items() if k in current}, current)
     if diffs:

@@ -506,7 +506,10 @@ def drafter_advice(traces, thresholds: Thresholds | None = None) -> pd.DataFrame
     rows = []
     for regime, group in frame.groupby([frame[k].astype(str) for k in keys], sort=False, dropna=False):
         first = group.iloc[0]
-        ranked = group.sort_values("speedup_lo", ascending=False, na_position="last")
+        # the surest gain first (the interval's lower bound); where no interval was recorded (older
+        # traces), the speedup itself ranks
+        ranked = group.assign(_rank=group["speedup_lo"].fillna(group["speedup"])).sort_values(
+            "_rank", ascending=False, na_position="last").drop(columns="_rank")
         ranking = "; ".join(f"{r['drafter']} {r['decision']} {_fmt(r['speedup'])}" for _, r in ranked.iterrows())
         on = ranked[ranked["decision"] == ON]
         if not on.empty:

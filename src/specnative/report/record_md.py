@@ -2,10 +2,10 @@
 the command, warm-up and repeats, the noise control per target and backend, notes."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
+from specnative.record.provenance import ProvenanceError, read_provenance
 from specnative.report.advisor import as_float
 from specnative.report.text import fmt, md_table
 
@@ -17,22 +17,10 @@ class ReportInputError(ValueError):
 def load_provenance(run_dir: Path) -> dict:
     """provenance.json as a dict; {} when the run has none (the report says so). A damaged one
     is an error: numbers must not be reported under a record that cannot be read."""
-    path = Path(run_dir) / "provenance.json"
-    if not path.is_file():
-        return {}
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ReportInputError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
-    except RecursionError:
-        raise ReportInputError(f"{path}: JSON nested too deeply to be a sweep's record") from None
-    except UnicodeDecodeError as error:
-        raise ReportInputError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise ReportInputError(f"{path}: cannot read it ({error.strerror})") from None
-    if not isinstance(record, dict):
-        raise ReportInputError(f"{path}: expected a JSON object, found a {type(record).__name__}")
-    return record
+        return read_provenance(run_dir) or {}
+    except ProvenanceError as error:
+        raise ReportInputError(str(error)) from None
 
 
 def hardware(prov: dict) -> str:
