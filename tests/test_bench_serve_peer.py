@@ -356,3 +356,10 @@ def test_render_writes_every_table_from_synthetic_runs(tmp_path):
     assert "**Parity**" in text and "| inf | off | output tok/s | 3 | 41 | 41 | 1 [1, 1] | contains 1 |" in text
     assert "--spec-ngram-simple-size-n 3" in text and "| specnative (both settings, one engine) | " in text
     assert "3 at inf req/s" in text and "+0.0 [0, 0]" in text
+
+
+def test_the_servers_settings_come_from_a_probe_start_at_higher_verbosity(streaming_server, tmp_path):
+    a = argparse.Namespace(start_timeout=30, request_timeout=30)
+    got = serve_table.probe_settings(streaming_server.base_cmd, tmp_path / "probe.log", a)
+    assert got == {"swa_full": "false (or no SWA)"}  # the stand-in logs nothing
+    assert (tmp_path / "probe.log").exists() and not srv._RUNNING - {streaming_server}  # stopped again

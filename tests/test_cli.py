@@ -31,7 +31,7 @@ def test_an_unknown_verb_is_one_line_and_exit_2(capsys):
 
 @pytest.mark.parametrize("verb, own, foreign", [
     ("sweep", ["--ctx-len", "--which-k", "--shard", "--draft-p-min"], ["--request-rate", "--slo", "--trace"]),
-    ("serve", ["--request-rate", "--max-concurrency", "--slo", "--trace"], ["--ctx-len", "--which-k", "--shard"]),
+    ("serve", ["--request-rate", "--max-concurrency", "--slo", "--trace"], ["--which-k", "--shard", "--draft-p-min"]),
 ])
 def test_each_verb_shows_only_its_own_flags(capsys, verb, own, foreign):
     text = help_text(capsys, [verb, "--help"])

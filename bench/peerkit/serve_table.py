@@ -195,6 +195,7 @@ def server_record(cfg) -> dict:
 
 _LLAMA_CONTEXT = re.compile(r"llama_context:\s+(n_seq_max|n_ctx|n_batch|n_ubatch|flash_attn|kv_unified)\s+=\s+(\S+)")
 _THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)")
+_POOL = re.compile(r"llama threadpool init, n_threads = (\d+)")
 
 
 def server_settings(log_text: str) -> dict:
@@ -206,8 +207,19 @@ def server_settings(log_text: str) -> dict:
         out.setdefault(name, value)
     if m := _THREADS.search(log_text):
         out["n_threads"], out["n_threads_batch"] = m.group(1), m.group(2)
+    elif m := _POOL.search(log_text):
+        out["n_threads"] = m.group(1)
     out["swa_full"] = "true" if "using full-size SWA cache" in log_text else "false (or no SWA)"
     return out
+
+
+def probe_settings(cmd: list, log_path: Path, a) -> dict:
+    """llama-server's target context as llama.cpp set it up: the same command started once more
+    at log verbosity 4 (which prints llama_context's parameters; the measured servers keep the
+    default verbosity), stopped as soon as it is up."""
+    with LlamaServer(cmd + ["-lv", "4"], log_path, a.start_timeout, a.request_timeout):
+        pass
+    return server_settings(log_path.read_text(errors="replace"))
 
 
 def trace_files(run_dir: Path) -> list[tuple[float, int, Path]]:
@@ -299,6 +311,8 @@ def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
         return serve_parity.host_state()
 
     logs = {spec: WORK / "server-logs" / f"parity-{out.name}-{'on' if spec else 'off'}.log" for spec in (False, True)}
+    contexts = {("on" if spec else "off"): probe_settings(cmds[spec], logs[spec].with_suffix(".settings.log"), a)
+                for spec in (False, True)}
     with engine_for(cfg, replays) as engine, \
             LlamaServer(cmds[False], logs[False], a.start_timeout, a.request_timeout) as off, \
             LlamaServer(cmds[True], logs[True], a.start_timeout, a.request_timeout) as on:
@@ -309,8 +323,7 @@ def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
         load_start = os.getloadavg()
         rows = serve_parity.measure(replays, run, before)
         return {"rows": rows, "ours_context": engine.context_info(), "quiet": quiet.describe(),
-                "server_context": {("on" if spec else "off"): server_settings(path.read_text(errors="replace"))
-                                   for spec, path in logs.items()},
+                "server_context": contexts,
                 "server_cmds": {("on" if spec else "off"): show_cmd(s.cmd) for spec, s in ((False, off), (True, on))},
                 "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
 

@@ -55,8 +55,9 @@ def add_db_arguments(parser: argparse.ArgumentParser) -> None:
     imp.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR")
     rebuild = verbs.add_parser("rebuild", help="empty the database and import every run folder under RUNS_DIR")
     rebuild.add_argument("runs_dir", type=Path, metavar="RUNS_DIR")
-    for sub in (imp, rebuild):
-        sub.add_argument("--db", type=Path, default=database.DEFAULT_DB, help=DB_HELP)
+    imp.add_argument("--db", type=Path, default=database.DEFAULT_DB, help=DB_HELP)
+    rebuild.add_argument("--db", type=Path, default=None,
+                         help="the results database (default: specnative.sqlite in RUNS_DIR, where the runs wrote it)")
 
 
 def _not_the_database(paths: list[Path], db: Path) -> list[Path]:
@@ -70,6 +71,7 @@ def run_db(args) -> int:
         if args.db_verb == "import":
             results = database.import_runs(args.db, _not_the_database(args.run_dirs, args.db))
         else:
+            args.db = args.db if args.db is not None else args.runs_dir / "specnative.sqlite"
             results = database.rebuild(args.db, args.runs_dir)
     except BAD_INPUT as error:
         raise _fail(error) from None

@@ -26,11 +26,11 @@ from specnative.record import schema
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
 # carry no draft columns, so k and accept_rule cannot be part of the join).
 REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter",
-               "draft_p_min")
+               "draft_p_min", "prefix_cache")
 # (drafter: each drafter's cell measured its own baseline beside it; empty in older traces;
 # draft_p_min likewise, 0 = fixed k, filled in by load_traces for off rows and older traces)
 BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter",
-                 "draft_p_min", "prompts_sha256")
+                 "draft_p_min", "prompts_sha256", "prefix_cache")
 # (prompts_sha256: a public set's task has a cell per batch of prompts, each with its own baseline)
 # Off-row columns a regime needs: the baseline's rate, its spread and its timings.
 BASELINE_COLUMNS = ("tps", "tps_std", "tps_min", "tps_max", "repeats", "step_ms", "decode_ms",
@@ -123,6 +123,11 @@ def with_p_min(frame: pd.DataFrame) -> pd.DataFrame:
     column = frame["draft_p_min"] if "draft_p_min" in frame else pd.Series(math.nan, index=frame.index)
     parsed = frame["cell_id"].map(_p_min_of_cell_id) if "cell_id" in frame else 0.0
     frame["draft_p_min"] = pd.to_numeric(column, errors="coerce").fillna(parsed).fillna(0.0).astype(float)
+    # the prefix cache likewise: runs before the axis shared the prefix (on); serve rows say theirs
+    shared = pd.Series("on", index=frame.index)
+    if "request_rate" in frame:  # serve levels shared nothing before the axis
+        shared[frame["request_rate"].notna()] = "off"
+    frame["prefix_cache"] = frame["prefix_cache"].fillna(shared) if "prefix_cache" in frame else shared
     return frame
 
 

@@ -161,8 +161,16 @@ def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None
 PREFERRED_REFERENCE = {"spec_method": "off", "spec_decode": "off", "prefix_cache": "on"}
 
 
+def level_order(text: str) -> tuple:
+    """Numbers in numeric order (4 before 16), then text."""
+    try:
+        return (0, float(text), "")
+    except ValueError:
+        return (1, 0.0, text)
+
+
 def reference_level(factor: str, levels) -> str:
-    levels = sorted(str(v) for v in set(levels))
+    levels = sorted({str(v) for v in levels}, key=level_order)
     preferred = PREFERRED_REFERENCE.get(factor)
     return preferred if preferred in levels else levels[0]
 

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from specnative.report.factorial import REGIME_FACTORS, TwoByTwo, reference_levels
+from specnative.report.factorial import REGIME_FACTORS, TwoByTwo, level_order, reference_levels
 from specnative.report.figures import caption, colors, empty_panel, new_figure
 from specnative.report.text import fmt, md_table
 from specnative.stats import geometric_interval
@@ -30,7 +30,8 @@ def regime_label(regime: dict, shown: list[str]) -> str:
 
 
 def two_by_two_md(tables: list[TwoByTwo], tidy: pd.DataFrame) -> str:
-    shown = [f for f in REGIME_FACTORS if f in tidy and tidy[f].astype(str).nunique() > 1]
+    on = tidy[tidy["spec_decode"] == "on"]  # spec_method "off" is not a regime of its own
+    shown = [f for f in REGIME_FACTORS if f in on and on[f].astype(str).nunique() > 1]
     rows = []
     for t in tables:
         product = (f"{fmt(t.g_q.estimate * t.g_s.estimate)}" if t.g_q and t.g_s else "n/a")
@@ -103,7 +104,7 @@ def plot_interactions(tidy: pd.DataFrame, note: str) -> Figure:
         return fig
     for ax, factor in zip(axes, axes_factors):
         others = [f for f in axes_factors if f != factor]
-        levels = sorted(on[factor].astype(str).unique(), key=sort_key)
+        levels = sorted(on[factor].astype(str).unique(), key=level_order)
         groups = list(on.groupby([on[o].astype(str) for o in others], sort=True)) if others else [((), on)]
         for color, (key, group) in zip(colors(len(groups)), groups):
             xs, ys, lo, hi = [], [], [], []
@@ -129,8 +130,3 @@ def plot_interactions(tidy: pd.DataFrame, note: str) -> Figure:
     return fig
 
 
-def sort_key(text: str):
-    try:
-        return (0, float(text), "")
-    except ValueError:
-        return (1, 0.0, text)

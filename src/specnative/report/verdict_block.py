@@ -14,7 +14,7 @@ from specnative.report.advisor import MORE, OFF, ON, as_float
 from specnative.report.text import fmt
 
 # Regime keys worth naming in a one-line description (the rest are usually constant in a run).
-NAMED_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "task", "drafter")
+NAMED_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "task", "drafter", "prefix_cache")
 
 
 def regime_text(row, varying: list[str]) -> str:
@@ -34,6 +34,8 @@ def regime_text(row, varying: list[str]) -> str:
             parts.append(f"k={int(as_float(value))}")
         elif key == "temperature":
             parts.append(f"T={as_float(value):g}")
+        elif key == "prefix_cache":
+            parts.append(f"prefix cache {value}")
         else:
             parts.append(f"{key}={value}")
     return " ".join(parts) or "the one regime"

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnative.report.factorial import loglinear
+from specnative.report.factorial import loglinear, reference_level
 from specnative.report.text import fmt, md_table
 from specnative.serving import arrivals, crossover
 from specnative.stats import LogEstimate, welch_ratio
@@ -88,6 +88,7 @@ def section_md(rows: pd.DataFrame) -> str | None:
         text = "; ".join(f"{r['term']}: {r['effect']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
                          for _, r in decided.iterrows()) or "none decided"
         parts.append(f"- log-linear model of {crossover.METRICS[metric][0]} (rate x spec x prefix cache, two-way "
-                     f"interactions against rate {sorted(rows['request_rate'].astype(str))[0]}, spec off, cache on): "
+                     f"interactions against rate {reference_level('request_rate', rows['request_rate'])}, spec off, "
+                     f"cache on): "
                      f"{text}")
     return "\n\n".join(parts)

@@ -54,11 +54,16 @@ MAX_DIST_POSITIONS = 1_000_000
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows defaults, except where there is none to show (None/False: the help text says)."""
+    """Shows defaults as they are typed (a list as 0,8192; on/off for the prefix cache), except where
+    there is none to show (None/False: the help text says)."""
 
     def _get_help_string(self, action):
-        if action.default in (None, False):
+        if action.default in (None, False) or "%(default)" in (action.help or ""):
             return action.help
+        if isinstance(action.default, list):
+            shown = ",".join(("on" if v else "off") if isinstance(v, bool) else f"{v:g}" if isinstance(v, float)
+                             else str(v) for v in action.default)
+            return f"{action.help} (default: {shown})"
         return super()._get_help_string(action)
 
 
@@ -389,7 +394,7 @@ def on_off_list(text: str) -> list[bool]:
 
 def add_database_flags(output: argparse._ArgumentGroup) -> None:
     output.add_argument("--db", type=Path, default=None, metavar="PATH",
-                        help="the results database the run is also written to, cell by cell (SQLite; default: "
+                        help="the results database the run is also written to, as it goes (SQLite; default: "
                              "specnative.sqlite beside the run folder)")
     output.add_argument("--no-db", action="store_true", help="write no results database (the run folder only)")
 
