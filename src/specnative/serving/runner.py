@@ -251,7 +251,7 @@ def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
     columns = {}
     if run.speculative and cfg.temperature > 0 and cfg.accept_rule == "rejection":
         method = "distribution"
-        proxy_run = replay(engine, trace, cfg, True, accept_rule="match")
+        proxy_run = replay(engine, trace, cfg, True, accept_rule="match", prefix_cache=run.prefix_cache)
         proxy = sampled_serving_verdict(engine, trace, proxy_run.tokens, cfg.k, cfg.temperature, cfg.seed)
         dist = rejection_distribution(engine, trace, cfg.temperature, cfg.seed, cfg.k, cfg.dist_positions,
                                       cfg.drafter, cfg.drafter_options)
