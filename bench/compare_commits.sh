@@ -5,7 +5,7 @@
 # the last pair per regime with intervals (`specnative compare`, decided regressions only).
 #
 #   bash bench/compare_commits.sh LLAMA_TREE_A LLAMA_TREE_B [-- sweep flags]
-#   e.g. git -C ~/llama.cpp worktree add ../llama-old <commit>   (two checkouts of llama.cpp)
+#   e.g. git clone llama.cpp llama-old && git -C llama-old checkout <commit>   (two checkouts)
 #        bash bench/compare_commits.sh ../llama-old ~/llama.cpp -- --ctx-len 0,8192 -np 1,4 -r 3
 #
 # Environment: OUT (default bench/scratch/compare-commits), ROUNDS (default 1: A then B),

@@ -8,8 +8,9 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent)]  # synthetic_runs beside this file, in a spawned process
 
-from specnative.record import database  # noqa: E402
 import synthetic_runs  # noqa: E402
+
+from specnative.record import database  # noqa: E402
 
 
 def shard(db_path: str, run_dir: str, run_id: str, seed: int, cells: int) -> None:

@@ -9,13 +9,20 @@ import math
 import random
 
 import pytest
+import synthetic_runs
 from scipy import stats as scipy_stats
 
-import synthetic_runs
 from specnative import cli
 from specnative.record import database
-from specnative.report.compare import (IMPROVEMENT, NO_CHANGE, REGRESSION, UNDECIDED, CompareError, classify,
-                                       compare_runs)
+from specnative.report.compare import (
+    IMPROVEMENT,
+    NO_CHANGE,
+    REGRESSION,
+    UNDECIDED,
+    CompareError,
+    classify,
+    compare_runs,
+)
 from specnative.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 
 SLOW = (0, 4)  # the regime a planted slowdown touches

@@ -12,11 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import db_workers
 import pandas as pd
 import pytest
-
-import db_workers
 import synthetic_runs
+
 from specnative import cli
 from specnative.record import database
 from specnative.record.run_folder import RunFolderError

@@ -8,12 +8,12 @@ import subprocess
 import sys
 import time
 
+from conftest import TEST_NGL
+
 from specnative import cli
 from specnative.record import database
 from specnative.record.run_folder import read_run
 from specnative.record.schema import read_traces
-
-from conftest import TEST_NGL
 
 BOUND_S = 120
 

@@ -5,12 +5,11 @@ stays lossless either way, and the sweep's rows say which."""
 from __future__ import annotations
 
 import pytest
+from conftest import ENGINE_KW, TEST_NGL, assert_lossless_verdict
 
 from specnative import Engine
 from specnative.record import schema
 from specnative.sweep import main
-
-from conftest import ENGINE_KW, TEST_NGL, assert_lossless_verdict
 
 CONTEXT = list(range(300, 300 + 96))  # token ids of a shared context every sequence reads first
 OWN = [[500 + s, 600 + s, 700 + s] for s in range(4)]

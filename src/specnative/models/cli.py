@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from specnative.models.presets import PRESETS, FetchError, cache_dir, load_preset
+from specnative.models.train import cli as train_cli
 
 DESCRIPTIONS = {
     "tiny": "generated here, no network: a deep random llama target as Q4_0 and Q8_0, its 2-layer base as the "
@@ -53,21 +54,11 @@ def run_fetch(args) -> int:
     return 0
 
 
-def run_train_drafter(args) -> int:
-    from specnative.models.train import cli as train_cli  # torch: the optional [train] extra
-
-    return train_cli.run(args)
-
-
 def add_train_drafter(sub) -> None:
     parser = sub.add_parser("train-drafter", help="train an EAGLE-3 head for a llama-architecture target (CPU, "
-                            "torch from the [train] extra)")
-    try:
-        from specnative.models.train import cli as train_cli
-    except ImportError:  # the trainer's own modules are missing from this install
-        return
+                            "torch from the [train] extra)", description=train_cli.DESCRIPTION)
     train_cli.add_arguments(parser)
-    parser.set_defaults(run=run_train_drafter)
+    parser.set_defaults(run=train_cli.run)  # torch is imported only once training starts
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,143 @@
+"""Packing self-distilled sequences into training batches, and the draft vocabulary.
+
+Several sequences share one batch row (their attention kept apart by segment ids), so short
+chat turns do not waste a row each. For every position q of a sequence the head reads the
+features at q and token q+1 and is taught what the target says after token q+1. Hard labels
+(the continuation's token q+2) are taught and scored only where the anchor lies in the target's
+continuation: at inference the head only ever drafts after a generated token. Soft labels (the
+target's own distribution there) are taught at every position, prompt included: they are the
+target's whatever text it reads, and they multiply the data a short budget can generate.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .deps import torch as _torch
+
+
+def choose_draft_vocab(sequences, n_vocab: int, size: int):
+    """d2t: the `size` most frequent taught tokens of `sequences` (the continuation's tokens, then
+    the target's soft labels by probability mass; ties and unseen tokens by id), ascending; None
+    when the draft vocabulary is the whole target vocabulary."""
+    if size >= n_vocab:
+        return None
+    counts = np.zeros(n_vocab, dtype=np.int64)
+    mass = np.zeros(n_vocab, dtype=np.float64)
+    for s in sequences:
+        np.add.at(counts, s.tokens[s.n_prompt + 1:], 1)
+        if s.soft_ids is not None:
+            np.add.at(mass, s.soft_ids.ravel(), _softmax(s.soft_logits).ravel().astype(np.float64))
+    order = np.lexsort((np.arange(n_vocab), -mass, -counts))  # count, then mass descending, then id
+    return np.sort(order[:size]).astype(np.int64)
+
+
+def coverage(sequences, d2t) -> float:
+    """Share of taught tokens the draft vocabulary holds (the rest a head can never draft)."""
+    labels = np.concatenate([s.tokens[s.n_prompt + 1:] for s in sequences]) if sequences else np.zeros(0)
+    if d2t is None or labels.size == 0:
+        return 1.0
+    return float(np.isin(labels, d2t).mean())
+
+
+def t2d_table(d2t, n_vocab: int) -> np.ndarray:
+    """target id -> draft row (-100, the ignored label, for tokens outside the draft vocabulary)."""
+    table = np.full(n_vocab, -100, dtype=np.int64)
+    if d2t is None:
+        table[:] = np.arange(n_vocab)
+    else:
+        table[d2t] = np.arange(len(d2t))
+    return table
+
+
+def _softmax(logits):
+    """Row-wise softmax of top-k logits (rows of -inf only give zeros)."""
+    top = np.max(logits, axis=-1, keepdims=True)
+    e = np.exp(logits - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0).astype(np.float32)
+
+
+def pack(lengths, row_len: int, order) -> list[list[int]]:
+    """Sequence indices per row, in `order`, a row closed when the next one does not fit."""
+    rows, current, used = [], [], 0
+    for i in order:
+        if current and used + lengths[i] > row_len:
+            rows.append(current)
+            current, used = [], 0
+        current.append(int(i))
+        used += lengths[i]
+    if current:
+        rows.append(current)
+    return rows
+
+
+def make_batch(rows, sequences, features, t2d, row_len: int, steps: int) -> dict:
+    """Tensors of one batch of packed rows (see head.ttt_forward), with per-step masks `valid`
+    [steps, B, T] of taught positions and `label` [B, T] (draft rows; -100 outside the draft
+    vocabulary or where nothing is taught)."""
+    torch = _torch()
+    B, width = len(rows), features[0].shape[1]
+    feats = torch.zeros(B, row_len, width)
+    next_tok = torch.zeros(B, row_len, dtype=torch.long)
+    pos = torch.zeros(B, row_len, dtype=torch.long)
+    seg = torch.full((B, row_len), -1, dtype=torch.long)
+    label = torch.full((B, row_len), -100, dtype=torch.long)
+    target_ok = torch.zeros(B, row_len, dtype=torch.bool)   # token pos + 2 exists
+    n_prompt = torch.zeros(B, row_len, dtype=torch.long)
+    placed = []  # (row, start, sequence index, length): where each sequence sits
+    for b, members in enumerate(rows):
+        start = 0
+        for k, i in enumerate(members):
+            s = sequences[i]
+            L = len(s.tokens)
+            span = slice(start, start + L)
+            feats[b, span] = features[i]
+            toks = torch.as_tensor(s.tokens)
+            next_tok[b, start:start + L - 1] = toks[1:]
+            pos[b, span] = torch.arange(L)
+            seg[b, span] = k
+            n_prompt[b, span] = s.n_prompt
+            placed.append((b, start, i, L))
+            if L > 2:
+                label[b, start:start + L - 2] = torch.as_tensor(t2d[s.tokens[2:]])
+                target_ok[b, start:start + L - 2] = True
+            start += L
+    # step j at q drafts for the anchor q - j, which must be a continuation position
+    valid = torch.stack([(pos - j >= n_prompt - 1) & target_ok & (seg >= 0) for j in range(steps)])
+    out = {"feats": feats, "next_tok": next_tok, "pos": pos, "seg": seg, "label": label, "valid": valid,
+           "tokens": int((seg >= 0).sum()), "placed": placed}
+    if sequences[rows[0][0]].soft_ids is not None:
+        out.update(_soft(rows, sequences, t2d, row_len, pos, seg, steps))
+    return out
+
+
+def _soft(rows, sequences, t2d, row_len: int, pos, seg, steps: int) -> dict:
+    """The target's distribution over the next token after q + 1 (its soft label at q+1) for every
+    position q: a softmax of its top-k logits over those the draft vocabulary keeps; taught at every position of
+    the sequence, prompt included (`soft_valid` [steps, B, T]), since it is the target's own."""
+    torch = _torch()
+    k = sequences[rows[0][0]].soft_ids.shape[1]
+    ids = torch.zeros(len(rows), row_len, k, dtype=torch.long)
+    p = torch.zeros(len(rows), row_len, k)
+    has_next = torch.zeros(len(rows), row_len, dtype=torch.bool)
+    for b, members in enumerate(rows):
+        start = 0
+        for i in members:
+            s = sequences[i]
+            L = len(s.tokens)
+            rows_ids = t2d[s.soft_ids[1:]]
+            rows_p = _softmax(np.where(rows_ids >= 0, s.soft_logits[1:], -np.inf))
+            ids[b, start:start + L - 1] = torch.as_tensor(np.maximum(rows_ids, 0))
+            p[b, start:start + L - 1] = torch.as_tensor(rows_p)
+            has_next[b, start:start + L - 1] = torch.as_tensor((rows_ids >= 0).any(-1))
+            start += L
+    soft_valid = torch.stack([(pos - j >= 0) & has_next & (seg >= 0) for j in range(steps)])
+    return {"soft_ids": ids, "soft_p": p, "soft_valid": soft_valid}
+
+
+def batches(sequences, features, t2d, *, rows_per_batch: int, row_len: int, steps: int, order):
+    """Batches over the sequences in `order` (a generator, one epoch)."""
+    lengths = [len(s.tokens) for s in sequences]
+    rows = pack(lengths, row_len, order)
+    for start in range(0, len(rows), rows_per_batch):
+        yield make_batch(rows[start:start + rows_per_batch], sequences, features, t2d, row_len, steps)

@@ -1,0 +1,218 @@
+"""train-drafter from end to end: check the target, self-distill, train, write, report.
+
+Order matters for the user's time: the target is judged from its metadata, torch and the data
+spec are checked, and only then is anything generated or trained. The report (`OUT.train.json`)
+holds the settings, what the data was (by hash), the torch target's measured distance to
+llama.cpp, the loss curve, the held-out agreement by draft position before and after training,
+and where the time went.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import deps
+from .batches import choose_draft_vocab, coverage, t2d_table
+from .distill import distill
+from .gguf_target import load_weights
+from .head import HeadConfig, make_head
+from .measure import speculative, teacher_forced
+from .prompts import check_spec, load_prompts
+from .target_check import check_target, read_target
+from .trainer import TrainSettings, evaluate, train
+from .writer import head_tensors, write_head
+
+KINDS = ("eagle3",)
+# Share of a time budget kept for the final held-out measurement and writing the file.
+RESERVE_SHARE, RESERVE_MIN_S = 0.03, 5.0
+
+
+@dataclass
+class Options:
+    target: str
+    out: str
+    kind: str = "eagle3"
+    data: str = "builtin"
+    n_predict: int = 128
+    budget_minutes: float | None = None
+    max_tokens: int | None = None
+    epochs: int | None = None
+    seed: int = 0
+    threads: int = 1
+    draft_vocab: int = 8192
+    layers: tuple | None = None
+    n_embd: int | None = None
+    held_out: float = 0.1
+    max_prompt_tokens: int = 384
+    data_share: float = 0.5
+    soft_top_k: int = 16
+    generator: str = "torch"
+    ttt_steps: int = 3
+    lr: float = 3e-3
+    n_seq: int = 8
+    quiet: bool = False
+    eval_data: str | None = None   # after writing: specnative's alpha on these prompts (not trained on)
+    eval_k: int = 4
+
+
+def _sha256(path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _split(n: int, share: float, seed: int) -> tuple[list, list]:
+    """(train, held-out) sequence indices: a seeded share held out, at least one of each if n >= 2."""
+    order = np.random.RandomState(seed & 0xFFFFFFFF).permutation(n)
+    n_held = min(max(round(n * share), 1 if n >= 2 and share > 0 else 0), n - 1)
+    return sorted(order[n_held:].tolist()), sorted(order[:n_held].tolist())
+
+
+def check_options(o: Options) -> None:
+    """Refusals that need no data: ValueError (TargetError for the target) with one clear line."""
+    if o.kind not in KINDS:
+        raise ValueError(f"--kind {o.kind}: only {', '.join(KINDS)} heads can be trained")
+    if o.budget_minutes is None and o.max_tokens is None and o.epochs is None:
+        raise ValueError("give a budget: --budget-minutes, --max-tokens or --epochs")
+    if o.budget_minutes is not None and o.budget_minutes <= 0:
+        raise ValueError("--budget-minutes must be > 0")
+    if not 0 < o.data_share < 1:
+        raise ValueError("--data-share must be in (0, 1)")
+    if o.n_predict < 2:
+        raise ValueError("--n-predict must be at least 2 (a head is taught the token after the next)")
+    if o.draft_vocab < 1:
+        raise ValueError("--draft-vocab must be at least 1")
+    if o.eval_k < 1:
+        raise ValueError("--eval-k must be at least 1")
+    if o.soft_top_k < 0:
+        raise ValueError("--soft-top-k must be >= 0 (0: hard labels only)")
+    if not 1 <= o.ttt_steps <= 8:
+        raise ValueError("--ttt-steps must be in 1..8")
+    if Path(o.out).resolve() == Path(o.target).resolve():
+        raise ValueError("-o would overwrite the target")
+
+
+def train_drafter(o: Options) -> dict:
+    """Train and write the head described by `o`; returns the report (also written as JSON)."""
+    started = time.perf_counter()
+    check_options(o)
+    info, layers = check_target(o.target, n_embd=o.n_embd, layers=o.layers)
+    torch = deps.torch()
+    check_spec(o.data)
+    if o.eval_data:
+        check_spec(o.eval_data)
+    torch.set_num_threads(o.threads)
+    deadline = data_deadline = None
+    if o.budget_minutes is not None:
+        budget_s = o.budget_minutes * 60.0
+        deadline = started + budget_s - max(RESERVE_MIN_S, RESERVE_SHARE * budget_s)
+        data_deadline = started + o.data_share * budget_s
+
+    prompts, prompt_record = load_prompts(o.data, o.target, n_predict=o.n_predict,
+                                          max_prompt_tokens=o.max_prompt_tokens)
+    # a seeded order: a time budget that cuts the data keeps a sample of every source
+    prompts = [prompts[i] for i in np.random.RandomState(o.seed & 0xFFFFFFFF).permutation(len(prompts))]
+    data = distill(o.target, prompts, layers=layers, n_predict=o.n_predict, threads=o.threads, generator=o.generator,
+                   n_seq=o.n_seq, deadline=data_deadline, top_k=o.soft_top_k, quiet=o.quiet)
+    data_s = time.perf_counter() - started
+    train_idx, held_idx = _split(len(data.sequences), o.held_out, o.seed)
+    pick = lambda idx: ([data.sequences[i] for i in idx], [data.features[i] for i in idx])
+    train_set, held_set = pick(train_idx), pick(held_idx)
+
+    d2t = choose_draft_vocab(train_set[0], info.n_vocab, o.draft_vocab)
+    t2d = t2d_table(d2t, info.n_vocab)
+    reader, _ = read_target(o.target)
+    weights = load_weights(reader, {"token_embd.weight", "output.weight", "output_norm.weight"})
+    tok_embd = torch.from_numpy(weights["token_embd.weight"])
+    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
+    cfg = HeadConfig(n_embd=info.n_embd, n_embd_target=info.n_embd, n_head=info.n_head, n_head_kv=info.n_head_kv,
+                     n_ff=info.n_ff, n_draft_vocab=info.n_vocab if d2t is None else len(d2t),
+                     rope_base=info.rope_base, rms_eps=info.rms_eps)
+    head = make_head(cfg, tok_embd, output if d2t is None else output[torch.from_numpy(d2t)], o.seed,
+                     output_norm=torch.from_numpy(weights["output_norm.weight"]), lens_slice=layers.index(max(layers)))
+    row_len = max(512, max(len(s.tokens) for s in data.sequences))
+    settings = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
+                             deadline=deadline, epochs=o.epochs, quiet=o.quiet)
+    eval_kw = {"steps": o.ttt_steps, "row_len": row_len, "rows_per_batch": settings.rows_per_batch}
+    before = evaluate(head, *held_set, t2d, **eval_kw) if held_idx else {}
+    history = train(head, train_set, held_set, t2d, settings)
+    # the last epoch ended with this very measurement (training stops only at an epoch's end or budget)
+    after = history["epochs"][-1].get("held_out", {}) if history["epochs"] else before
+    out = write_head(o.out, tensors=head_tensors(head), d2t=d2t, target_reader=reader, target_info=info, cfg=cfg,
+                     layers=layers)
+
+    report = {
+        "file": out.name, "sha256": _sha256(out), "kind": o.kind,
+        "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(o).items()},
+        "target": {"file": Path(o.target).name, "sha256": _sha256(o.target), "arch": info.arch,
+                   "n_layer": info.n_layer, "n_embd": info.n_embd, "n_vocab": info.n_vocab},
+        "layers": list(layers), "head": cfg.as_dict(),
+        "draft_vocab": {"size": cfg.n_draft_vocab, "rule": "the most frequent taught tokens of the training split "
+                        "(ties by id)" if d2t is not None else "the whole target vocabulary",
+                        "train_coverage": coverage(train_set[0], d2t), "held_out_coverage": coverage(held_set[0], d2t)},
+        "prompts": prompt_record, "data": data.record,
+        "split": {"train_sequences": len(train_idx), "held_out_sequences": len(held_idx),
+                  "held_out_ids": [data.sequences[i].ident for i in held_idx], "seed": o.seed},
+        "training": {**history, "ttt_steps": o.ttt_steps, "lr": o.lr, "row_len": row_len,
+                     "rows_per_batch": settings.rows_per_batch, "step_weights": f"0.8^j, j = 0..{o.ttt_steps - 1}"},
+        "held_out": {"before_training": before, "after_training": after,
+                     "what": "top1: the head's argmax equals the target's own next token, earlier tokens given "
+                             "(teacher-forced); chained: draft positions 1..j all right from one anchor (what "
+                             "greedy speculation accepts); anchors: every continuation position"},
+        "time_s": {"data": round(data_s, 1), "train": history["train_s"],
+                   "total": round(time.perf_counter() - started, 1)},
+        "environment": {"torch": torch.__version__, "threads": o.threads, "python": platform.python_version()},
+    }
+    if o.eval_data:
+        report["evaluation"] = evaluate_file(o, {p.tokens for p in prompts})
+    Path(str(out) + ".train.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def evaluate_file(o: Options, trained_prompts=frozenset()) -> dict:
+    """The written head on o.eval_data at T = 0, after training (outside its budget): specnative's
+    counts and timers (llama.cpp's draft-eagle3), and the trainer's metric on the very tokens that
+    run emitted, with the rounds simulated from it (see measure.py)."""
+    started = time.perf_counter()
+    prompts, record = load_prompts(o.eval_data, o.target, n_predict=o.n_predict, max_prompt_tokens=o.max_prompt_tokens)
+    measured, sequences = speculative(o.target, o.out, prompts, n_predict=o.n_predict, k=o.eval_k, threads=o.threads,
+                                      n_seq=o.n_seq)
+    predicted = teacher_forced(o.target, o.out, sequences, k=o.eval_k, n_predict=o.n_predict, threads=o.threads)
+    return {"data": o.eval_data, "prompts": record,
+            "overlap_with_training": sum(p.tokens in trained_prompts for p in prompts),
+            "specnative": measured, "trainer_metric_on_the_same_tokens": predicted,
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def summary(report: dict) -> str:
+    """A few lines for the terminal."""
+    held = report["held_out"]["after_training"]
+    check = report["data"]["torch_vs_llama_cpp"]
+    vocab, data, training = report["draft_vocab"], report["data"], report["training"]
+    lines = [
+        (f"wrote {report['file']} ({report['kind']}, layers {report['layers']}, draft vocabulary {vocab['size']}, "
+         f"held-out coverage {vocab['held_out_coverage']:.3f})"),
+        (f"data: {data['sequences']} sequences, {data['continuation_tokens']} continuation tokens; torch target vs "
+         f"llama.cpp: greedy agreement {check['greedy_agreement']:.4f}, max |dlogit| {check['max_abs_dlogit']:.3f}"),
+        (f"training: {training['tokens']} tokens in {training['train_s']} s, {len(training['epochs'])} epoch(s); "
+         f"total {report['time_s']['total']} s"),
+    ]
+    if held:
+        lines.append(f"held-out top-1 by draft position {held['top1_by_position']}, "
+                     f"chained {held['chained_by_position']}")
+    if "evaluation" in report:
+        ev = report["evaluation"]
+        spec, sim = ev["specnative"], ev["trainer_metric_on_the_same_tokens"]
+        lines.append(f"specnative on {ev['data']} (T = 0, k = {spec['k']}): alpha {spec['alpha']:.4f}, by position "
+                     f"{spec['alpha_by_position']}, tau {spec['tau']:.3f}; the torch head predicts "
+                     f"{sim['rounds']['alpha_by_position']} on the same tokens (teacher-forced top-1 "
+                     f"{sim['top1_by_position']})")
+    return "\n".join(lines)
