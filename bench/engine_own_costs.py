@@ -50,7 +50,7 @@ def kernel_rows(n: int = 262144, calls: int = 200) -> list[list[str]]:
 
 
 def removal_rows(n_ctxs=(1024, 2048, 4096, 8192, 33792), concurrency: int = 4, runs: int = 40) -> list[list[str]]:
-    preset = presets.load_preset("tiny")
+    preset = presets.tiny_preset()
     target = next(t for t in preset.targets if "Q4_0" in str(t))
     cfg = sweep.SweepConfig(targets=[target], draft=preset.draft, n_predict=32)
     prompts = sweep_prompts.workload_for(cfg, target).cell_prompts("mixed", concurrency, 0)[0]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from specnative import Engine, lossless, stats, theory
 from specnative.engine.rpc_servers import find_rpc_server, local_rpc_servers
-from specnative.models.presets import load_preset
+from specnative.models.registry import load_preset
 from specnative.record.provenance import environment
 from specnative.workloads import SEQUENCE_PROMPTS
 

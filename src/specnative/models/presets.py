@@ -357,11 +357,3 @@ def qwen_preset() -> Preset:
         defaults=PRESET_DEFAULTS["qwen2.5-coder"],
     )
 
-
-PRESETS = {"tiny": tiny_preset, "gemma3-270m": gemma_preset, "qwen2.5-coder": qwen_preset}
-
-
-def load_preset(name: str) -> Preset:
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; known: {', '.join(sorted(PRESETS))}")
-    return PRESETS[name]()

@@ -115,7 +115,7 @@ def serve_problems(args) -> list[str]:
     if any(args.prefix_cache) and args.max_concurrency >= native.max_parallel_sequences:
         errors.append(f"--prefix-cache on keeps the shared prefix in a sequence beside the slots: --max-concurrency "
                       f"must be below {native.max_parallel_sequences}")
-    for drafter in args.drafter:
+    for drafter in args.drafter or []:
         try:
             problem = checks.hidden_drafter_refusal(drafter_name(drafter))
         except ValueError:

