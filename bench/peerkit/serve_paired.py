@@ -104,7 +104,8 @@ def ratio_table(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
 
 def alpha_table(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """Spec-on α per rate: each side's accepted / drafted pooled over the traces (with its
-    interval), and the paired difference ours - server in points with a t interval."""
+    interval), the paired difference ours - server in points with a t interval, and both sides' α
+    over the requests whose output is the same on both (where the two drafters saw the same text)."""
     from scipy import stats as scipy_stats
     out = []
     on = rows[rows["spec_decode"] == "on"]
@@ -126,11 +127,18 @@ def alpha_table(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
                 ci = scipy_stats.ttest_rel(a_o, a_s).confidence_interval(level)
                 low, high = 100.0 * ci.low, 100.0 * ci.high
         within = abs(diff) <= ALPHA_POINTS
+        # α pooled over the requests whose output is the same on both sides (the same text drafted on)
+        acc_io, acc_is = pairs(rows, rate, "on", "accepted_identical")
+        dr_io, dr_is = pairs(rows, rate, "on", "drafted_identical")
+        identical = int(sum(pairs(rows, rate, "on", "identical")[0]))
         out.append({"request_rate": rate, "traces": len(a_o), "alpha_ours": ours.estimate, "ours_low": ours.low,
                     "ours_high": ours.high, "alpha_server": server.estimate, "server_low": server.low,
                     "server_high": server.high, "diff_points": diff, "diff_low": low, "diff_high": high,
-                    "within": within,
-                    "decided_within": within and -ALPHA_POINTS <= low and high <= ALPHA_POINTS})
+                    "within": within, "decided_within": within and -ALPHA_POINTS <= low and high <= ALPHA_POINTS,
+                    "identical_requests": identical,
+                    "requests": int(sum(pairs(rows, rate, "on", "n_requests")[0])),
+                    "alpha_ours_identical": sum(acc_io) / sum(dr_io) if sum(dr_io) else math.nan,
+                    "alpha_server_identical": sum(acc_is) / sum(dr_is) if sum(dr_is) else math.nan})
     return pd.DataFrame(out)
 
 
@@ -195,13 +203,16 @@ def ratio_md(ratios: pd.DataFrame) -> str:
 
 def alpha_md(alphas: pd.DataFrame) -> str:
     lines = [("| rate (req/s) | traces | α ours [95 % CI] | α llama-server [95 % CI] | ours - server, points "
-             "[95 % CI, paired] | within 2 points |"), "|---|---|---|---|---|---|"]
+              "[95 % CI, paired] | within 2 points | requests with the same output on both sides | α on those, "
+              "ours \\| server |"), "|---|---|---|---|---|---|---|---|"]
     for _, r in alphas.iterrows():
         lines.append(f"| {rate_text(r['request_rate'])} | {r['traces']} | {r['alpha_ours']:.3f} "
                      f"[{fmt(r['ours_low'])}, {fmt(r['ours_high'])}] | {r['alpha_server']:.3f} "
                      f"[{fmt(r['server_low'])}, {fmt(r['server_high'])}] | {r['diff_points']:+.1f} "
                      f"[{fmt(r['diff_low'], 2)}, {fmt(r['diff_high'], 2)}] | "
-                     f"{'yes, decided' if r['decided_within'] else 'yes' if r['within'] else 'no'} |")
+                     f"{'yes, decided' if r['decided_within'] else 'yes' if r['within'] else 'no'} | "
+                     f"{r['identical_requests']} of {r['requests']} | {fmt(r['alpha_ours_identical'])} \\| "
+                     f"{fmt(r['alpha_server_identical'])} |")
     return "\n".join(lines)
 
 
@@ -226,8 +237,8 @@ def benefit_md(benefits: pd.DataFrame) -> str:
 DIAGNOSTICS = (("iterations", "iterations", 0), ("ms_per_iteration", "ms / iteration", 3),
                ("prefill_tokens", "prompt tokens", 0), ("mixed_iterations", "mixed iterations", 0),
                ("engine_own_share", "engine's own share", 3), ("tpot_mean_ms", "TPOT mean (client)", 2),
-               ("server_tpot_mean_ms", "TPOT mean (server's own timings)", 2), ("identical", "requests with identical output", 0),
-               ("busy_cores", "cores busy elsewhere before", 2))
+               ("server_tpot_mean_ms", "TPOT mean (server's own timings)", 2),
+               ("identical", "requests with identical output", 0), ("busy_cores", "cores busy elsewhere before", 2))
 
 
 def diagnostics_md(rows: pd.DataFrame) -> str:

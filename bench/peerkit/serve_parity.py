@@ -32,9 +32,11 @@ def schedule(index: int) -> list[tuple[str, str]]:
     return list(ORDER) if index % 2 == 0 else list(reversed(ORDER))
 
 
-def identical(ours: list, theirs: list) -> int:
-    """Requests whose generated tokens are the same on both sides (trace order)."""
-    return sum(1 for a, b in zip(ours, theirs) if list(a) == list(b))
+def same_requests(ours: list, theirs: list) -> list[int]:
+    """Indices of the requests whose generated tokens are the same on both sides (trace order).
+    Greedy outputs can differ where a near-tie flips between batch shapes (which requests share
+    an iteration depends on timing), and α then counts drafts against other text."""
+    return [i for i, (a, b) in enumerate(zip(ours, theirs)) if list(a) == list(b)]
 
 
 def host_state() -> dict:
@@ -47,19 +49,21 @@ def measure(traces: list, run: Callable[[str, bool, list], dict], before: Callab
     """Every trace (rate, seed, requests) on both sides, off and on, in the order of schedule().
     `run(side, spec, requests)` returns the run's level metrics and its "tokens" (per request);
     `before()` is called before each run (a quiet-machine wait, the load) and its dict kept in the
-    row. One row per run, without the tokens; "identical" counts the requests whose output the
-    two sides of one spec setting agree on."""
+    row; a run may also return "request_counts", (drafted, accepted) per request. One row per run,
+    without the tokens; "identical" counts the requests whose output the two sides of one spec
+    setting agree on, drafted_identical / accepted_identical sum the counts over those requests."""
     from specnative.serving import arrivals
     from specnative.serving.runner import trace_sha256
 
     rows = []
     for index, (rate, seed, trace) in enumerate(traces):
-        tokens, mine = {}, []
+        tokens, counts, mine = {}, {}, []
         for position, (side, spec) in enumerate(schedule(index)):
             state = before()
             started = time.time()
             result = dict(run(side, spec == "on", trace))
             tokens[(side, spec)] = result.pop("tokens")
+            counts[(side, spec)] = result.pop("request_counts", None)
             row = {"side": side, "spec_decode": spec, "request_rate": rate, "seed": seed, "trace_index": index,
                    "position": position, "trace_sha256": trace_sha256(trace), "n_requests": len(trace),
                    "started": started, **state, **result}
@@ -72,7 +76,12 @@ def measure(traces: list, run: Callable[[str, bool, list], dict], before: Callab
                                                                 if spec == "on" else ""))
         for row in mine:
             spec = row["spec_decode"]
-            row["identical"] = identical(tokens[(OURS, spec)], tokens[(SERVER, spec)])
+            same = same_requests(tokens[(OURS, spec)], tokens[(SERVER, spec)])
+            row["identical"] = len(same)
+            mine_counts = counts[(row["side"], spec)]
+            if mine_counts is not None:  # drafted and accepted over the requests both sides generated alike
+                row["drafted_identical"] = sum(mine_counts[i][0] for i in same)
+                row["accepted_identical"] = sum(mine_counts[i][1] for i in same)
         rows += mine
     return rows
 
@@ -97,7 +106,9 @@ def ours_runner(engine, cfg) -> Callable[[bool, list], dict]:
                 "idle_ms": r.idle_ms, "mean_occupancy": r.mean_occupancy, "decoding_ms": decoding,
                 "prefill_ms": r.times["prefill_target"] + r.times["prefill_draft"],
                 **{f"{name}_ms": r.times[name] for name in ("draft", "verify", "resample", "decode")},
-                **r.engine_own, "kv_cells_left": r.kv_cells_left, "tokens": [list(map(int, t)) for t in r.tokens]}
+                **r.engine_own, "kv_cells_left": r.kv_cells_left, "tokens": [list(map(int, t)) for t in r.tokens],
+                "request_counts": [(int(rec["counts"]["drafted"]), int(rec["counts"]["accepted"]))
+                                   for rec in r.records]}
     return run
 
 
@@ -125,7 +136,8 @@ def server_runner(servers: dict, slo: dict) -> Callable[[bool, list], dict]:
                 "server_tpot_mean_ms": sum(own) / len(own) if own else math.nan,
                 "prefill_tokens": delta.get("prompt_tokens_total", math.nan),
                 "ms_per_iteration": level["duration_s"] * 1000.0 / iterations if iterations else math.nan,
-                "tokens": [r["tokens"] for r in records]}
+                "tokens": [r["tokens"] for r in records],
+                "request_counts": [(r["counts"]["drafted"], r["counts"]["accepted"]) for r in records]}
     return run
 
 

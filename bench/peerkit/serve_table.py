@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     peer.add_argument("--max-busy", type=float, default=None,
                       help="CPU cores other processes may keep busy before a run, else wait (default: what leaves "
                            "our threads their cores, at least 0.25)")
+    peer.add_argument("--report-only", type=Path, default=None, metavar="DIR",
+                      help="write DIR/parity.md again from its runs.csv and provenance.json (after a change to the "
+                           "tables), measuring nothing")
     peer.add_argument("--max-wait", type=float, default=120,
                       help="seconds to wait for a quiet machine before each run (then it measures anyway: the "
                            "pairing is what protects the ratios)")
@@ -313,6 +316,7 @@ def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
     logs = {spec: WORK / "server-logs" / f"parity-{out.name}-{'on' if spec else 'off'}.log" for spec in (False, True)}
     contexts = {("on" if spec else "off"): probe_settings(cmds[spec], logs[spec].with_suffix(".settings.log"), a)
                 for spec in (False, True)}
+    rev, date = git_rev(), time.strftime("%Y-%m-%d %H:%M")  # the source the engine was loaded from
     with engine_for(cfg, replays) as engine, \
             LlamaServer(cmds[False], logs[False], a.start_timeout, a.request_timeout) as off, \
             LlamaServer(cmds[True], logs[True], a.start_timeout, a.request_timeout) as on:
@@ -322,7 +326,7 @@ def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:
         serve_parity.warm_up(run, replays[0][2], cfg.max_concurrency)
         load_start = os.getloadavg()
         rows = serve_parity.measure(replays, run, before)
-        return {"rows": rows, "ours_context": engine.context_info(), "quiet": quiet.describe(),
+        return {"rows": rows, "ours_context": engine.context_info(), "quiet": quiet.describe(), "specnative_git": rev, "date": date,
                 "server_context": contexts,
                 "server_cmds": {("on" if spec else "off"): show_cmd(s.cmd) for spec, s in ((False, off), (True, on))},
                 "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
@@ -345,6 +349,11 @@ def settings_md(got: dict) -> str:
     return "\n".join(lines)
 
 
+def home(text: str) -> str:
+    """A command as its reader would type it: the home folder as ~ (the model cache lives there)."""
+    return text.replace(str(Path.home()) + os.sep, "~" + os.sep)
+
+
 def render(cfg, replays: list, got: dict, frame: pd.DataFrame, build: dict, argv: list) -> str:
     from specnative.serving import arrivals
     ratios = serve_paired.ratio_table(frame)
@@ -356,8 +365,8 @@ def render(cfg, replays: list, got: dict, frame: pd.DataFrame, build: dict, argv
     (l1, l5, l15), (e1, e5, e15) = got["loadavg_start"], got["loadavg_end"]
     busy = pd.to_numeric(frame["busy_cores"], errors="coerce")
     n_requests = len(replays[0][2])
-    host = (f"Self-measured on CPU {cpu_model()} ({os.cpu_count()} cores), specnative {git_rev()}, "
-            f"{time.strftime('%Y-%m-%d %H:%M')}; load average {l1:.2f} {l5:.2f} {l15:.2f} at the start, "
+    host = (f"Self-measured on CPU {cpu_model()} ({os.cpu_count()} cores), specnative {got['specnative_git']}, "
+            f"{got['date']}; load average {l1:.2f} {l5:.2f} {l15:.2f} at the start, "
             f"{e1:.2f} {e5:.2f} {e15:.2f} at the end; cores busy elsewhere before a run: median {busy.median():.2f}, "
             f"max {busy.max():.2f} ({got['quiet']}).")
     design = (f"Traces: {', '.join(f'{n} at {arrivals.rate_label(r)} req/s' for r, n in per_rate.items())}, "
@@ -389,11 +398,36 @@ def render(cfg, replays: list, got: dict, frame: pd.DataFrame, build: dict, argv
         serve_paired.benefit_md(serve_paired.benefit_table(frame)),
         "## Where the time goes (means over the traces)", where, serve_paired.diagnostics_md(frame),
         "## Batch settings on both sides (as llama.cpp set them up)", settings_md(got),
-        "## Commands", "```\n" + PROG + " " + " ".join(shlex.quote(x) for x in argv) + "\n```",
-        "llama-server, spec off: `" + got["server_cmds"]["off"] + "`",
-        "llama-server, spec on: `" + got["server_cmds"]["on"] + "`",
+        "## Commands", "```\n" + home(PROG + " " + " ".join(shlex.quote(x) for x in argv)) + "\n```",
+        "llama-server, spec off: `" + home(got["server_cmds"]["off"]) + "`",
+        "llama-server, spec on: `" + home(got["server_cmds"]["on"]) + "`",
         *build_lines(build)]
     return "\n\n".join(parts) + "\n"
+
+
+def report_again(out: Path) -> Path:
+    """out/parity.md from out/runs.csv and out/provenance.json, as main() wrote it after measuring."""
+    try:
+        prov = json.loads((out / "provenance.json").read_text())
+        frame = pd.read_csv(out / "runs.csv")
+    except (OSError, ValueError) as error:
+        raise SystemExit(f"error: {out} holds no comparison to report ({error})") from None
+    if "server_cmds" not in prov or "serve" not in prov:
+        raise SystemExit(f"error: {out}/provenance.json is not a serving comparison's")
+    serve = prov["serve"]
+    models = {m["role"]: Path(m["path"]) for m in prov["models"]}
+    cfg = SimpleNamespace(target=models["target"], draft=models.get("draft"), drafter=serve["drafter"],
+                          drafter_options=serve.get("drafter_options") or {}, k=serve["k"],
+                          max_concurrency=serve["max_concurrency"], threads=prov["n_threads"])
+    traces = frame.drop_duplicates("trace_index").sort_values("trace_index")
+    replays = [(r.request_rate, r.seed, [None] * int(r.n_requests)) for r in traces.itertuples()]
+    got = {key: prov.get(key) for key in ("ours_context", "server_context", "server_cmds", "loadavg_start",
+                                          "loadavg_end", "specnative_git")}
+    got["quiet"] = prov.get("quiet", "the quiet-machine record is not kept in this folder")
+    got["date"] = prov.get("date", "?")[:16].replace("T", " ")
+    argv = shlex.split(prov["command"])[len(shlex.split(PROG)):]
+    (out / "parity.md").write_text(render(cfg, replays, got, frame, prov.get("peer_build", {}), argv))
+    return out / "parity.md"
 
 
 def main(argv=None) -> int:
@@ -405,6 +439,11 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = build_parser()
     args = p.parse_args(argv)
+    if args.report_only is not None:
+        if extra := given_flags(p, args, {"report_only"}):
+            raise SystemExit(f"error: --report-only measures nothing; {', '.join(extra)} would not apply")
+        print(report_again(args.report_only))
+        return 0
     if args.resume or args.no_report:
         raise SystemExit("error: --resume and --no-report belong to `specnative serve`; the comparison always "
                          "measures anew and writes its table")
@@ -432,11 +471,12 @@ def main(argv=None) -> int:
     frame.to_csv(out / "runs.csv", index=False)
     write_json(out / "provenance.json", {
         **environment(), "date": started, "finished": now_iso(), "command": f"{PROG} {shlex.join(argv)}",
-        "specnative_git": git_rev(), "serve": serve_record(cfg, replays), "n_threads": cfg.threads,
+        "specnative_git": got["specnative_git"], "serve": serve_record(cfg, replays), "n_threads": cfg.threads,
         "models": [{"role": role, "path": str(path), "name": path.name}
                    for role, path in (("target", cfg.target), ("draft", cfg.draft)) if path is not None],
         "ours_context": got["ours_context"], "server_context": got["server_context"],
         "server_cmds": got["server_cmds"], "loadavg_start": got["loadavg_start"], "loadavg_end": got["loadavg_end"],
+        "quiet": got["quiet"],
         "peer_build": {k: v for k, v in build.items() if k != "notes"}})
     text = render(cfg, replays, got, frame, build, argv)
     (out / "parity.md").write_text(text)
