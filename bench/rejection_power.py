@@ -161,9 +161,9 @@ def fault_rows(engine, prompts, temp: float, args, sizes: list, rng) -> list[str
 def null_rows(engine, prompts, temp: float, args, sizes: list) -> list[str]:
     """The correct engine's false alarms over disjoint tests of its own pool of --null-pool positions."""
     runs, _, _ = pooled_runs(engine, prompts, "none", temp, args.null_pool, args)
-    lines = [f"Correct engine, T {temp:g}: {args.null_pool} positions cut into disjoint tests. Share of tests "
-             f"whose combined p-value is below 0.1 / 0.01 / {lossless.DIST_ALPHA:g} (a valid test: at most about "
-             f"that share), and the share of each statistic's own p below 0.01:", "",
+    lines = [(f"Correct engine, T {temp:g}: {args.null_pool} positions cut into disjoint tests. Share of tests "
+              f"whose combined p-value is below 0.1 / 0.01 / {lossless.DIST_ALPHA:g} (a valid test: at most about "
+              f"that share), and the share of each statistic's own p below 0.01:"), "",
              "| n | tests | p < 0.1 | p < 0.01 | fail (p < alpha) | own p < 0.01, per statistic |",
              "|---|---|---|---|---|---|"]
     for n in sizes:
@@ -213,23 +213,24 @@ def main(argv=None) -> int:
     env = environment()
     command = " ".join(sys.argv[1:] if argv is None else argv)
     load = os.getloadavg()
+    stress = (f"every other run drafts at {distribution.STRESS_DRAFT_FACTOR:g} x T (as the sweep)" if args.stress
+              else "every run at the draft temperature T (no stress runs)")
     lines = [f"# Power of the rejection rule's distributional verdict ({time.strftime('%Y-%m-%d')})", "",
              f"Command: `python bench/rejection_power.py {command}`  ",
              f"Commit: {env['specnative_commit']} (llama.cpp {env['llama_cpp_commit']})  ",
-             f"Host: {env['cpu_model']}, {env['cpu_count']} cores, load average {load[0]:.1f} at the start; "
-             f"{args.threads} thread(s)  ",
+             (f"Host: {env['cpu_model']}, {env['cpu_count']} cores, load average {load[0]:.1f} at the start; "
+              f"{args.threads} thread(s)  "),
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
-             f"k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); "
-             f"{'every other run drafts at ' + str(distribution.STRESS_DRAFT_FACTOR) + ' x T (as the sweep)' if args.stress else 'every run at the draft temperature T (no stress runs)'}; "
-             f"false-alarm rate per test {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
-             f"pool of {args.pool} positions.", "",
-             f"Cells: share of subsets whose verdict is fail with every statistic (**bold**: >= 95 %), and in "
-             f"brackets with the emitted tokens' PIT alone (the test before decisions were recorded). "
-             f"'{DEFAULT_SIZE}-position blocks': the combined p-value of each disjoint block of the pool (tokens "
-             f"alone in brackets); fail below {lossless.DIST_ALPHA:g}. 'decided by': the statistics whose p-value "
-             f"decided the failing subsets, most often first. 'runs changed': share of the pooled runs whose tokens "
-             f"differ from the correct engine's at the same seed (the keyed RNG makes them equal where the fault "
-             f"changed no decision).", ""]
+             (f"k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); {stress}; "
+              f"false-alarm rate per test {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
+              f"pool of {args.pool} positions."), "",
+             (f"Cells: share of subsets whose verdict is fail with every statistic (**bold**: >= 95 %), and in "
+              f"brackets with the emitted tokens' PIT alone (the test before decisions were recorded). "
+              f"'{DEFAULT_SIZE}-position blocks': the combined p-value of each disjoint block of the pool (tokens "
+              f"alone in brackets); fail below {lossless.DIST_ALPHA:g}. 'decided by': the statistics whose p-value "
+              f"decided the failing subsets, most often first. 'runs changed': share of the pooled runs whose tokens "
+              f"differ from the correct engine's at the same seed (the keyed RNG makes them equal where the fault "
+              f"changed no decision)."), ""]
     rng = np.random.default_rng(1)
     for label, (target, draft) in chosen.items():
         if args.pairs and args.pairs not in label:
