@@ -6,6 +6,7 @@ sweep compares the EAGLE-3 head, llama.cpp's n-gram drafters and the baseline.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 import zipfile
@@ -21,6 +22,9 @@ FILE_BYTES = 98_362_432
 # The head: what `specnative models train-drafter` makes for this target in its default budget.
 HEAD_NAME = "SmolLM2-135M-Instruct.Q4_1-eagle3.gguf"
 HEAD_BUDGET_MINUTES = 30.0
+# The recipe of bench/results/eagle3-smollm2/: chat, code and the built-in suite as training prompts
+# (MT-Bench stays unseen, for measuring), every core of the machine.
+HEAD_DATA = "sharegpt,humaneval,builtin"
 DEFAULTS = {"n_predict": 64, "ctx_lens": [0, 2048], "concurrencies": [1, 4, 8],
             "drafters": ["eagle3", "ngram-simple", "ngram-mod"]}
 
@@ -63,7 +67,8 @@ def head_file(target: Path, train=None) -> Path:
           f"2 CPU cores; cached at {path})", file=sys.stderr)
     started = time.monotonic()
     tmp = path.with_name(f".{path.name}.training")
-    code = train(["--target", str(target), "-o", str(tmp), "--budget-minutes", str(HEAD_BUDGET_MINUTES)])
+    code = train(["--target", str(target), "-o", str(tmp), "--budget-minutes", str(HEAD_BUDGET_MINUTES),
+                  "--data", HEAD_DATA, "-t", str(os.cpu_count() or 1)])
     if code != 0 or not tmp.is_file():
         raise FetchError("training the EAGLE-3 head failed (above); give one with --drafter-file eagle3=GGUF")
     tmp.replace(path)
