@@ -59,3 +59,35 @@ def test_a_failed_training_leaves_no_head(tmp_path):
 def test_the_preset_has_no_draft_model():
     with pytest.raises(SystemExit, match="the smollm2 preset has no draft model"):
         main(["--preset", "smollm2", "--drafter", "model,eagle3"])
+
+
+def preset_with_head(monkeypatch, tmp_path, head_kind: str):
+    """The smollm2 preset's wiring on tiny files: its target a tiny llama, its head a tiny drafter file."""
+    from specnative.models.presets import Preset
+    from specnative.models.tiny_drafters import drafter_pair
+    from specnative.sweep import options
+
+    target, head = drafter_pair(tmp_path, head_kind)
+    monkeypatch.setattr(options, "load_preset", lambda name: Preset(name="smollm2", targets=[target], draft=None,
+                                                                    defaults=smollm2.DEFAULTS))
+    monkeypatch.setattr(options.smollm2, "head_file", lambda path: head)
+    return head
+
+
+def config_of(argv):
+    from specnative.sweep.cli import build_parser
+    from specnative.sweep.options import config_from_args
+    return config_from_args(build_parser().parse_args(argv), argv)
+
+
+def test_the_preset_runs_eagle3_on_its_own_head_without_a_drafter_file(monkeypatch, tmp_path):
+    head = preset_with_head(monkeypatch, tmp_path, "eagle3")
+    cfg = config_of(["--preset", "smollm2", "--drafter", "eagle3,ngram-simple", "-o", str(tmp_path / "run")])
+    assert cfg.drafter_files == {"eagle3": head} and cfg.draft is None
+
+
+def test_a_preset_head_of_another_kind_is_refused_before_anything_runs(monkeypatch, tmp_path):
+    preset_with_head(monkeypatch, tmp_path, "dspark")
+    with pytest.raises(SystemExit, match="--preset smollm2: --drafter eagle3: .* is a DSpark drafter file"):
+        config_of(["--preset", "smollm2", "--drafter", "eagle3", "-o", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()

@@ -347,7 +347,10 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
             errors.append(f"--drafter {drafter}: {error}")
     if problem := drafter_options_problem(args.drafter, drafter_options):
         errors.append(problem)
-    errors += hidden_drafters.pair_problems(args.drafter, args.target or [], args.draft, drafter_files)
+    # the smollm2 preset brings its own EAGLE-3 head (trained on first use): checked once it is known
+    preset_head = preset_name == "smollm2" and "eagle3" in args.drafter and "eagle3" not in drafter_files
+    errors += hidden_drafters.pair_problems([d for d in args.drafter if not (preset_head and d == "eagle3")],
+                                            args.target or [], args.draft, drafter_files)
     for p_min in args.draft_p_min:
         try:
             check_draft_p_min(p_min)
@@ -364,11 +367,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         preset = load_preset(preset_name) if preset_name else None
     except FetchError as error:
         raise SystemExit(f"error: --preset {preset_name}: {error}") from None
-    if preset is not None and preset.name == "smollm2" and "eagle3" in args.drafter and "eagle3" not in drafter_files:
+    if preset is not None and preset_head:
         try:  # the head trained for this target (once, on first use)
             drafter_files["eagle3"] = smollm2.head_file(preset.targets[0])
         except FetchError as error:
             raise SystemExit(f"error: --preset smollm2: {error}") from None
+        if problems := hidden_drafters.pair_problems(["eagle3"], preset.targets, None, drafter_files):
+            raise SystemExit("error: --preset smollm2: " + "\n       ".join(problems))
     rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
     targets = [Path(t) for t in (preset.targets if preset else args.target)]
     n_predict = args.n_predict or preset_defaults.get("n_predict", 64)
