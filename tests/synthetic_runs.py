@@ -35,11 +35,13 @@ def _noisy(rng: random.Random, value: float, noise: float, n: int) -> list[float
     return [value * math.exp(rng.gauss(0.0, noise)) for _ in range(n)]
 
 
-def regime_rows(run_id: str, ctx: int, conc: int, rng: random.Random, *, slower: float = 1.0, repeats: int = 5,
+def regime_rows(run_id: str, ctx: int, conc: int, rng: random.Random, *, slower: float = 1.0, decoding: float = 1.0,
+                repeats: int = 5,
                 noise: float = 0.01, verdict: str = "exact", target: str = TARGET, draft: str = DRAFT,
                 quant: int = 4, n_threads: int = 2, k: int = 4) -> list[dict]:
-    """The off row and the on row of one regime; `slower` scales spec-on tokens/s (0.8: 20 % slower)."""
-    base_tps, speedup = 400.0 / conc / (1 + ctx / 8192), 1.6 / (1 + conc / 8)
+    """The off row and the on row of one regime; `slower` scales spec-on tokens/s (0.8: 20 % slower),
+    `decoding` both sides' (a slower machine or build: the speedup stays)."""
+    base_tps, speedup = decoding * 400.0 / conc / (1 + ctx / 8192), 1.6 / (1 + conc / 8)
     off = _noisy(rng, base_tps, noise, repeats)
     on = [t * speedup * slower * math.exp(rng.gauss(0.0, noise)) for t in off]
     off_iv, on_iv, ratio_iv = geometric_interval(off), geometric_interval(on), speedup_interval(on, off)

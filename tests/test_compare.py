@@ -99,6 +99,19 @@ def test_a_planted_slowdown_is_a_regression_there_and_nowhere_else(tmp_path, wit
     assert cli.main(["compare", str(a), str(b)]) == 0  # no gate asked for
 
 
+def test_a_slower_machine_is_a_slowdown_in_spec_off_tokens_not_a_speedup_regression(tmp_path, capsys):
+    a, b = runs(tmp_path, {SLOW: {"decoding": 0.7}})
+    comparison = compared(a, b, 0.10)
+    assert set(statuses(comparison).values()) == {NO_CHANGE}  # speculation pays as much as before
+    assert [c.a.label for c in comparison.slowdowns(0.10)] == [c.a.label for c in comparison.cells
+                                                               if "ctx0|c4" in c.a.label]
+    assert cli.main(["compare", str(a), str(b), "--fail-on-regression", "10"]) == 0
+    assert cli.main(["compare", str(a), str(b), "--fail-on-slowdown", "10"]) == 1
+    assert "spec-off tokens/s decided slower by more than 10 % in 1 regime(s)" in capsys.readouterr().err
+    a2, b2 = runs(tmp_path / "same")
+    assert cli.main(["compare", str(a2), str(b2), "--fail-on-slowdown", "10"]) == 0
+
+
 def test_a_verdict_that_became_fail_is_the_first_and_loudest_line(tmp_path, capsys):
     a, b = runs(tmp_path, {(8192, 8): {"verdict": "fail"}})
     assert cli.main(["compare", str(a), str(b), "--fail-on-regression", "10"]) == 1

@@ -182,6 +182,12 @@ class Comparison:
     def regressions(self) -> list:
         return [c for c in self.cells if c.status == REGRESSION]
 
+    def slowdowns(self, threshold: float) -> list:
+        """Regimes whose spec-off tokens/s B/A is a decided regression at `threshold`. Unlike the
+        speedup (paired within each run), this ratio also carries whatever the host did between
+        the two runs."""
+        return [c for c in self.cells if classify(c.tps_off_ratio, threshold) == REGRESSION]
+
     @property
     def gate_failed(self) -> bool:
         """What --fail-on-regression exits non-zero on: a decided regression or a new lossless fail."""

@@ -50,6 +50,10 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on-regression", type=_percent, metavar="PCT",
                         help="exit 1 on a decided regression of more than PCT %% (the classification's threshold, "
                              f"default {DEFAULT_THRESHOLD * 100:g}) or on a lossless verdict that became fail")
+    parser.add_argument("--fail-on-slowdown", type=_percent, metavar="PCT",
+                        help="exit 1 where spec-off tokens/s fell by more than PCT %% (decided like a regression): "
+                             "decoding itself got slower. Between runs made at different times this ratio carries "
+                             "the host's drift too; the speedup does not")
 
 
 def resolve_run(spec: str, db: Path) -> tuple[run_folder.RunRecord, str]:
@@ -118,13 +122,18 @@ def run_compare(args) -> int:
     except OSError as error:  # the figure's file
         raise SystemExit(f"error: --plot {args.plot}: cannot write it ({error.strerror})") from None
     sys.stdout.write(text)
+    failed = 0
     if args.fail_on_regression is not None and comparison.gate_failed:
         print(f"compare: {len(comparison.regressions)} decided regression(s) beyond "
               f"{args.fail_on_regression * 100:g} %, "
               f"{len(comparison.became_fail) + len(comparison.new_fails)} lossless verdict(s) became fail",
               file=sys.stderr)
-        return 1
-    return 0
+        failed = 1
+    if args.fail_on_slowdown is not None and (slow := comparison.slowdowns(args.fail_on_slowdown)):
+        print(f"compare: spec-off tokens/s decided slower by more than {args.fail_on_slowdown * 100:g} % in "
+              f"{len(slow)} regime(s): {', '.join(c.a.label for c in slow)}", file=sys.stderr)
+        failed = 1
+    return failed
 
 
 

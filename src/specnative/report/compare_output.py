@@ -41,8 +41,11 @@ def rule_text(threshold: float) -> str:
 
 def _summary(c: Comparison) -> str:
     counts = [f"{c.count(s)} {s}" for s in (REGRESSION, IMPROVEMENT, NO_CHANGE, UNDECIDED)]
+    slower = sum(r.tps_off_status == REGRESSION for r in c.cells)
+    faster = sum(r.tps_off_status == IMPROVEMENT for r in c.cells)
     return (f"{len(c.cells)} regime(s) in both runs: " + ", ".join(counts) +
-            f"; {len(c.only_a)} only in A, {len(c.only_b)} only in B.")
+            f"; {len(c.only_a)} only in A, {len(c.only_b)} only in B. Spec-off tokens/s decided slower in "
+            f"{slower}, faster in {faster} (--fail-on-slowdown gates on it).")
 
 
 def to_markdown(c: Comparison) -> str:
