@@ -109,8 +109,16 @@ def test_replay_of_an_ngram_run_starts_the_server_with_its_type_and_options_and_
     older = {key: value for key, value in serve.items() if key != "drafter_options"}
     with pytest.raises(SystemExit, match="drafter_options"):
         serve_table.replay_cmd(tools, {"target": "t.gguf"}, older, True, 1024, a)
-    with pytest.raises(SystemExit, match="eagle3"):
-        serve_table.replay_cmd(tools, {"target": "t.gguf"}, {**serve, "drafter": "eagle3"}, True, 1024, a)
+    with pytest.raises(SystemExit, match="draft-lookup"):
+        serve_table.replay_cmd(tools, {"target": "t.gguf"}, {**serve, "drafter": "draft-lookup"}, True, 1024, a)
+    # a hidden-state drafter: its file as -md under llama.cpp's own spec type; mtp reads the target's own head
+    eagle3 = serve_table.replay_cmd(tools, {"target": "t.gguf", "draft": "head.gguf"},
+                                    {"drafter": "eagle3", "k": 3, "max_concurrency": 2}, True, 512, a)
+    assert _flag(eagle3, "-md") == "head.gguf" and _flag(eagle3, "--spec-type") == "draft-eagle3"
+    assert _flag(eagle3, "--spec-draft-n-max") == "3" and _flag(eagle3, "--spec-draft-p-min") == "0"
+    mtp = serve_table.replay_cmd(tools, {"target": "t.gguf", "draft": None},
+                                 {"drafter": "mtp", "k": 3, "max_concurrency": 2}, True, 512, a)
+    assert "-md" not in mtp and _flag(mtp, "--spec-type") == "draft-mtp"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,8 +275,11 @@ def test_comparable_refuses_what_llama_server_cannot_run_alike_and_drops_an_ngra
     with pytest.raises(SystemExit, match="greedy"):
         serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[1.0], temperature=0.7,
                                            drafter="ngram-simple"))
-    with pytest.raises(SystemExit, match="eagle3"):
+    with pytest.raises(SystemExit, match="the eagle3 comparison needs its drafter file"):
         serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[1.0], drafter="eagle3"))
+    head = serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=tmp_path / "h.gguf", rates=[1.0],
+                                              drafter="eagle3"))
+    assert head.draft == tmp_path / "h.gguf"  # the engine loads the head, as the server does
     with pytest.raises(SystemExit, match="-md"):
         serve_table.comparable(ServeConfig(target=tmp_path / "t.gguf", draft=None, rates=[1.0]))
 

@@ -19,6 +19,7 @@ and as theirs stops only once past -n, ours then generates as many tokens as it 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import tempfile
@@ -101,6 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--build", type=Path, default=BUILD, help="llama.cpp build dir with llama-speculative-simple")
     ap.add_argument("--server", action="store_true", help="also llama-server with the same --spec-type")
+    ap.add_argument("--prompt", action="append", help=f"a prompt (repeatable; default {PROMPT!r})")
     ap.add_argument("--out", type=Path, default=RESULTS / "hidden-state-drafters" / "peer.json")
     a = ap.parse_args(argv)
     unknown = [d for d in a.drafter.split(",") if d not in FILE_KIND]
@@ -112,26 +114,28 @@ def main(argv=None) -> int:
                          f"python bench/peers.py, which builds them into bench/scratch/llama-build) or pass --build")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for drafter, acceptance, target, draft in pairs(a, Path(tmp)):
-            log(f"{drafter} {acceptance}")
-            first = ours(target, draft, drafter, PROMPT, 1, a.k, a.threads)  # the first token only
+        for (drafter, acceptance, target, draft), prompt in itertools.product(list(pairs(a, Path(tmp))),
+                                                                              a.prompt or [PROMPT]):
+            log(f"{drafter} {acceptance} {prompt[:40]!r}")
+            first = ours(target, draft, drafter, prompt, 1, a.k, a.threads)  # the first token only
             their_prompt, their_tokens = first["their_prompt"], first["their_tokens"]
             if their_prompt is None:
-                log(f"  our first token does not re-tokenize after {PROMPT!r}; theirs starts one round earlier")
-            t = theirs(tool, target, draft, drafter, their_prompt or PROMPT, a.n - 1 if their_prompt else a.n,
+                log(f"  our first token does not re-tokenize after {prompt!r}; theirs starts one round earlier")
+            t = theirs(tool, target, draft, drafter, their_prompt or prompt, a.n - 1 if their_prompt else a.n,
                        a.k, a.threads)
             # theirs may emit past -n (it stops once over it): ours generates as many tokens, so that
             # both end on the same round
-            o = ours(target, draft, drafter, PROMPT, t["tokens"] + (1 if their_prompt else 0), a.k, a.threads)
+            o = ours(target, draft, drafter, prompt, t["tokens"] + (1 if their_prompt else 0), a.k, a.threads)
             o.pop("their_prompt"), o.pop("their_tokens")
-            row = {"drafter": drafter, "acceptance": acceptance, "file_kind": o.pop("file_kind"), "ours": o,
+            row = {"drafter": drafter, "acceptance": acceptance, "prompt": prompt, "file_kind": o.pop("file_kind"),
+                   "ours": o,
                    "theirs": {key: v for key, v in t.items()},
                    "alpha_points": 100 * (o["alpha"] - t["alpha"]),
                    "text_agrees": o["text"].strip() == t["text"].strip()[: len(o["text"].strip())]}
             if a.server:
                 srv = server_side(a.build, target, draft, drafter, their_tokens, a.n - 1, a.k, a.threads, Path(tmp))
                 # ours again, as many tokens as the server generated (it stops at n_predict exactly)
-                o2 = ours(target, draft, drafter, PROMPT, srv["tokens"] + 1, a.k, a.threads)
+                o2 = ours(target, draft, drafter, prompt, srv["tokens"] + 1, a.k, a.threads)
                 o2.pop("their_prompt"), o2.pop("their_tokens"), o2.pop("file_kind")
                 row["server"], row["ours_at_server_length"] = srv, o2
                 row["server_alpha_points"] = 100 * (o2["alpha"] - srv["alpha"])
@@ -146,7 +150,7 @@ def main(argv=None) -> int:
                      f"{row['server_text_agrees']}" if a.server else ""))
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"command": " ".join(["python bench/peerkit/hidden_peer.py"] + (argv or sys.argv[1:])),
-                                 "k": a.k, "n": a.n, "prompt": PROMPT, "rows": rows}, indent=1))
+                                 "k": a.k, "n": a.n, "prompts": a.prompt or [PROMPT], "rows": rows}, indent=1))
     return 0
 
 

@@ -179,15 +179,17 @@ def comparable(cfg):
     if cfg.temperature != 0:
         raise SystemExit("error: the comparison runs greedy (--temp 0): llama-server samples with its own RNG, so "
                          "sampled outputs and α would differ by chance alone")
-    if cfg.drafter != "model" and not cfg.drafter.startswith("ngram-"):
-        raise SystemExit(f"error: llama-server is compared with the draft model and the n-gram drafters, "
-                         f"not {cfg.drafter}")
+    if cfg.drafter != "model" and not cfg.drafter.startswith("ngram-") and cfg.drafter not in HIDDEN:
+        raise SystemExit(f"error: llama-server is compared with the draft model, the n-gram drafters and "
+                         f"{', '.join(HIDDEN)}, not {cfg.drafter}")
     if cfg.drafter == "model" and cfg.draft is None:
         raise SystemExit("error: the draft model's comparison needs -md/--draft (or an n-gram --drafter)")
+    if cfg.drafter in HIDDEN and cfg.drafter != "mtp" and cfg.draft is None:
+        raise SystemExit(f"error: the {cfg.drafter} comparison needs its drafter file as -md/--draft")
     if cfg.placement:
         raise SystemExit(f"error: placement flags ({', '.join(cfg.placement)}) are not passed to llama-server; "
                          f"compare with the defaults")
-    return dataclasses.replace(cfg, draft=cfg.draft if cfg.drafter == "model" else None)
+    return dataclasses.replace(cfg, draft=cfg.draft if cfg.drafter == "model" or cfg.drafter in HIDDEN else None)
 
 
 def server_record(cfg) -> dict:
@@ -195,6 +197,9 @@ def server_record(cfg) -> dict:
     return {"drafter": cfg.drafter, "k": cfg.k, "max_concurrency": cfg.max_concurrency,
             "drafter_options": dict(cfg.drafter_options)}
 
+
+# llama.cpp's hidden-state drafters, served by llama-server with --spec-type draft-<name>
+HIDDEN = ("dflash", "dspark", "eagle3", "mtp")
 
 _LLAMA_CONTEXT = re.compile(r"llama_context:\s+(n_seq_max|n_ctx|n_batch|n_ubatch|flash_attn|kv_unified)\s+=\s+(\S+)")
 _THREADS = re.compile(r"system_info: n_threads = (\d+) \(n_threads_batch = (\d+)\)")
@@ -277,9 +282,14 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
     if not spec or drafter == "model":
         return server_cmd(tools, models["target"], models["draft"] if spec else None, k, n_par, n_ctx, a,
                           swa_full=True)
+    if drafter in HIDDEN:  # llama.cpp's own hidden-state drafter, reading the target's features
+        cmd = server_cmd(tools, models["target"], None, k, n_par, n_ctx, a, swa_full=True)
+        cmd += ([] if drafter == "mtp" else ["-md", str(models["draft"])])
+        return cmd + ["--spec-type", f"draft-{drafter}", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+                      "--spec-draft-p-min", "0"]
     if not drafter.startswith("ngram-"):
-        raise SystemExit(f"error: llama-server is compared with the draft model and the n-gram drafters, "
-                         f"not {drafter}")
+        raise SystemExit(f"error: llama-server is compared with the draft model, the n-gram drafters and "
+                         f"{', '.join(HIDDEN)}, not {drafter}")
     if "drafter_options" not in serve:  # its options are unknown: llama.cpp's defaults might not be what ran
         raise SystemExit("error: provenance.json records no drafter_options (a serve run of an older specnative); "
                          "run it again to replay its n-gram drafter")
