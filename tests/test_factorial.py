@@ -111,3 +111,12 @@ def test_one_bit_width_has_no_two_by_two():
     tidy_rows, tables, models = factorial.analyse(traces({(8, 1): 1.5, (8, 8): 0.8}))
     assert tables == []
     assert "One bit width only" in levers.section_md(tables, models, tidy_rows)
+
+
+def test_terms_no_measured_cell_supports_are_left_out_not_reported_as_decided():
+    # an interrupted grid: concurrency 8 measured at 4 bits only, so quant_bits=8 x concurrency=8 has no cell
+    frame = traces({(4, 1): 1.0, (8, 1): 2.0, (4, 8): 0.8})
+    model = factorial.loglinear(tidy.tidy_frame(frame), "tps")
+    assert not model["term"].str.contains("concurrency=8 x quant_bits=8|quant_bits=8 x concurrency=8").any()
+    assert not ((model["low"] == model["high"]) & model["decided"]).any()  # no zero-width "decided" term
+    assert interaction(model, "quant_bits=8", "spec_method=model k=4")["decided"]  # what was measured still is

@@ -126,7 +126,8 @@ def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None
     term: the multiplicative effect exp(coef) with its 95 % interval and p-value. Factors are
     categorical with a reference level (reference_level). `factors`: which columns (default the
     closed loop's, spec_method carrying speculation); those that do not vary are left out."""
-    import statsmodels.formula.api as smf  # a dependency; imported here: it is slow to import
+    import statsmodels.api as sm  # a dependency; imported here: it is slow to import
+    import statsmodels.formula.api as smf
 
     data = tidy[(tidy["verdict"] != "fail") & (tidy[metric] > 0)].copy()
     if factors is None:
@@ -139,21 +140,37 @@ def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None
     for f in factors:
         data[f] = data[f].astype(str)
     formula = "y ~ (" + " + ".join(categorical(f, data) for f in factors) + ")" + ("**2" if len(factors) > 1 else "")
+    model = smf.ols(formula, data=data)
+    names, exog = supported_columns(model.exog_names, model.exog)
     with warnings.catch_warnings():  # a saturated model (no residual) is refused just below, not warned of
         warnings.simplefilter("ignore", RuntimeWarning)
-        fit = smf.ols(formula, data=data).fit()
+        fit = sm.OLS(model.endog, exog).fit()
     if fit.df_resid <= 0:  # as many terms as repeats: no spread left to give any interval
         return pd.DataFrame(columns=["term", "effect", "low", "high", "p_value", "decided", "interaction"])
     intervals = fit.conf_int(alpha=1 - LEVEL)
     rows = []
-    for term in fit.params.index:
-        if term == "Intercept" or not math.isfinite(fit.bse[term]):
+    for i, term in enumerate(names):
+        if term == "Intercept" or not math.isfinite(fit.bse[i]):
             continue
-        low, high = math.exp(intervals.loc[term, 0]), math.exp(intervals.loc[term, 1])
-        rows.append({"term": readable_term(term), "effect": math.exp(fit.params[term]), "low": low, "high": high,
-                     "p_value": float(fit.pvalues[term]), "decided": high < 1 or low > 1,
+        low, high = math.exp(intervals[i, 0]), math.exp(intervals[i, 1])
+        rows.append({"term": readable_term(term), "effect": math.exp(fit.params[i]), "low": low, "high": high,
+                     "p_value": float(fit.pvalues[i]), "decided": high < 1 or low > 1,
                      "interaction": ":" in term})
     return pd.DataFrame(rows)
+
+
+def supported_columns(names: list, exog) -> tuple[list, object]:
+    """The design's columns that the measured cells can estimate, in order: a column is kept where it
+    adds to the rank of those before it. A grid with cells left unmeasured (an interrupted run) has
+    interaction columns of zeros or copies of others; fitted anyway, they come out as effects of
+    exactly 1 with a zero-width interval, which would read as decided."""
+    import numpy as np
+
+    kept = []
+    for i in range(exog.shape[1]):
+        if np.linalg.matrix_rank(exog[:, kept + [i]]) > len(kept):
+            kept.append(i)
+    return [names[i] for i in kept], exog[:, kept]
 
 
 # The level every effect is measured against: speculation off, the prefix cache on (the usual
