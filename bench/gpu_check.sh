@@ -103,7 +103,7 @@ pack
 
 step "results database and compare: the run against itself (no decided change expected), runs listed"
 "$PYTHON" -m specnative runs --db "$RESULTS/specnative.sqlite" | head -5
-"$PYTHON" -m specnative compare "$RESULTS/sweep-tiny" "$RESULTS/sweep-tiny" --fail-on-regression 10 | head -30
+"$PYTHON" -m specnative compare "$RESULTS/sweep-tiny" "$RESULTS/sweep-tiny" --fail-on-regression 10 --fail-on-slowdown 10 | head -30
 echo "compare exit $?"
 
 step "DFlash cell: tiny forced-high target + tiny DFlash2 draft (llama.cpp's draft-dflash), -ngl -1 (limit ${T_SWEEP}s)"
