@@ -12,7 +12,9 @@ bench/peers.py's build in bench/scratch/llama-build). Ours: Engine(T, D).generat
 drafter=...). Printed per drafter and acceptance level: alpha ours / theirs (points apart),
 drafted, accepted, and whether the emitted text agrees. Their loop keeps the last prompt token out
 of its prefill and drafts once before the first generated token; ours prefills the whole prompt and
-drafts from the first generated token on. So theirs gets the prompt extended by our first token
+drafts from the first generated token on. Both sides run without flash attention (llama.cpp's
+tools default to -fa auto, which on a CPU turns it on: other numerics, and a near-tie can go the
+other way). So theirs gets the prompt extended by our first token
 (spec_simple.aligned_prompt) and one token less to generate: both then draft from the same point;
 and as theirs stops only once past -n, ours then generates as many tokens as it emitted.
 """
@@ -37,7 +39,7 @@ FILE_KIND = {"dflash": "dflash2", "dspark": "dspark", "eagle3": "eagle3", "mtp":
 def theirs(tool, target, draft, drafter, prompt, n, k, threads) -> dict:
     cmd = [str(tool), "-m", str(target), "--spec-type", f"draft-{drafter}", "--spec-draft-n-max", str(k),
            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0", "-p", prompt, "-n", str(n), "--temp", "0",
-           "-t", str(threads), "-c", "4096", "--swa-full"]
+           "-t", str(threads), "-c", "4096", "--swa-full", "-fa", "off"]  # ours runs without flash attention
     if draft is not None:
         cmd += ["-md", str(draft)]
     return {**theirs_spec(cmd, prompt), "command": " ".join(cmd)}
@@ -51,7 +53,8 @@ def server_side(build, target, draft, drafter, prompt_tokens, n, k, threads, log
 
     cmd = [str(tool_path(build, "llama-server")), "-m", str(target), "--host", HOST, "-np", "1", "-c", "4096",
            "-t", str(threads), "-tb", str(threads), "--temp", "0", "--no-cache-prompt", "--cache-ram", "0",
-           "--no-webui", "-fit", "off", "--swa-full", "--spec-type", f"draft-{drafter}", "--spec-draft-n-max", str(k),
+           "--no-webui", "-fit", "off", "--swa-full", "-fa", "off", "--spec-type", f"draft-{drafter}",
+           "--spec-draft-n-max", str(k),
            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]
     if draft is not None:
         cmd += ["-md", str(draft)]
