@@ -25,8 +25,7 @@ import torch
 from specnative.models.train.batches import choose_draft_vocab, coverage, t2d_table
 from specnative.models.train.distill import distill
 from specnative.models.train.gguf_target import load_weights
-from specnative.models.train.head import HeadConfig, make_head
-from specnative.models.train.pipeline import _split
+from specnative.models.train.pipeline import held_out_split, new_head
 from specnative.models.train.prompts import load_prompts
 from specnative.models.train.target_check import read_target
 from specnative.models.train.trainer import TrainSettings, evaluate, train
@@ -39,17 +38,27 @@ def cache(args) -> None:
     prompts, _ = load_prompts(args.data, args.target, n_predict=args.n_predict, max_prompt_tokens=384)
     prompts = [prompts[i] for i in np.random.RandomState(0).permutation(len(prompts))]
     started = time.perf_counter()
-    layers = _layer_list(args.layers)
-    data = distill(args.target, prompts, layers=layers, n_predict=args.n_predict, threads=args.threads,
+    data = distill(args.target, prompts, layers=args.layers, n_predict=args.n_predict, threads=args.threads,
                    deadline=started + args.minutes * 60, top_k=16, quiet=True)
-    torch.save({"sequences": data.sequences, "features": [f.half() for f in data.features], "layers": layers,
+    torch.save({"sequences": data.sequences, "features": [f.half() for f in data.features], "layers": args.layers,
                 "record": data.record}, args.out)
     print(json.dumps({"out": args.out, "sequences": len(data.sequences), "tokens": data.n_tokens,
                       "seconds": round(time.perf_counter() - started)}))
 
 
 def _layer_list(text: str) -> tuple:
-    return tuple(int(x) for x in text.split(","))
+    """'2,15,27' -> (2, 15, 27), for argparse."""
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"layers are comma-separated integers, not {text!r}") from None
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"--data-fraction must be in (0, 1], not {value}")
+    return value
 
 
 def _load(path, layers, width):
@@ -81,22 +90,19 @@ def _start_decoder_as_layer(head, weights, layer: int, width: int) -> None:
 def train_variant(args) -> None:
     torch.set_num_threads(args.threads)
     reader, info = read_target(args.target)
-    layers = _layer_list(args.layers)
+    layers = args.layers
+    if args.decoder_from_layer is not None and not 0 <= args.decoder_from_layer < info.n_layer:
+        raise SystemExit(f"--decoder-from-layer {args.decoder_from_layer}: the target has layers 0..{info.n_layer - 1}")
     seqs, feats = _load(args.train_cache, layers, info.n_embd)
     unseen = _load(args.unseen_cache, layers, info.n_embd)
-    train_idx, held_idx = _split(len(seqs), 0.1, 0)
+    train_idx, held_idx = held_out_split(len(seqs), 0.1, 0)
     train_idx = train_idx[:max(1, int(len(train_idx) * args.data_fraction))]
     train_set = ([seqs[i] for i in train_idx], [feats[i] for i in train_idx])
     held_set = ([seqs[i] for i in held_idx], [feats[i] for i in held_idx])
     d2t = choose_draft_vocab(train_set[0], info.n_vocab, args.draft_vocab)
     t2d = t2d_table(d2t, info.n_vocab)
-    weights = load_weights(reader)
-    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
-    cfg = HeadConfig(n_embd=info.n_embd, n_embd_target=info.n_embd, n_head=info.n_head, n_head_kv=info.n_head_kv,
-                     n_ff=info.n_ff, n_draft_vocab=len(d2t), rope_base=info.rope_base, rms_eps=info.rms_eps)
-    head = make_head(cfg, torch.from_numpy(weights["token_embd.weight"]), output[torch.from_numpy(d2t)], 0,
-                     output_norm=torch.from_numpy(weights["output_norm.weight"]),
-                     lens_slice=layers.index(max(layers)))
+    weights = load_weights(reader)  # all of them: a decoder may start as one of the target's layers
+    head = new_head(info, weights, d2t, layers, seed=0)
     if args.decoder_from_layer is not None:
         _start_decoder_as_layer(head, weights, args.decoder_from_layer, info.n_embd)
     settings = TrainSettings(seed=0, steps=args.ttt, lr=args.lr, row_len=512, max_tokens=args.tokens, quiet=True)
@@ -118,7 +124,8 @@ def main(argv=None) -> int:
     c.add_argument("data", help="train-drafter's --data spec")
     c.add_argument("minutes", type=float, help="generation budget")
     c.add_argument("out")
-    c.add_argument("--layers", default=CACHED_LAYERS, help=f"target layers whose inputs to keep ({CACHED_LAYERS})")
+    c.add_argument("--layers", type=_layer_list, default=CACHED_LAYERS,
+                   help=f"target layers whose inputs to keep ({CACHED_LAYERS})")
     c.add_argument("--n-predict", type=int, default=128)
     c.add_argument("-t", "--threads", type=int, default=2)
     c.set_defaults(func=cache)
@@ -127,12 +134,12 @@ def main(argv=None) -> int:
     t.add_argument("train_cache")
     t.add_argument("unseen_cache")
     t.add_argument("--name", default="default")
-    t.add_argument("--layers", default="2,15,27", help="three of the cache's layers (default 2,15,27)")
+    t.add_argument("--layers", type=_layer_list, default="2,15,27", help="three of the cache's layers (default 2,15,27)")
     t.add_argument("--lr", type=float, default=3e-3)
     t.add_argument("--ttt", type=int, default=3, help="training-time-test steps")
     t.add_argument("--tokens", type=int, default=150_000, help="sequence tokens through the head")
     t.add_argument("--draft-vocab", type=int, default=8192)
-    t.add_argument("--data-fraction", type=float, default=1.0, help="train on this share of the training split")
+    t.add_argument("--data-fraction", type=_fraction, default=1.0, help="train on this share of the training split")
     t.add_argument("--decoder-from-layer", type=int, help="start the head's decoder as this target layer")
     t.add_argument("-t", "--threads", type=int, default=2)
     t.set_defaults(func=train_variant)

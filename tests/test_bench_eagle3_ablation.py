@@ -1,6 +1,7 @@
 """bench/eagle3_ablation.py on a tiny llama target: a cache of self-distilled data is written once,
 and a variant trained on it reports agreement by draft position that training moved off the
-untrained head's; a layer the cache does not hold is refused by name."""
+untrained head's; a layer the cache does not hold, or a decoder layer the target lacks, is refused
+by name."""
 from __future__ import annotations
 
 import json
@@ -47,3 +48,8 @@ def test_training_moves_the_agreement_off_the_untrained_heads(caches, capsys):
 def test_a_layer_the_cache_lacks_is_refused(caches, capsys):
     with pytest.raises(SystemExit, match=r"holds the inputs of layers \(1, 2, 3\), not of \[0\]"):
         _variant(caches, capsys, "--layers", "0,1,2")
+
+
+def test_a_decoder_layer_the_target_lacks_is_refused(caches, capsys):
+    with pytest.raises(SystemExit, match=r"--decoder-from-layer 4: the target has layers 0\.\.3"):
+        _variant(caches, capsys, "--decoder-from-layer", "4")

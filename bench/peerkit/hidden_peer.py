@@ -12,11 +12,11 @@ bench/peers.py's build in bench/scratch/llama-build). Ours: Engine(T, D).generat
 drafter=...). Printed per drafter and acceptance level: alpha ours / theirs (points apart),
 drafted, accepted, and whether the emitted text agrees. Their loop keeps the last prompt token out
 of its prefill and drafts once before the first generated token; ours prefills the whole prompt and
-drafts from the first generated token on. Both sides run without flash attention (llama.cpp's
-tools default to -fa auto, which on a CPU turns it on: other numerics, and a near-tie can go the
-other way). So theirs gets the prompt extended by our first token
+drafts from the first generated token on. So theirs gets the prompt extended by our first token
 (spec_simple.aligned_prompt) and one token less to generate: both then draft from the same point;
-and as theirs stops only once past -n, ours then generates as many tokens as it emitted.
+and as theirs stops only once past -n, ours then generates as many tokens as it emitted. Both sides
+run without flash attention (llama.cpp's tools default to -fa auto, which on a CPU turns it on:
+other numerics, and a near-tie can go the other way).
 """
 from __future__ import annotations
 

@@ -29,6 +29,8 @@ from .trainer import TrainSettings, evaluate, train
 from .writer import head_tensors, write_head
 
 KINDS = ("eagle3",)
+# The target's tensors a new head starts from (output.weight is absent where it is tied).
+HEAD_INIT_TENSORS = {"token_embd.weight", "output.weight", "output_norm.weight"}
 # Share of a time budget kept for the final held-out measurement and writing the file.
 RESERVE_SHARE, RESERVE_MIN_S = 0.03, 5.0
 
@@ -69,11 +71,25 @@ def _sha256(path) -> str:
     return digest.hexdigest()
 
 
-def _split(n: int, share: float, seed: int) -> tuple[list, list]:
+def held_out_split(n: int, share: float, seed: int) -> tuple[list, list]:
     """(train, held-out) sequence indices: a seeded share held out, at least one of each if n >= 2."""
     order = np.random.RandomState(seed & 0xFFFFFFFF).permutation(n)
     n_held = min(max(round(n * share), 1 if n >= 2 and share > 0 else 0), n - 1)
     return sorted(order[n_held:].tolist()), sorted(order[:n_held].tolist())
+
+
+def new_head(info, weights: dict, d2t, layers, seed: int):
+    """The seeded, untrained head for a target: its width and attention shape, the target's output
+    rows of the draft vocabulary (d2t; None: all) and final norm, its token embeddings borrowed
+    (`weights`: the target's HEAD_INIT_TENSORS as float32 arrays, load_weights)."""
+    torch = deps.torch()
+    tok_embd = torch.from_numpy(weights["token_embd.weight"])
+    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
+    cfg = HeadConfig(n_embd=info.n_embd, n_embd_target=info.n_embd, n_head=info.n_head, n_head_kv=info.n_head_kv,
+                     n_ff=info.n_ff, n_draft_vocab=info.n_vocab if d2t is None else len(d2t),
+                     rope_base=info.rope_base, rms_eps=info.rms_eps)
+    return make_head(cfg, tok_embd, output if d2t is None else output[torch.from_numpy(d2t)], seed,
+                     output_norm=torch.from_numpy(weights["output_norm.weight"]), lens_slice=layers.index(max(layers)))
 
 
 def check_options(o: Options) -> None:
@@ -123,21 +139,16 @@ def train_drafter(o: Options) -> dict:
     data = distill(o.target, prompts, layers=layers, n_predict=o.n_predict, threads=o.threads, generator=o.generator,
                    n_seq=o.n_seq, deadline=data_deadline, top_k=o.soft_top_k, quiet=o.quiet)
     data_s = time.perf_counter() - started
-    train_idx, held_idx = _split(len(data.sequences), o.held_out, o.seed)
+    train_idx, held_idx = held_out_split(len(data.sequences), o.held_out, o.seed)
     pick = lambda idx: ([data.sequences[i] for i in idx], [data.features[i] for i in idx])
     train_set, held_set = pick(train_idx), pick(held_idx)
 
     d2t = choose_draft_vocab(train_set[0], info.n_vocab, o.draft_vocab)
     t2d = t2d_table(d2t, info.n_vocab)
     reader, _ = read_target(o.target)
-    weights = load_weights(reader, {"token_embd.weight", "output.weight", "output_norm.weight"})
-    tok_embd = torch.from_numpy(weights["token_embd.weight"])
-    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
-    cfg = HeadConfig(n_embd=info.n_embd, n_embd_target=info.n_embd, n_head=info.n_head, n_head_kv=info.n_head_kv,
-                     n_ff=info.n_ff, n_draft_vocab=info.n_vocab if d2t is None else len(d2t),
-                     rope_base=info.rope_base, rms_eps=info.rms_eps)
-    head = make_head(cfg, tok_embd, output if d2t is None else output[torch.from_numpy(d2t)], o.seed,
-                     output_norm=torch.from_numpy(weights["output_norm.weight"]), lens_slice=layers.index(max(layers)))
+    weights = load_weights(reader, HEAD_INIT_TENSORS)
+    head = new_head(info, weights, d2t, layers, o.seed)
+    cfg = head.cfg
     row_len = max(512, max(len(s.tokens) for s in data.sequences))
     settings = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
                              deadline=deadline, epochs=o.epochs, quiet=o.quiet)
