@@ -86,6 +86,19 @@ def test_the_command_refuses_before_any_training(tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "head.gguf.train.json").exists()
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--read-share", "0.5"], "only ShareGPT has them; add sharegpt to --data"),
+    (["--read-share", "1", "--data", "sharegpt:4"], "--read-share must be in [0, 1)"),
+    (["--read-share", "-0.1", "--data", "sharegpt:4"], "--read-share must be in [0, 1)"),
+])
+def test_reading_replies_needs_a_set_that_records_them(tiny_target, tmp_path, capsys, argv, message):
+    out = tmp_path / "head.gguf"
+    assert _run_cli(["--target", str(tiny_target), "-o", str(out), "--max-tokens", "10", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not out.exists()
+
+
 def test_missing_torch_is_one_clear_message(tiny_target, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch raises ImportError
     with pytest.raises(deps.MissingTorch, match=r"train-drafter needs torch: pip install '\.\[train\]'"):

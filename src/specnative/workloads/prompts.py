@@ -35,6 +35,7 @@ class Prompt:
     turn: int | None = None          # MT-Bench: 1 or 2
     answer_of: "Prompt | None" = None  # turn 2: the turn whose model answer fills MODEL_ANSWER
     output_len: int | None = None    # ShareGPT: the request's output length (recorded, capped)
+    reply: str | None = None         # ShareGPT: the recorded assistant reply to the prompt
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ def dataset_prompts(items, dataset: str) -> list[Prompt]:
     asked after turn 1 and the model's own answer to it."""
     firsts = [Prompt(item.category, (("user", item.turns[0]),), item.ident + ("/turn1" if len(item.turns) > 1 else ""),
                      dataset=dataset, completion=item.completion, turn=1 if len(item.turns) > 1 else None,
-                     output_len=item.output_len) for item in items]
+                     output_len=item.output_len, reply=item.reply) for item in items]
     seconds = [Prompt(item.category, (("user", item.turns[0]), ("assistant", MODEL_ANSWER), ("user", item.turns[1])),
                       f"{item.ident}/turn2", dataset=dataset, turn=2, answer_of=first)
                for item, first in zip(items, firsts) if len(item.turns) > 1]
@@ -113,11 +113,14 @@ class Workload:
         return self.render(self.messages_of(prompt, answer))
 
     # -- text ------------------------------------------------------------------------------------
-    def render(self, messages) -> str:
+    def render(self, messages, add_generation_prompt: bool = True) -> str:
+        """The chat in the model's template, by default opened for the assistant's next turn (False:
+        the last message closed as the template closes it, e.g. a recorded reply)."""
         messages = [tuple(m) for m in messages]
         if self.template:
-            return native.chat_apply_template(self.template, messages, True)
-        return plain_chat(messages)
+            return native.chat_apply_template(self.template, messages, add_generation_prompt)
+        text = plain_chat(messages)
+        return text if add_generation_prompt else text[:-len("\n\nAssistant:")]
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         return list(self.vocab.tokenize(text, add_special, True))  # parse the template's markers

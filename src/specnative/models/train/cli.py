@@ -53,6 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=384, help="skip longer prompts (default 384)")
     parser.add_argument("--data-share", type=float, default=0.5, help="with --budget-minutes: the share of it that "
                         "generating data may take; prompts not reached are left out (default 0.5)")
+    parser.add_argument("--read-share", type=float, default=0.0, help="of the data time, the share spent reading "
+                        "ShareGPT's recorded replies (the target's features and next-token distribution at every "
+                        "position, one pass per reply: ~2.4x the tokens of continuing prompts on CPU) instead of "
+                        "continuing prompts; needs sharegpt in --data (default 0)")
     parser.add_argument("--ttt-steps", type=int, default=3, help="draft positions trained with the head's own states "
                         "fed back (EAGLE-3's training-time test; default 3)")
     parser.add_argument("--soft-top-k", type=int, default=16, help="teach the target's top-k next-token distribution "
@@ -78,7 +82,8 @@ def options_of(args):
                    budget_minutes=budget, max_tokens=args.max_tokens, epochs=args.epochs, seed=args.seed,
                    threads=args.threads, draft_vocab=args.draft_vocab, layers=args.layers, n_embd=args.n_embd,
                    held_out=args.held_out, max_prompt_tokens=args.max_prompt_tokens, data_share=args.data_share,
-                   soft_top_k=args.soft_top_k, generator=args.generator, ttt_steps=args.ttt_steps,
+                   read_share=args.read_share, soft_top_k=args.soft_top_k, generator=args.generator,
+                   ttt_steps=args.ttt_steps,
                    lr=args.lr, quiet=args.quiet, eval_data=args.eval_data, eval_k=args.eval_k)
 
 

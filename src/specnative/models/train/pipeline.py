@@ -23,7 +23,7 @@ from .distill import distill
 from .gguf_target import load_weights
 from .head import HeadConfig, make_head
 from .measure import speculative, teacher_forced
-from .prompts import check_spec, load_prompts
+from .prompts import check_spec, load_prompts, split_spec
 from .target_check import check_target, read_target
 from .trainer import TrainSettings, evaluate, train
 from .writer import head_tensors, write_head
@@ -53,6 +53,7 @@ class Options:
     held_out: float = 0.1
     max_prompt_tokens: int = 384
     data_share: float = 0.5
+    read_share: float = 0.0   # of the data time: reading recorded replies instead of continuing prompts
     soft_top_k: int = 16
     generator: str = "torch"
     ttt_steps: int = 3
@@ -102,6 +103,10 @@ def check_options(o: Options) -> None:
         raise ValueError("--budget-minutes must be > 0")
     if not 0 < o.data_share < 1:
         raise ValueError("--data-share must be in (0, 1)")
+    if not 0 <= o.read_share < 1:
+        raise ValueError("--read-share must be in [0, 1)")
+    if o.read_share > 0 and not any(part.partition(":")[0] == "sharegpt" for part in split_spec(o.data)):
+        raise ValueError("--read-share reads recorded replies: only ShareGPT has them; add sharegpt to --data")
     if o.n_predict < 2:
         raise ValueError("--n-predict must be at least 2 (a head is taught the token after the next)")
     if o.draft_vocab < 1:
@@ -126,20 +131,28 @@ def train_drafter(o: Options) -> dict:
     if o.eval_data:
         check_spec(o.eval_data)
     torch.set_num_threads(o.threads)
-    deadline = data_deadline = None
+    deadline = continue_deadline = read_deadline = None
     if o.budget_minutes is not None:
         budget_s = o.budget_minutes * 60.0
         deadline = started + budget_s - max(RESERVE_MIN_S, RESERVE_SHARE * budget_s)
-        data_deadline = started + o.data_share * budget_s
+        read_deadline = started + o.data_share * budget_s
+        continue_deadline = started + (1 - o.read_share) * o.data_share * budget_s
 
-    prompts, prompt_record = load_prompts(o.data, o.target, n_predict=o.n_predict,
-                                          max_prompt_tokens=o.max_prompt_tokens)
+    # the head is never trained on the prompts it is measured on afterwards
+    evaluation = load_prompts(o.eval_data, o.target, n_predict=o.n_predict,
+                              max_prompt_tokens=o.max_prompt_tokens)[0] if o.eval_data else []
+    prompts, prompt_record = load_prompts(o.data, o.target, n_predict=o.n_predict, max_prompt_tokens=o.max_prompt_tokens,
+                                          replies=o.read_share > 0, exclude={p.tokens for p in evaluation})
     # a seeded order: a time budget that cuts the data keeps a sample of every source
     prompts = [prompts[i] for i in np.random.RandomState(o.seed & 0xFFFFFFFF).permutation(len(prompts))]
     data = distill(o.target, prompts, layers=layers, n_predict=o.n_predict, threads=o.threads, generator=o.generator,
-                   n_seq=o.n_seq, deadline=data_deadline, top_k=o.soft_top_k, quiet=o.quiet)
+                   n_seq=o.n_seq, deadline=continue_deadline, top_k=o.soft_top_k, read=o.read_share > 0,
+                   read_deadline=read_deadline, quiet=o.quiet)
     data_s = time.perf_counter() - started
-    train_idx, held_idx = held_out_split(len(data.sequences), o.held_out, o.seed)
+    # held out: continued sequences only (a read reply's tokens are not the target's own)
+    n_continued = data.record["continued"]
+    train_idx, held_idx = held_out_split(n_continued, o.held_out, o.seed)
+    train_idx += list(range(n_continued, len(data.sequences)))
     pick = lambda idx: ([data.sequences[i] for i in idx], [data.features[i] for i in idx])
     train_set, held_set = pick(train_idx), pick(held_idx)
 
@@ -170,7 +183,8 @@ def train_drafter(o: Options) -> dict:
                         "(ties by id)" if d2t is not None else "the whole target vocabulary",
                         "train_coverage": coverage(train_set[0], d2t), "held_out_coverage": coverage(held_set[0], d2t)},
         "prompts": prompt_record, "data": data.record,
-        "split": {"train_sequences": len(train_idx), "held_out_sequences": len(held_idx),
+        "split": {"train_sequences": len(train_idx), "of_them_read_replies": len(data.sequences) - n_continued,
+                  "held_out_sequences": len(held_idx),
                   "held_out_ids": [data.sequences[i].ident for i in held_idx], "seed": o.seed},
         "training": {**history, "ttt_steps": o.ttt_steps, "lr": o.lr, "row_len": row_len,
                      "rows_per_batch": settings.rows_per_batch, "step_weights": f"0.8^j, j = 0..{o.ttt_steps - 1}"},
@@ -211,7 +225,8 @@ def summary(report: dict) -> str:
     lines = [
         (f"wrote {report['file']} ({report['kind']}, layers {report['layers']}, draft vocabulary {vocab['size']}, "
          f"held-out coverage {vocab['held_out_coverage']:.3f})"),
-        (f"data: {data['sequences']} sequences, {data['continuation_tokens']} continuation tokens; torch target vs "
+        (f"data: {data['sequences']} sequences, {data['continuation_tokens']} continuation tokens"
+         f"{'' if not data.get('read') else ', ' + str(data['read']['replies']) + ' recorded replies read'}; torch target vs "
          f"llama.cpp: greedy agreement {check['greedy_agreement']:.4f}, max |dlogit| {check['max_abs_dlogit']:.3f}"),
         (f"training: {training['tokens']} tokens in {training['train_s']} s, {len(training['epochs'])} epoch(s); "
          f"total {report['time_s']['total']} s"),

@@ -23,6 +23,20 @@ PUBLIC_SET_NAMES = ("mt-bench", "sharegpt", "humaneval")
 class TokenPrompt:
     ident: str      # where it came from: "chat/0", "sharegpt/abc_0", "prompts.jsonl:3"
     tokens: tuple   # the rendered, tokenized prompt (BOS included where the model adds one)
+    reply: tuple = ()  # ShareGPT: the recorded assistant reply's tokens as the template closes it
+
+
+def reply_tokens(workload, prompt, prompt_tokens: tuple, max_tokens: int) -> tuple:
+    """The recorded reply of a ShareGPT prompt as tokens that follow prompt_tokens, rendered in the
+    model's template with the turn closed, cut to max_tokens; () where there is none or the closed
+    chat does not begin with the prompt's own tokens (a template that rewrites earlier turns)."""
+    if not prompt.reply or prompt.completion or prompt.answer_of is not None:
+        return ()
+    closed = workload.tokenize(workload.render(prompt.messages + (("assistant", prompt.reply),),
+                                               add_generation_prompt=False), True)
+    if tuple(closed[:len(prompt_tokens)]) != prompt_tokens:
+        return ()
+    return tuple(int(t) for t in closed[len(prompt_tokens):len(prompt_tokens) + max_tokens])
 
 
 def split_spec(spec: str) -> list[str]:
@@ -66,9 +80,11 @@ def _source_prompts(part: str, target, n_predict: int) -> tuple[list, dict]:
                      "prompts": len(prompts)}
 
 
-def load_prompts(spec: str, target, *, n_predict: int, max_prompt_tokens: int) -> tuple[list[TokenPrompt], dict]:
-    """The token prompts of `spec` for `target` (duplicates dropped, longer than
-    max_prompt_tokens skipped and counted) and a provenance record."""
+def load_prompts(spec: str, target, *, n_predict: int, max_prompt_tokens: int, replies: bool = False,
+                 exclude=frozenset()) -> tuple[list[TokenPrompt], dict]:
+    """The token prompts of `spec` for `target` (duplicates and the token prompts in `exclude`
+    dropped, longer than max_prompt_tokens skipped and counted) and a provenance record. replies:
+    each ShareGPT prompt also carries its recorded reply (at most n_predict tokens)."""
     wl = workloads()
     records, prompts = [], []
     for part in split_spec(spec):
@@ -76,21 +92,25 @@ def load_prompts(spec: str, target, *, n_predict: int, max_prompt_tokens: int) -
         prompts += found
         records.append(record)
     workload = wl.Workload(target, prompts)
-    out, seen, too_long = [], set(), 0
+    out, seen, too_long, excluded = [], set(), 0, 0
     for p in prompts:
         tokens = tuple(int(t) for t in workload.tokenize(workload.text_of(p), True))
         if tokens in seen:
             continue
         seen.add(tokens)
-        if len(tokens) > max_prompt_tokens:
+        if tokens in exclude:
+            excluded += 1
+        elif len(tokens) > max_prompt_tokens:
             too_long += 1
         else:
-            out.append(TokenPrompt(p.ident, tokens))
+            out.append(TokenPrompt(p.ident, tokens, reply_tokens(workload, p, tokens, n_predict) if replies else ()))
     if not out:
         raise ValueError(f"--data {spec}: no prompt left (of {len(prompts)}, {too_long} longer than "
                          f"{max_prompt_tokens} tokens)")
     return out, {"spec": spec, "sources": records, "chat_template": workload.template_used,
                  "kept": len(out), "skipped_too_long": too_long,
-                 "skipped_duplicate": len(prompts) - len(out) - too_long,
+                 "skipped_duplicate": len(prompts) - len(out) - too_long - excluded,
+                 "skipped_as_evaluation_prompts": excluded,
+                 "with_recorded_reply": sum(bool(p.reply) for p in out),
                  "max_prompt_tokens": max_prompt_tokens,
                  "sha256": hashlib.sha256(json.dumps([p.tokens for p in out]).encode()).hexdigest()}
