@@ -11,6 +11,14 @@ Every variant sees the same tokens in the same order (seed 0), so the difference
     python bench/eagle3_ablation.py cache T.gguf sharegpt,humaneval,builtin 9 train.pt
     python bench/eagle3_ablation.py cache T.gguf mt-bench:16 3 mtb.pt
     python bench/eagle3_ablation.py train T.gguf train.pt mtb.pt --name ttt1 --ttt 1
+
+`read` caches the other kind of data train-drafter can use (--read-share): ShareGPT prompts with
+their recorded replies, read by the target in one pass (its features and top-16 soft labels at
+every position, nothing continued); `train --read-cache` adds a share of them to the training split.
+
+    python bench/eagle3_ablation.py read T.gguf sharegpt 9 read.pt
+    python bench/eagle3_ablation.py train T.gguf train.pt mtb.pt --name half --ttt 1 \
+        --data-fraction 0.5 --read-cache read.pt --read-fraction 0.5
 """
 from __future__ import annotations
 
@@ -23,7 +31,8 @@ import numpy as np
 import torch
 
 from specnative.models.train.batches import choose_draft_vocab, coverage, t2d_table
-from specnative.models.train.distill import distill
+from specnative.models.train.distill import distill, read_replies
+from specnative.models.train.gguf_target import TorchLlama
 from specnative.models.train.gguf_target import load_weights
 from specnative.models.train.pipeline import held_out_split, new_head
 from specnative.models.train.prompts import load_prompts
@@ -46,6 +55,22 @@ def cache(args) -> None:
                       "seconds": round(time.perf_counter() - started)}))
 
 
+def read(args) -> None:
+    """The recorded replies of `args.data`'s ShareGPT prompts, in a seeded order, read by the torch
+    target until `args.minutes` have passed."""
+    torch.set_num_threads(args.threads)
+    prompts, _ = load_prompts(args.data, args.target, n_predict=args.n_predict, max_prompt_tokens=384, replies=True)
+    prompts = [prompts[i] for i in np.random.RandomState(1).permutation(len(prompts))]
+    started = time.perf_counter()
+    sequences, features = read_replies(TorchLlama(args.target), prompts, layers=args.layers, top_k=16,
+                                       deadline=started + args.minutes * 60, quiet=True)
+    if not sequences:
+        raise SystemExit(f"{args.data}: no prompt with a recorded reply (only ShareGPT records them)")
+    torch.save({"sequences": sequences, "features": [f.half() for f in features], "layers": args.layers}, args.out)
+    print(json.dumps({"out": args.out, "sequences": len(sequences), "tokens": int(sum(len(s.tokens) for s in sequences)),
+                      "seconds": round(time.perf_counter() - started)}))
+
+
 def _layer_list(text: str) -> tuple:
     """'2,15,27' -> (2, 15, 27), for argparse."""
     try:
@@ -56,8 +81,8 @@ def _layer_list(text: str) -> tuple:
 
 def _fraction(text: str) -> float:
     value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"--data-fraction must be in (0, 1], not {value}")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a fraction is in [0, 1], not {value}")
     return value
 
 
@@ -93,24 +118,32 @@ def train_variant(args) -> None:
     layers = args.layers
     if args.decoder_from_layer is not None and not 0 <= args.decoder_from_layer < info.n_layer:
         raise SystemExit(f"--decoder-from-layer {args.decoder_from_layer}: the target has layers 0..{info.n_layer - 1}")
+    if args.data_fraction == 0 and not args.read_cache:
+        raise SystemExit("--data-fraction 0 trains on nothing without --read-cache")
     seqs, feats = _load(args.train_cache, layers, info.n_embd)
     unseen = _load(args.unseen_cache, layers, info.n_embd)
     train_idx, held_idx = held_out_split(len(seqs), 0.1, 0)
-    train_idx = train_idx[:max(1, int(len(train_idx) * args.data_fraction))]
+    train_idx = train_idx[:int(len(train_idx) * args.data_fraction)]
     train_set = ([seqs[i] for i in train_idx], [feats[i] for i in train_idx])
     held_set = ([seqs[i] for i in held_idx], [feats[i] for i in held_idx])
+    if args.read_cache:  # read replies train only: the held-out split stays the target's own text
+        read_seqs, read_feats = _load(args.read_cache, layers, info.n_embd)
+        n_read = int(len(read_seqs) * args.read_fraction)
+        train_set = (train_set[0] + read_seqs[:n_read], train_set[1] + read_feats[:n_read])
+    row_len = max(512, max(len(s.tokens) for s in train_set[0] + held_set[0] + unseen[0]))
     d2t = choose_draft_vocab(train_set[0], info.n_vocab, args.draft_vocab)
     t2d = t2d_table(d2t, info.n_vocab)
     weights = load_weights(reader)  # all of them: a decoder may start as one of the target's layers
     head = new_head(info, weights, d2t, layers, seed=0)
     if args.decoder_from_layer is not None:
         _start_decoder_as_layer(head, weights, args.decoder_from_layer, info.n_embd)
-    settings = TrainSettings(seed=0, steps=args.ttt, lr=args.lr, row_len=512, max_tokens=args.tokens, quiet=True)
+    settings = TrainSettings(seed=0, steps=args.ttt, lr=args.lr, row_len=row_len, max_tokens=args.tokens, quiet=True)
     started = time.perf_counter()
     train(head, train_set, ([], []), t2d, settings)
     train_s = time.perf_counter() - started
-    top1 = lambda s: evaluate(head, *s, t2d, steps=args.ttt, row_len=512, rows_per_batch=4)["top1_by_position"]
-    print(json.dumps({"name": args.name, "train_s": round(train_s), "train_sequences": len(train_idx),
+    top1 = lambda s: evaluate(head, *s, t2d, steps=args.ttt, row_len=row_len, rows_per_batch=4)["top1_by_position"]
+    print(json.dumps({"name": args.name, "train_s": round(train_s), "train_sequences": len(train_set[0]),
+                      "train_tokens": int(sum(len(s.tokens) for s in train_set[0])),
                       "held_out_top1": top1(held_set), "unseen_top1": top1(unseen),
                       "unseen_vocabulary_coverage": round(coverage(unseen[0], d2t), 3),
                       "settings": {k: v for k, v in vars(args).items() if k not in ("func",)}}), flush=True)
@@ -129,6 +162,16 @@ def main(argv=None) -> int:
     c.add_argument("--n-predict", type=int, default=128)
     c.add_argument("-t", "--threads", type=int, default=2)
     c.set_defaults(func=cache)
+    r = verbs.add_parser("read", help="read ShareGPT's recorded replies with the target once and store the data")
+    r.add_argument("target")
+    r.add_argument("data", help="a --data spec with ShareGPT in it")
+    r.add_argument("minutes", type=float, help="reading budget")
+    r.add_argument("out")
+    r.add_argument("--layers", type=_layer_list, default=CACHED_LAYERS,
+                   help=f"target layers whose inputs to keep ({CACHED_LAYERS})")
+    r.add_argument("--n-predict", type=int, default=128, help="reply tokens read at most (default 128)")
+    r.add_argument("-t", "--threads", type=int, default=2)
+    r.set_defaults(func=read)
     t = verbs.add_parser("train", help="train one variant on a cache and print its agreement")
     t.add_argument("target")
     t.add_argument("train_cache")
@@ -140,6 +183,8 @@ def main(argv=None) -> int:
     t.add_argument("--tokens", type=int, default=150_000, help="sequence tokens through the head")
     t.add_argument("--draft-vocab", type=int, default=8192)
     t.add_argument("--data-fraction", type=_fraction, default=1.0, help="train on this share of the training split")
+    t.add_argument("--read-cache", help="a `read` cache: its replies join the training split")
+    t.add_argument("--read-fraction", type=_fraction, default=1.0, help="the share of the read cache used")
     t.add_argument("--decoder-from-layer", type=int, help="start the head's decoder as this target layer")
     t.add_argument("-t", "--threads", type=int, default=2)
     t.set_defaults(func=train_variant)
