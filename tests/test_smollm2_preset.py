@@ -45,6 +45,7 @@ def test_the_head_is_trained_once_then_taken_from_the_cache(tmp_path, capsys):
     assert head == tmp_path / smollm2.HEAD_NAME and head.read_bytes() == b"head"
     assert "--budget-minutes" in runs[0] and "training an EAGLE-3 head" in capsys.readouterr().err
     assert runs[0][runs[0].index("--data") + 1] == smollm2.HEAD_DATA  # MT-Bench stays unseen
+    assert " ".join(smollm2.HEAD_OPTIONS) in " ".join(runs[0])  # the recipe measured in bench/results
     assert smollm2.head_file(target, train=train) == head and len(runs) == 1  # cached: not trained again
 
 
