@@ -152,26 +152,21 @@ def train_variant(args) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     verbs = parser.add_subparsers(required=True)
-    c = verbs.add_parser("cache", help="self-distill once and store the data")
-    c.add_argument("target")
-    c.add_argument("data", help="train-drafter's --data spec")
-    c.add_argument("minutes", type=float, help="generation budget")
-    c.add_argument("out")
-    c.add_argument("--layers", type=_layer_list, default=CACHED_LAYERS,
-                   help=f"target layers whose inputs to keep ({CACHED_LAYERS})")
-    c.add_argument("--n-predict", type=int, default=128)
-    c.add_argument("-t", "--threads", type=int, default=2)
-    c.set_defaults(func=cache)
-    r = verbs.add_parser("read", help="read ShareGPT's recorded replies with the target once and store the data")
-    r.add_argument("target")
-    r.add_argument("data", help="a --data spec with ShareGPT in it")
-    r.add_argument("minutes", type=float, help="reading budget")
-    r.add_argument("out")
-    r.add_argument("--layers", type=_layer_list, default=CACHED_LAYERS,
-                   help=f"target layers whose inputs to keep ({CACHED_LAYERS})")
-    r.add_argument("--n-predict", type=int, default=128, help="reply tokens read at most (default 128)")
-    r.add_argument("-t", "--threads", type=int, default=2)
-    r.set_defaults(func=read)
+    for name, func, what, data_help, n_predict_help in (
+            ("cache", cache, "self-distill once and store the data", "train-drafter's --data spec",
+             "continuation tokens per prompt (default 128)"),
+            ("read", read, "read ShareGPT's recorded replies with the target once and store the data",
+             "a --data spec with ShareGPT in it", "reply tokens read at most (default 128)")):
+        v = verbs.add_parser(name, help=what)
+        v.add_argument("target")
+        v.add_argument("data", help=data_help)
+        v.add_argument("minutes", type=float, help="time budget")
+        v.add_argument("out")
+        v.add_argument("--layers", type=_layer_list, default=CACHED_LAYERS,
+                       help=f"target layers whose inputs to keep ({CACHED_LAYERS})")
+        v.add_argument("--n-predict", type=int, default=128, help=n_predict_help)
+        v.add_argument("-t", "--threads", type=int, default=2)
+        v.set_defaults(func=func)
     t = verbs.add_parser("train", help="train one variant on a cache and print its agreement")
     t.add_argument("target")
     t.add_argument("train_cache")
