@@ -32,8 +32,7 @@ import torch
 
 from specnative.models.train.batches import choose_draft_vocab, coverage, t2d_table
 from specnative.models.train.distill import distill, read_replies
-from specnative.models.train.gguf_target import TorchLlama
-from specnative.models.train.gguf_target import load_weights
+from specnative.models.train.gguf_target import TorchLlama, load_weights
 from specnative.models.train.pipeline import held_out_split, new_head
 from specnative.models.train.prompts import load_prompts
 from specnative.models.train.target_check import read_target

@@ -99,3 +99,16 @@ def test_the_evaluation_prompts_are_kept_out_of_training(target):
     kept, record = load_prompts("builtin", target, n_predict=16, max_prompt_tokens=10_000, exclude=measured)
     assert record["skipped_as_evaluation_prompts"] == 5
     assert [p.tokens for p in kept] == [p.tokens for p in everything[5:]]
+
+
+def test_the_measured_prompts_are_loaded_once_and_never_trained_on(target, tmp_path):
+    train_file, eval_file = tmp_path / "train.txt", tmp_path / "eval.txt"
+    train_file.write_text("The city of\nOnce upon a time there was a\nIn the year\n")
+    eval_file.write_text("In the year\nHello\n")
+    report = train_drafter(Options(target=str(target), out=str(tmp_path / "h.gguf"), data=str(train_file),
+                                   eval_data=str(eval_file), n_predict=16, max_tokens=500, layers=LAYERS,
+                                   draft_vocab=256, ttt_steps=1, eval_k=2, quiet=True))
+    assert report["prompts"]["skipped_as_evaluation_prompts"] == 1 and report["prompts"]["kept"] == 2
+    evaluation = report["evaluation"]
+    assert evaluation["overlap_with_training"] == 0 and evaluation["prompts"]["kept"] == 2
+    assert evaluation["specnative"]["k"] == 2 and sum(evaluation["specnative"]["drafted_at"]) > 0

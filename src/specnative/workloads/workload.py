@@ -51,9 +51,13 @@ def dataset_workload(spec: str, model_path, n_predict: int = 32, **fetch) -> "Wo
 # ---------------------------------------------------------------------------------------------
 # Rendering and tokenizing for one model
 # ---------------------------------------------------------------------------------------------
-def plain_chat(messages) -> str:
+PLAIN_ASSISTANT_CUE = "\n\nAssistant:"
+
+
+def plain_chat(messages, add_generation_prompt: bool = True) -> str:
     """The rendering for a model without a chat template."""
-    return "\n\n".join(f"{role.capitalize()}: {content}" for role, content in messages) + "\n\nAssistant:"
+    text = "\n\n".join(f"{role.capitalize()}: {content}" for role, content in messages)
+    return text + PLAIN_ASSISTANT_CUE if add_generation_prompt else text
 
 
 class Workload:
@@ -119,8 +123,7 @@ class Workload:
         messages = [tuple(m) for m in messages]
         if self.template:
             return native.chat_apply_template(self.template, messages, add_generation_prompt)
-        text = plain_chat(messages)
-        return text if add_generation_prompt else text[:-len("\n\nAssistant:")]
+        return plain_chat(messages, add_generation_prompt)
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         return list(self.vocab.tokenize(text, add_special, True))  # parse the template's markers

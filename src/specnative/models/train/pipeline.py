@@ -140,9 +140,9 @@ def train_drafter(o: Options) -> dict:
 
     # the head is never trained on the prompts it is measured on afterwards
     evaluation = load_prompts(o.eval_data, o.target, n_predict=o.n_predict,
-                              max_prompt_tokens=o.max_prompt_tokens)[0] if o.eval_data else []
+                              max_prompt_tokens=o.max_prompt_tokens) if o.eval_data else ([], {})
     prompts, prompt_record = load_prompts(o.data, o.target, n_predict=o.n_predict, max_prompt_tokens=o.max_prompt_tokens,
-                                          replies=o.read_share > 0, exclude={p.tokens for p in evaluation})
+                                          replies=o.read_share > 0, exclude={p.tokens for p in evaluation[0]})
     # a seeded order: a time budget that cuts the data keeps a sample of every source
     prompts = [prompts[i] for i in np.random.RandomState(o.seed & 0xFFFFFFFF).permutation(len(prompts))]
     data = distill(o.target, prompts, layers=layers, n_predict=o.n_predict, threads=o.threads, generator=o.generator,
@@ -197,17 +197,17 @@ def train_drafter(o: Options) -> dict:
         "environment": {"torch": torch.__version__, "threads": o.threads, "python": platform.python_version()},
     }
     if o.eval_data:
-        report["evaluation"] = evaluate_file(o, {p.tokens for p in prompts})
+        report["evaluation"] = evaluate_file(o, *evaluation, trained_prompts={p.tokens for p in prompts})
     Path(str(out) + ".train.json").write_text(json.dumps(report, indent=1))
     return report
 
 
-def evaluate_file(o: Options, trained_prompts=frozenset()) -> dict:
-    """The written head on o.eval_data at T = 0, after training (outside its budget): specnative's
-    counts and timers (llama.cpp's draft-eagle3), and the trainer's metric on the very tokens that
-    run emitted, with the rounds simulated from it (see measure.py)."""
+def evaluate_file(o: Options, prompts, record: dict, trained_prompts=frozenset()) -> dict:
+    """The written head on the prompts of o.eval_data (load_prompts: `prompts`, `record`) at T = 0,
+    after training (outside its budget): specnative's counts and timers (llama.cpp's draft-eagle3),
+    and the trainer's metric on the very tokens that run emitted, with the rounds simulated from it
+    (see measure.py)."""
     started = time.perf_counter()
-    prompts, record = load_prompts(o.eval_data, o.target, n_predict=o.n_predict, max_prompt_tokens=o.max_prompt_tokens)
     measured, sequences = speculative(o.target, o.out, prompts, n_predict=o.n_predict, k=o.eval_k, threads=o.threads,
                                       n_seq=o.n_seq)
     predicted = teacher_forced(o.target, o.out, sequences, k=o.eval_k, n_predict=o.n_predict, threads=o.threads)
@@ -222,12 +222,13 @@ def summary(report: dict) -> str:
     held = report["held_out"]["after_training"]
     check = report["data"]["torch_vs_llama_cpp"]
     vocab, data, training = report["draft_vocab"], report["data"], report["training"]
+    read = f", {data['read']['replies']} recorded replies read" if data.get("read") else ""
     lines = [
         (f"wrote {report['file']} ({report['kind']}, layers {report['layers']}, draft vocabulary {vocab['size']}, "
          f"held-out coverage {vocab['held_out_coverage']:.3f})"),
-        (f"data: {data['sequences']} sequences, {data['continuation_tokens']} continuation tokens"
-         f"{'' if not data.get('read') else ', ' + str(data['read']['replies']) + ' recorded replies read'}; torch target vs "
-         f"llama.cpp: greedy agreement {check['greedy_agreement']:.4f}, max |dlogit| {check['max_abs_dlogit']:.3f}"),
+        (f"data: {data['sequences']} sequences, {data['continuation_tokens']} continuation tokens{read}; torch "
+         f"target vs llama.cpp: greedy agreement {check['greedy_agreement']:.4f}, max |dlogit| "
+         f"{check['max_abs_dlogit']:.3f}"),
         (f"training: {training['tokens']} tokens in {training['train_s']} s, {len(training['epochs'])} epoch(s); "
          f"total {report['time_s']['total']} s"),
     ]
