@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "generating data may take; prompts not reached are left out (default 0.5)")
     parser.add_argument("--read-share", type=float, default=0.0, help="of the data time, the share spent reading "
                         "ShareGPT's recorded replies (the target's features and next-token distribution at every "
-                        "position, one pass per reply: ~2.4x the tokens of continuing prompts on CPU) instead of "
+                        "position, one pass per reply: ~2.3x the tokens of continuing prompts on CPU) instead of "
                         "continuing prompts; needs sharegpt in --data (default 0)")
     parser.add_argument("--ttt-steps", type=int, default=3, help="draft positions trained with the head's own states "
                         "fed back (EAGLE-3's training-time test; default 3)")

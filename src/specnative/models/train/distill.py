@@ -107,7 +107,7 @@ def generate(engine, model: TorchLlama, prompts, *, layers, n_predict: int, batc
 
 def read_replies(model: TorchLlama, prompts, *, layers, top_k: int, deadline: float | None, skip=frozenset(),
                  quiet: bool = False) -> tuple[list[Sequence], list]:
-    """The target reading recorded replies (prompt + reply in one prefill pass, ~2.4x the tokens per
+    """The target reading recorded replies (prompt + reply in one prefill pass, ~2.3x the tokens per
     second of decoding on CPU): features and soft labels at every position, in the order given, the
     prompts in `skip` (idents already continued) left out; none started after `deadline`. A read
     sequence is all "prompt" (n_prompt = its length): its tokens are not the target's own, so only
