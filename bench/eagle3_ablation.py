@@ -136,7 +136,8 @@ def train_variant(args) -> None:
     head = new_head(info, weights, d2t, layers, seed=0)
     if args.decoder_from_layer is not None:
         _start_decoder_as_layer(head, weights, args.decoder_from_layer, info.n_embd)
-    settings = TrainSettings(seed=0, steps=args.ttt, lr=args.lr, row_len=row_len, max_tokens=args.tokens, quiet=True)
+    settings = TrainSettings(seed=0, steps=args.ttt, lr=args.lr, row_len=row_len, max_tokens=args.tokens,
+                             rows_per_batch=args.batch_rows, quiet=True)
     started = time.perf_counter()
     train(head, train_set, ([], []), t2d, settings)
     train_s = time.perf_counter() - started
@@ -173,6 +174,8 @@ def main(argv=None) -> int:
     t.add_argument("--name", default="default")
     t.add_argument("--layers", type=_layer_list, default="2,15,27", help="three of the cache's layers (default 2,15,27)")
     t.add_argument("--lr", type=float, default=3e-3)
+    t.add_argument("--batch-rows", type=int, default=4, help="packed rows per optimizer step (default 4, as the "
+                   "committed rows were trained; train-drafter's default is 2)")
     t.add_argument("--ttt", type=int, default=3, help="training-time-test steps")
     t.add_argument("--tokens", type=int, default=150_000, help="sequence tokens through the head")
     t.add_argument("--draft-vocab", type=int, default=8192)

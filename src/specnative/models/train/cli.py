@@ -66,6 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default; faster on CPU, near-ties may go the other way), or llama.cpp through "
                              "specnative's engine, 8 at a time (its exact tokens)")
     parser.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    parser.add_argument("--batch-rows", type=int, default=2, help="packed rows per optimizer step, each of the "
+                        "longest sequence's length and at least 512 tokens (default 2)")
     parser.add_argument("--eval-data", help="after writing, measure the head with specnative at T = 0 on these prompts "
                         "(same syntax as --data; use prompts not trained on, e.g. mt-bench)")
     parser.add_argument("--eval-k", type=int, default=4, help="draft length of that measurement (default 4)")
@@ -84,7 +86,7 @@ def options_of(args):
                    held_out=args.held_out, max_prompt_tokens=args.max_prompt_tokens, data_share=args.data_share,
                    read_share=args.read_share, soft_top_k=args.soft_top_k, generator=args.generator,
                    ttt_steps=args.ttt_steps,
-                   lr=args.lr, quiet=args.quiet, eval_data=args.eval_data, eval_k=args.eval_k)
+                   lr=args.lr, batch_rows=args.batch_rows, quiet=args.quiet, eval_data=args.eval_data, eval_k=args.eval_k)
 
 
 def run(args) -> int:

@@ -32,7 +32,7 @@ KINDS = ("eagle3",)
 # The target's tensors a new head starts from (output.weight is absent where it is tied).
 HEAD_INIT_TENSORS = {"token_embd.weight", "output.weight", "output_norm.weight"}
 # Share of a time budget kept for the final held-out measurement and writing the file.
-RESERVE_SHARE, RESERVE_MIN_S = 0.03, 5.0
+RESERVE_SHARE, RESERVE_MIN_S = 0.015, 5.0
 
 
 @dataclass
@@ -58,6 +58,7 @@ class Options:
     generator: str = "torch"
     ttt_steps: int = 3
     lr: float = 3e-3
+    batch_rows: int = 2
     n_seq: int = 8
     quiet: bool = False
     eval_data: str | None = None   # after writing: specnative's alpha on these prompts (not trained on)
@@ -115,6 +116,8 @@ def check_options(o: Options) -> None:
         raise ValueError("--eval-k must be at least 1")
     if o.soft_top_k < 0:
         raise ValueError("--soft-top-k must be >= 0 (0: hard labels only)")
+    if o.batch_rows < 1:
+        raise ValueError("--batch-rows must be at least 1")
     if not 1 <= o.ttt_steps <= 8:
         raise ValueError("--ttt-steps must be in 1..8")
     if Path(o.out).resolve() == Path(o.target).resolve():
@@ -164,7 +167,7 @@ def train_drafter(o: Options) -> dict:
     cfg = head.cfg
     row_len = max(512, max(len(s.tokens) for s in data.sequences))
     settings = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
-                             deadline=deadline, epochs=o.epochs, quiet=o.quiet)
+                             deadline=deadline, epochs=o.epochs, rows_per_batch=o.batch_rows, quiet=o.quiet)
     eval_kw = {"steps": o.ttt_steps, "row_len": row_len, "rows_per_batch": settings.rows_per_batch}
     before = evaluate(head, *held_set, t2d, **eval_kw) if held_idx else {}
     history = train(head, train_set, held_set, t2d, settings)
