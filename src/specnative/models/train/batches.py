@@ -10,6 +10,8 @@ target's whatever text it reads, and they multiply the data a short budget can g
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from .deps import torch as _torch
@@ -58,16 +60,22 @@ def _softmax(logits):
 
 
 def pack(lengths, row_len: int, order) -> list[list[int]]:
-    """Sequence indices per row, in `order`, a row closed when the next one does not fit."""
-    rows, current, used = [], [], 0
+    """Sequence indices per row: each sequence, in `order`, joins the open row it fills best (the
+    least room left that still holds it) or opens a new one; rows come in the order they opened.
+    Best fit leaves a few per cent of a row empty where placing in turn left about a fifth, and
+    an empty slot costs a full position of compute."""
+    rows, free = [], []  # free: sorted (room left, row index) of the rows that still have room
     for i in order:
-        if current and used + lengths[i] > row_len:
-            rows.append(current)
-            current, used = [], 0
-        current.append(int(i))
-        used += lengths[i]
-    if current:
-        rows.append(current)
+        n = lengths[i]
+        at = bisect.bisect_left(free, (n, -1))
+        if at < len(free):
+            room, r = free.pop(at)
+        else:
+            room, r = row_len, len(rows)
+            rows.append([])
+        rows[r].append(int(i))
+        if room - n > 0:
+            bisect.insort(free, (room - n, r))
     return rows
 
 

@@ -159,6 +159,10 @@ def ttt_forward(head, batch, steps: int):
         keys.append(k)
         values.append(v)
         mask0 = same & (k_idx <= q_idx - j)                        # step-0 keys up to q - j
+        if j == 0:  # causal within each sequence: torch's fused attention, a tenth faster on CPU
+            att = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask0[:, None], scale=scale)
+            states.append(head.block_out(att, g))
+            continue
         scores = [(q @ keys[0].transpose(-1, -2) * scale).masked_fill(~mask0[:, None], float("-inf"))]
         for i in range(1, j + 1):  # step i's key sits j - i places earlier on the chain
             s = j - i
