@@ -58,7 +58,7 @@ class Options:
     generator: str = "torch"
     ttt_steps: int = 3
     lr: float = 3e-3
-    batch_rows: int = 2
+    batch_rows: int = TrainSettings.rows_per_batch
     n_seq: int = 8
     quiet: bool = False
     eval_data: str | None = None   # after writing: specnative's alpha on these prompts (not trained on)
