@@ -45,14 +45,18 @@ def two_by_two_md(tables: list[TwoByTwo], tidy: pd.DataFrame) -> str:
 
 def answer_line(tables: list[TwoByTwo]) -> str:
     estimated = [t for t in tables if not t.missing and t.interaction is not None]
+    unreplicated = [t for t in estimated if not (math.isfinite(t.interaction.low) and math.isfinite(t.interaction.high))]
+    estimated = [t for t in estimated if t not in unreplicated]
     below = [t for t in estimated if t.interaction.high < 1]
     above = [t for t in estimated if t.interaction.low > 1]
     undecided = len(estimated) - len(below) - len(above)
-    return (f"In {len(below) + len(above)} of {len(estimated)} regimes with all four cells the combined gain is "
-            f"decidedly not the product of the separate gains ({len(below)} below it: the levers overlap; "
-            f"{len(above)} above it); {undecided} add within noise."
-            + (f" {len(tables) - len(estimated)} regime(s) have no estimate (a cell missing or judged fail)."
-               if len(estimated) < len(tables) else ""))
+    missing = len(tables) - len(estimated) - len(unreplicated)
+    return (f"In {len(below) + len(above)} of {len(estimated)} regimes with all four cells and an interval the "
+            f"combined gain is decidedly not the product of the separate gains ({len(below)} below it: the levers "
+            f"overlap; {len(above)} above it); {undecided} add within noise."
+            + (f" {len(unreplicated)} regime(s) are undecided: a cell measured once has no interval (too few "
+               f"repeats)." if unreplicated else "")
+            + (f" {missing} regime(s) have no estimate (a cell missing or judged fail)." if missing else ""))
 
 
 def model_md(models: dict, tidy: pd.DataFrame) -> str:
@@ -62,6 +66,9 @@ def model_md(models: dict, tidy: pd.DataFrame) -> str:
              f"at 95 % (interval excludes 1); every term is in `factorial.csv`:"]
     for metric, table in models.items():
         decided = table[table["interaction"] & table["decided"]] if not table.empty else table
+        if table.empty and table.attrs.get("why"):
+            parts.append(f"- {METRICS[metric]}: nothing decided: {table.attrs['why']}.")
+            continue
         if decided.empty:
             parts.append(f"- {METRICS[metric]}: no two-way interaction decided.")
             continue
@@ -72,8 +79,9 @@ def model_md(models: dict, tidy: pd.DataFrame) -> str:
 
 
 def section_md(tables: list[TwoByTwo], models: dict, tidy: pd.DataFrame) -> str | None:
-    """None when the run crosses no lever with speculation (nothing to say)."""
-    if not tables and not any(not m.empty for m in models.values()):
+    """None when the run crosses no lever with speculation (nothing to say). A model that could
+    decide nothing (every cell measured once) keeps the section, saying why."""
+    if not tables and not any(not m.empty or m.attrs.get("why") for m in models.values()):
         return None
     parts = []
     if tables:
