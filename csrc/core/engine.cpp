@@ -10,6 +10,7 @@
 #include "drafter.h"
 #include "phase_clock.h"
 #include "sampling.h"
+#include "synthetic.h"
 #include "vocab_check.h"
 
 namespace specnative {
@@ -303,6 +304,7 @@ void check_temperature(float temperature) {
 int Engine::validate_params(const GenerateParams& p, int n_seq) const {
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
     check_temperature(p.temperature);
+    check_synthetic(p.synthetic, p.k, p.spec);
     if (!p.spec) {
         if (p.drafter_settings) check_hidden_drafter(p.drafter.type);
         return 0;
@@ -721,7 +723,11 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
         }
         const int32_t x = drafts[i];
         int32_t target_token;
-        if (rule == AcceptRule::rejection) {
+        bool synthetic_reject = false;
+        if (!p.synthetic.empty()) {  // synthetic acceptance: a keyed draw keeps x, else the target's own token
+            synthetic_reject = !synthetic_keep(p, t.vocab, seq.key, index, i, x);
+            target_token = synthetic_reject ? rule_of.target_token(draw) : x;
+        } else if (rule == AcceptRule::rejection) {
             if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
             // p(x) alone decides an acceptance; the whole of p only a rejection's residual
             softmax_norm(logits, t.n_vocab, p.temperature, norm);
@@ -739,7 +745,7 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
         } else {  // greedy and match: the target's own (argmax or keyed) sample
             target_token = rule_of.target_token(draw);
         }
-        if (target_token != x) {
+        if (synthetic_reject || target_token != x) {
             correction = target_token;
             seq.counts.rejected += 1;
             break;

@@ -88,6 +88,9 @@ struct GenerateParams {
     // target settings that drafter asks for (layer-input or nextn extraction), to measure what
     // they cost the target's step. The honest baseline runs without them.
     bool drafter_settings = false;
+    // Synthetic acceptance (synthetic.h; benchmarking only): the probability each draft position is
+    // kept with, given the earlier ones were (one per position, at least k); empty: the rule decides.
+    std::vector<double> synthetic;
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).

@@ -13,7 +13,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from specnative import _core
+from specnative import _core, synthetic
 from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
 
@@ -348,7 +348,7 @@ class Engine:
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
                  draft_temperature: float | None = None, drafter_settings: bool = False,
-                 record_pit: bool = False, prefix_cache: bool = True) -> GenerationResult:
+                 record_pit: bool = False, prefix_cache: bool = True, synthetic=None) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -378,7 +378,12 @@ class Engine:
         draft_above_sure/_maybe in the draft's): lossless.rejection_distribution's evidence.
         prefix_cache: the prompts' common prefix is prefilled once, shared by every sequence and kept
         cached between calls (the default); False: every sequence prefills its whole prompt on every
-        call, as a server without prompt caching (times["prefill_target"] shows the cost)."""
+        call, as a server without prompt caching (times["prefill_target"] shows the cost).
+        synthetic (spec only): a synthetic acceptance profile (specnative.synthetic: a Profile or its
+        text, e.g. "0.7", "rates:0.9/0.7/0.5/0.3", "len:2.5"): the drafter drafts and the target
+        verifies as usual, but each draft is kept by a seeded draw at the profile's rate instead of
+        by the rule; the first rejected position emits the target's own token there. Benchmarking
+        only: the output is not the target's."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
@@ -400,6 +405,7 @@ class Engine:
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         drafter = drafter_name(drafter)
         options = checked_drafter_options(drafter, drafter_options)
+        synthetic_probs = synthetic_probabilities(synthetic, k, spec)
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
@@ -408,7 +414,7 @@ class Engine:
                                   drafter_options=options, draft_p_min=draft_p_min,
                                   draft_temperature=float(draft_temperature),
                                   drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
-                                  prefix_cache=bool(prefix_cache))
+                                  prefix_cache=bool(prefix_cache), synthetic=synthetic_probs)
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,
@@ -433,6 +439,18 @@ class Engine:
         """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
         return self._core.pending_logits(_c_int(seq, "seq"))
+
+
+def synthetic_probabilities(profile, k: int, spec: bool) -> list[float]:
+    """The probability the engine keeps each of the k draft positions with (given the earlier ones
+    were kept) under a synthetic acceptance profile; [] for None (the acceptance rule decides)."""
+    if profile is None:
+        return []
+    if not spec:
+        raise ValueError("synthetic acceptance applies to speculative runs (spec=True)")
+    if not isinstance(profile, synthetic.Profile):
+        profile = synthetic.parse_profile(profile)
+    return profile.conditional(k)
 
 
 def _seed(value) -> int:
