@@ -389,8 +389,8 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
     elif column.dtype in ("int", "float"):
         converted = pd.to_numeric(values, errors="coerce")
         bad = converted.isna() & values.notna()
-        if column.dtype == "int":
-            bad |= converted.notna() & (converted != converted.round())
+        if column.dtype == "int":  # an infinity equals its own rounding: not an int either
+            bad |= converted.notna() & ((converted != converted.round()) | converted.isin([math.inf, -math.inf]))
         else:  # a sweep writes NaN (empty) where a number is undefined, never an infinity
             infinite = converted.isin([-math.inf] if column.infinite else [math.inf, -math.inf])
             if infinite.any():
@@ -398,12 +398,26 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
                 raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "
                                   f"not a finite number (no measurement is infinite: an edited or damaged file)")
     else:
+        if column.name.endswith("_repeats"):  # a ';'-separated list of finite rates >= 0
+            bad = [i for i, v in enumerate(values) if isinstance(v, str) and _not_a_rate_list(v)]
+            if bad:
+                i = bad[0]
+                raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, not "
+                                  f"';'-separated finite numbers >= 0 (an edited or damaged file)")
         return values.astype(PANDAS_DTYPES[column.dtype])
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
         raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "
                           f"not a {column.dtype}")
     return converted.astype(PANDAS_DTYPES[column.dtype])
+
+
+def _not_a_rate_list(text: str) -> bool:
+    try:
+        values = [float(v) for v in text.split(";") if v.strip()]
+    except ValueError:
+        return True
+    return not all(0 <= v < math.inf or v != v for v in values)  # NaN: a repeat whose rate is undefined
 
 
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}
