@@ -95,7 +95,7 @@ def run(args) -> int:
 
     try:
         report = train_drafter(options_of(args))
-    except (TargetError, MissingTorch, ValueError, FileNotFoundError) as error:
+    except (TargetError, MissingTorch, ValueError, OSError) as error:  # OSError: a file it cannot read or write
         print(f"train-drafter: {error}", file=sys.stderr)
         return 2
     print(summary(report))

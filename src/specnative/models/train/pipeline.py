@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass
@@ -100,8 +102,18 @@ def check_options(o: Options) -> None:
         raise ValueError(f"--kind {o.kind}: only {', '.join(KINDS)} heads can be trained")
     if o.budget_minutes is None and o.max_tokens is None and o.epochs is None:
         raise ValueError("give a budget: --budget-minutes, --max-tokens or --epochs")
-    if o.budget_minutes is not None and o.budget_minutes <= 0:
-        raise ValueError("--budget-minutes must be > 0")
+    if o.budget_minutes is not None and not 0 < o.budget_minutes < math.inf:  # NaN passes a "<= 0" test
+        raise ValueError(f"--budget-minutes must be a finite number > 0, not {o.budget_minutes:g}")
+    for flag, value in (("--max-tokens", o.max_tokens), ("--epochs", o.epochs), ("-t/--threads", o.threads),
+                        ("--max-prompt-tokens", o.max_prompt_tokens), ("--n-embd", o.n_embd)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, not {value}")
+    if o.seed < 0:
+        raise ValueError(f"--seed must be >= 0, not {o.seed}")
+    if not 0 <= o.held_out < 1:
+        raise ValueError(f"--held-out is a share of the sequences: in [0, 1), not {o.held_out:g}")
+    if not 0 < o.lr < math.inf:
+        raise ValueError(f"--lr must be a finite number > 0, not {o.lr:g}")
     if not 0 < o.data_share < 1:
         raise ValueError("--data-share must be in (0, 1)")
     if not 0 <= o.read_share < 1:
@@ -120,8 +132,24 @@ def check_options(o: Options) -> None:
         raise ValueError("--batch-rows must be at least 1")
     if not 1 <= o.ttt_steps <= 8:
         raise ValueError("--ttt-steps must be in 1..8")
-    if Path(o.out).resolve() == Path(o.target).resolve():
+    check_out(o)
+
+
+def check_out(o: Options) -> None:
+    """-o names a file this command can write (and OUT.train.json beside it), before any work."""
+    out = Path(o.out)
+    if out.resolve() == Path(o.target).resolve():
         raise ValueError("-o would overwrite the target")
+    if out.is_dir():
+        raise ValueError(f"-o {out}: a folder; give the head's file name, e.g. {out / 'head.gguf'}")
+    folder = out.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"-o {out}: no folder {out.parent} to write it in")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"-o {out}: the folder {out.parent} is not writable")
+    for path in (out, Path(str(out) + ".train.json")):
+        if path.is_dir() or (path.exists() and not os.access(path, os.W_OK)):
+            raise ValueError(f"-o {out}: {path} cannot be written")
 
 
 def train_drafter(o: Options) -> dict:
