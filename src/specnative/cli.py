@@ -22,6 +22,7 @@ VERBS = {
     "db": "the results database: import run folders, rebuild",
     "models": "presets and tiny models: list, fetch, where the cache is; train a drafter",
     "schema": "the traces.csv columns",
+    "project": "a run's speedup projected to other hardware with the cost model [projected]",
 }
 SERVE_MOVED = "note: `sweep --serve` is now `specnative serve`; running it as that"
 
@@ -144,6 +145,12 @@ def db_main(argv: list[str] | None = None) -> int:
 
 def models_main(argv: list[str] | None = None) -> int:
     from specnative.models import cli
+
+    return cli.main(argv)
+
+
+def project_main(argv: list[str] | None = None) -> int:
+    from specnative.projection import cli
 
     return cli.main(argv)
 
