@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from specnative.record.provenance import ProvenanceError, read_provenance
+from specnative.record.run_folder import base_cell
 from specnative.report.advisor import as_float
 from specnative.report.text import fmt, md_table
 
@@ -85,6 +86,22 @@ def noise_control_md(prov: dict) -> list:
             "1.25 x the largest logit-gap movement):",
             md_table(["target [backend]", "max |Δlogit|", "max gap movement", "tolerance",
                       "greedy flips / positions", "verdicts"], rows)]
+
+
+def unfinished_md(prov: dict, traces) -> list:
+    """A sweep that did not finish (interrupted, or still running), said before its answer: how many
+    of its planned cells were never measured, so that what follows is not read as the whole grid."""
+    if prov.get("completed") is not False:
+        return []
+    measured = traces["cell_id"].dropna().map(base_cell).nunique()
+    planned = prov.get("cells_planned")
+    if isinstance(planned, int) and planned >= measured:
+        missing = f"{planned - measured} of its {planned} planned cells were never measured"
+    else:  # a run from before the count was recorded
+        missing = "some of its planned cells were never measured (how many was not recorded)"
+    return [f"**This sweep did not finish: {missing}. Everything below covers the {measured} measured "
+            f"cell(s) only, not the grid that was asked for.** `specnative sweep --resume --out RUN_DIR` "
+            f"measures the rest."]
 
 
 def _incomplete(prov: dict) -> list:

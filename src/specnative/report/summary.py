@@ -36,6 +36,7 @@ from specnative.report.record_md import (
     notes_md,
     provenance_md,
     sweep_time_md,
+    unfinished_md,
 )
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
 from specnative.report.verdict_block import verdict_block
@@ -94,6 +95,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                                                     thresholds, out)))
     out["summary.md"] = run_dir / "summary.md"
     answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None)
+    answer = "\n\n".join([*unfinished_md(prov or {}, traces), answer])  # an unfinished grid: said first
     if levers is not None:  # right after the answer: the question the run's factors can answer
         sections.insert(0, ("Do the levers add?", levers))
     out["summary.md"].write_text(_render(prov, answer, sections, list(figures)))

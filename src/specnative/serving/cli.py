@@ -21,6 +21,7 @@ from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
 from specnative.sweep import hidden_drafters, options
 from specnative.sweep.config import SweepConfig
 from specnative.sweep.options import int_list, on_off_list
+from specnative.sweep.resume_args import resume_argv, resume_command
 
 DESCRIPTION = ("Serving under load: replay seeded request traces at each --request-rate through continuous "
                "batching, spec off and on on the same trace (-r traces per rate), and write traces.csv, "
@@ -176,7 +177,7 @@ def describe(cfg: ServeConfig) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = resume_argv("serve", sys.argv[1:] if argv is None else list(argv))
     args = build_parser(prog).parse_args(argv)
     if args.no_db and args.db is not None:
         raise SystemExit("error: --db and --no-db: give one of them")
@@ -190,8 +191,8 @@ def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
     try:
         traces = run_serve_sweep(cfg)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}; continue with --resume --out "
-              f"{cfg.out_dir}", file=sys.stderr)
+        print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}; continue with: "
+              f"{resume_command('serve', cfg.out_dir)}", file=sys.stderr)
         return 130
     if cfg.report:
         print(f"report: {write_report(cfg.out_dir)}", file=sys.stderr)

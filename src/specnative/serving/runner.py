@@ -412,5 +412,5 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
         provenance["completed"] = True
         write_json(out / "provenance.json", provenance)
         if cfg.db is not None and traces_path.exists():
-            database.sync_or_warn(cfg.db, out)
+            database.sync_or_warn(cfg.db, out, final=True)
     return traces_path

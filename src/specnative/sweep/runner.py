@@ -145,6 +145,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                                       for d in cfg.drafters if d != "model"},
                   "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
+    provenance["cells_planned"] = len(cells)  # this shard's: a report of an unfinished run counts what is missing
     if cfg.drafter_files:  # only when set: older run directories still resume
         provenance["settings"]["drafter_files_sha256"] = {d: sha256_file(p) for d, p in cfg.drafter_files.items()}
     if list(cfg.prefix_caches) != [True]:  # only when set: older run directories still resume
@@ -195,7 +196,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
     if cfg.db is not None and traces.exists():
-        database.sync_or_warn(cfg.db, out)
+        database.sync_or_warn(cfg.db, out, final=True)
     if (not traces.exists() or traces.stat().st_size == 0) and cfg.shard is None:
         raise SystemExit(f"error: every cell was refused (reasons above and in {out / 'provenance.json'}): "
                          f"nothing was measured")
