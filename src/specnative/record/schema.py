@@ -45,7 +45,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("accept_rule", "str", "greedy, match or rejection (on rows)"),
     Column("n_predict", "int", "tokens generated per sequence"),
     Column("warmup", "int", "--warmup: most discarded warm-up runs (warmup_used: how many were)"),
-    Column("repeats", "int", "--repeats: fewest timed runs (repeats_used: how many ran); rates are their median"),
+    Column("repeats", "int", "--repeats: fewest timed runs (repeats_used: how many ran); rates are pooled over the "
+           "runs that count (total tokens over total time), as tps says"),
     Column("tps_std", "float", "standard deviation of tps over the repeats"),
     Column("tps_min", "float", "lowest tps over the repeats"),
     Column("tps_max", "float", "highest tps over the repeats"),
@@ -71,8 +72,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("rejected", "int", "rounds that ended on a rejected draft, over the timed repeats (on rows)"),
     Column("accept_at_pos", "str", "acceptance rate of draft positions 1..k, ';'-separated (on rows)"),
     Column("accept_len_hist", "str", "rounds that accepted 0..k drafts, ';'-separated (on rows)"),
-    Column("lossless_method", "str", "exact-greedy, exact-seed (match), or distribution (rejection cells: the "
-           "distributional test plus the match proxy; match-proxy in runs before it)"),
+    Column("lossless_method", "str", "how the verdict was reached. Sweep on rows: exact-greedy, exact-seed (match), "
+           "or distribution (rejection cells: the distributional test plus the match proxy; match-proxy in runs "
+           "before it); sweep off rows: reference (the output the on rows are checked against). Serve rows: "
+           "alone-greedy or alone-seed (each request against itself decoded alone), distribution (spec-on rows "
+           "of the rejection rule at T > 0); empty where a run was not checked"),
     Column("first_divergence", "int", "first generated index where spec and baseline differ (-1: none)"),
     Column("divergence_margin", "float", "target top-1 minus top-2 logit at the first divergence"),
     Column("target_model", "str", "target GGUF file name"),

@@ -138,7 +138,8 @@ def repeats_text(prov: dict) -> str:
     return (f"warm-up until two runs agree within {prov.get('warmup_tol', 0):.0%} (at most "
             f"{prov['warmup']} discarded); {prov['repeats']}–{prov['max_repeats']} timed runs, spec off "
             f"and on interleaved, until the speedup's {prov.get('ci_level', 0.95):.0%} interval lies above "
-            f"or below 1 or is narrower than {prov.get('ci_width', 0):.0%} of it; rates are medians")
+            f"or below 1 or is narrower than {prov.get('ci_width', 0):.0%} of it; rates are pooled over the "
+            f"timed runs (total tokens over total time)")
 
 
 def sweep_time_md(records: list[dict]) -> str | None:
