@@ -50,6 +50,35 @@ def test_the_tidy_column_table_is_tidys():
     assert [row.split("`")[1] for row in rows] == list(COLUMNS)
 
 
+def test_a_p_min_cell_id_is_as_drafters_md_says():
+    from specnative.sweep.config import Cell
+
+    example = "…|task=mixed|pmin=0.5|prefix=off|k4"
+    cell = Cell(Path("t.gguf"), ctx_len=0, concurrency=1, temperature=0.0, draft_p_min=0.5, prefix_cache=False)
+    assert cell.key("ab" * 32, "greedy", 4).endswith(example[1:])
+    text = one_line((DOCS / "drafters.md").read_text(encoding="utf-8"))
+    assert f"`{example}`" in text and "`cell_id` ends in `|pmin=P`" not in text
+
+
+def test_the_warm_up_statement_names_when_the_check_runs_count():
+    text = one_line((DOCS / "measurement.md").read_text(encoding="utf-8"))
+    assert ("The lossless check's own pair of runs counts as the first where it ran what is timed: at T = 0, "
+            "or under `match`, at the timed seed.") in text
+    assert "Under the default rule at T > 0" in text
+
+
+def test_which_drafter_appears_only_when_several_drafters_ran():
+    import pandas as pd
+
+    from specnative.report.drafter_sections import has_several_drafters
+
+    assert not has_several_drafters(pd.DataFrame({"drafter": ["ngram-simple", "ngram-simple", None]}))
+    assert not has_several_drafters(pd.DataFrame({"drafter": ["model", "model"]}))
+    assert has_several_drafters(pd.DataFrame({"drafter": ["model", "ngram-simple"]}))
+    text = one_line((DOCS / "advice.md").read_text(encoding="utf-8"))
+    assert "When several drafters were measured, the \"Which drafter\" section" in text
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     from specnative.record.schema import markdown_doc
 

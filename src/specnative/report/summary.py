@@ -13,8 +13,8 @@ from specnative.report.drafter_sections import (
     by_drafter,
     drafters_md,
     has_k_prediction,
-    has_ngram_drafters,
     has_p_min,
+    has_several_drafters,
     p_min_md,
     plot_by_drafter,
     plot_by_task,
@@ -69,7 +69,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                "theory_vs_measured": plot_theory(table, note),
                "acceptance_by_position": plot_acceptance_by_position(cells, note),
                "by_task": plot_by_task(by_task(traces, thresholds), note)}
-    if has_ngram_drafters(traces):
+    if has_several_drafters(traces):
         figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
     if has_k_prediction(traces):
         figures["which_k"] = plot_which_k(traces, note)
@@ -80,7 +80,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     verdicts.to_csv(out["advice.csv"], index=False)
     levers = write_factorial(traces, run_dir, note, out, figures)
     sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
-    if has_ngram_drafters(traces):
+    if has_several_drafters(traces):
         sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
     if has_k_prediction(traces):
         sections.insert(3, ("Which k: recommended draft length", which_k_md(traces)))
