@@ -194,7 +194,7 @@ def plot_which_k(traces: pd.DataFrame, note: str = "") -> Figure:
     for ax in (left, right):
         ax.grid(alpha=0.3)
     caption(fig, "Prediction from the run at the largest k: tau from its accepted-length histogram, "
-             "T_round from the cost curve anchored at that run (pick_k.py).", note)
+             "T_round from the verify-cost curve (one decode timed per draft length) anchored at that run.", note)
     return fig
 
 

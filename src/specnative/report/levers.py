@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from specnative.report.factorial import REGIME_FACTORS, TwoByTwo, level_order, reference_levels
-from specnative.report.figures import caption, colors, empty_panel, new_figure
+from specnative.report.figures import caption, colors, empty_panel, new_figure, ratio_axis
 from specnative.report.text import fmt, md_table
 from specnative.stats import geometric_interval
 
@@ -112,6 +112,7 @@ def plot_interactions(tidy: pd.DataFrame, note: str) -> Figure:
         return fig
     for ax, factor in zip(axes, axes_factors):
         others = [f for f in axes_factors if f != factor]
+        drawn = []
         levels = sorted(on[factor].astype(str).unique(), key=level_order)
         groups = list(on.groupby([on[o].astype(str) for o in others], sort=True)) if others else [((), on)]
         for color, (key, group) in zip(colors(len(groups)), groups):
@@ -123,18 +124,21 @@ def plot_interactions(tidy: pd.DataFrame, note: str) -> Figure:
                 iv = geometric_interval(values)
                 xs.append(i)
                 ys.append(iv.estimate)
+                drawn += [iv.estimate, iv.low, iv.high]
                 lo.append(iv.estimate - iv.low if math.isfinite(iv.low) else 0.0)
                 hi.append(iv.high - iv.estimate if math.isfinite(iv.high) else 0.0)
             key = key if isinstance(key, tuple) else (key,)
             label = ", ".join(f"{o} {v}" for o, v in zip(others, key)) or "speedup"
             ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=color, label=label)
         ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+        ratio_axis(ax, drawn)
         ax.set_xticks(range(len(levels)), levels)
         ax.set_xlabel(factor)
-        ax.set_ylabel("speedup of speculation")
+        ax.set_ylabel("speedup of speculation (log)")
         ax.legend(fontsize=6)
     caption(fig, "Parallel lines: the factor and speculation add (multiplicatively); converging or crossing "
-                 "lines: they interact. Error bars: 95 % interval over the repeats.", note)
+                 "lines: they interact. Error bars: 95 % interval over the repeats. y axis logarithmic, symmetric "
+                 "about 1.", note)
     return fig
 
 
