@@ -1,5 +1,6 @@
-"""Projection against llama.cpp's published Apple-silicon table (discussion #4167: LLaMA 7B F16 /
-Q8_0 / Q4_0, pp512 and tg128 per chip, build 8e672ef).
+"""Projection against llama.cpp's published tables: the Apple-silicon table (discussion #4167: LLaMA
+7B F16 / Q8_0 / Q4_0, pp512 and tg128 per chip, build 8e672ef) and, as a test only, the CUDA
+scoreboard (discussion #15013: Llama 2 7B Q4_0, pp512 and tg128 per GPU).
 
 Each chip is described by its spec sheet: memory bandwidth, GPU cores x 128 ALUs x 2 FLOP x the GPU
 clock (M1 1.278 GHz, M2 1.398 GHz; FP16 runs at the FP32 rate on these GPUs). On the rows marked
@@ -7,8 +8,10 @@ clock (M1 1.278 GHz, M2 1.398 GHz; FP16 runs at the FP32 rate on these GPUs). On
 device's bandwidth and compute efficiency and one per-layer overhead of the Metal backend; it then
 predicts every row, and the `test` rows (the M1 family, the other M2 core counts) with the
 efficiencies of the fitted M2 chip of the same tier (base, Pro, Max, Ultra: the same memory system).
+The CUDA rows are predicted from the shipped devices table (spec-sheet peaks, prior efficiencies:
+nothing is fitted to them).
 
-    python bench/projection_apple.py [--out bench/results/projection/apple-silicon]
+    python bench/projection_published.py [--out bench/results/projection]
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ from specnative.projection.device import Device
 from specnative.projection.shape import from_config
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "results" / "projection" / "apple-silicon"
+DEFAULT_OUT = HERE / "results" / "projection"
 LLAMA_7B = dict(_name_or_path="LLaMA-7B", model_type="llama", hidden_size=4096, num_hidden_layers=32,
                 num_attention_heads=32, num_key_value_heads=32, intermediate_size=11008, vocab_size=32000,
                 tie_word_embeddings=False)
@@ -47,10 +50,35 @@ def predict_tps(shape, device, test: str) -> float:
     return 512 / cost.prefill_s(shape, device, 512, n_batch=512)
 
 
+def write_csv(path: Path, rows: list) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def cuda(folder: Path) -> None:
+    """The CUDA scoreboard's rows predicted with the shipped devices (a test: nothing fitted)."""
+    from specnative.projection.device import resolve
+
+    out = []
+    for r in csv.DictReader(open(folder / "rows.csv")):
+        device, = resolve(r["device"])
+        predicted = predict_tps(from_config(LLAMA_7B, r["weights"]), device, r["test"])
+        out.append({**{k: r[k] for k in ("gpu", "device", "weights", "test", "build", "role")},
+                    "measured_tps": float(r["tps"]), "predicted_tps": round(predicted, 2),
+                    "error_pct": round(100 * (predicted / float(r["tps"]) - 1), 1), "source": r["source"]})
+        print(f"  [cuda test] {r['gpu']} {r['test']}: measured {r['tps']} predicted {predicted:.1f} "
+              f"({out[-1]['error_pct']:+.1f} %)")
+    write_csv(folder / "predictions.csv", out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    cuda(args.out / "cuda-scoreboard")
+    args.out = args.out / "apple-silicon"
     rows = list(csv.DictReader(open(args.out / "rows.csv")))
     shapes = {w: from_config(LLAMA_7B, w) for w in ("F16", "Q8_0", "Q4_0")}
     devices = {}
@@ -75,16 +103,21 @@ def main(argv=None) -> int:
             fitted[name] = Device(**{**d.__dict__, "bw_efficiency": ref.bw_efficiency,
                                      "compute_efficiency": ref.compute_efficiency, "overhead_layer_us": overhead,
                                      "source": d.source + f"; efficiencies of the fitted {ref.name}"})
+    # Leave one out: each fit row predicted by a fit on the other 23
+    loo = {}
+    for i, r in enumerate(fit_rows):
+        others = [observation(x) for j, x in enumerate(fit_rows) if j != i]
+        refit, _ = fit.fit({n: devices[n] for n in fitted_names}, params, others)
+        o = observation(r)
+        loo[id(r)] = round(100 * (o.measured_s / o.predict(refit[o.device]) - 1), 1)
     out_rows = []
     for o, predicted, err in fit.errors(fitted, [observation(r) for r in rows]):
         r = o.labels
         out_rows.append({**{k: r[k] for k in ("chip", "gpu_cores", "mem_bw_gbs", "weights", "test", "role")},
                          "measured_tps": float(r["tps"]), "predicted_tps": round(1 / predicted, 2),
-                         "error_pct": round(100 * (o.measured_s / predicted - 1), 1), "source": r["source"]})
-    with open(args.out / "predictions.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(out_rows[0]))
-        w.writeheader()
-        w.writerows(out_rows)
+                         "error_pct": round(100 * (o.measured_s / predicted - 1), 1),
+                         "leave_one_out_error_pct": loo.get(id(r), ""), "source": r["source"]})
+    write_csv(args.out / "predictions.csv", out_rows)
     with open(args.out / "fitted_devices.toml", "w") as f:
         for n in fitted_names:
             d = fitted[n]
@@ -93,6 +126,9 @@ def main(argv=None) -> int:
     print(f"fit: {result.nfev} evaluations, cost {result.cost:.4g}; Metal per-layer overhead {overhead:.1f} us")
     for n in fitted_names:
         print(f"  {n}: bw_efficiency {fitted[n].bw_efficiency:.3f} compute_efficiency {fitted[n].compute_efficiency:.3f}")
+    for test in ("tg128", "pp512"):
+        errs = [abs(r["leave_one_out_error_pct"]) for r in out_rows if r["role"] == "fit" and r["test"] == test]
+        print(f"fit {test} left out one at a time: median |error| {statistics.median(errs):.1f} % max {max(errs):.1f} %")
     for role in ("fit", "test"):
         for test in ("tg128", "pp512"):
             errs = [abs(r["error_pct"]) for r in out_rows if r["role"] == role and r["test"] == test]
