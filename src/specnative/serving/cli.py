@@ -34,11 +34,23 @@ TRACE_REPLACES = (("request_rate", "--request-rate"), ("num_requests", "--num-re
                   ("dataset", "--dataset"), ("tasks", "--tasks"))
 
 
+def slot_count(text: str) -> int:
+    """-np/--max-concurrency: one slot count (a sweep's -np takes a list: its grid's axis)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected one number of slots, e.g. 8, not {text!r} (serve's axis is --request-rate; sweep takes "
+            f"-np 1,4,8 for a grid of batch sizes)") from None
+
+
 def add_serving_flags(p: argparse.ArgumentParser) -> None:
     serving = p.add_argument_group("serving under load (continuous batching)")
     serving.add_argument("--request-rate", default=None, metavar="R,R,...",
                          help=f"requests per second (Poisson; 'inf': all at t=0; default {DEFAULT_RATES})")
-    serving.add_argument("--max-concurrency", type=int, default=8, help="slots decoding together (llama-server -np)")
+    serving.add_argument("-np", "--max-concurrency", type=slot_count, default=8,
+                         help="slots decoding together (llama-server's -np; one number: the load is the request "
+                              "rate's axis; default 8)")
     serving.add_argument("--num-requests", type=int, default=None,
                          help=f"requests per trace (default {DEFAULT_REQUESTS})")
     serving.add_argument("--burstiness", type=float, default=None,
