@@ -61,6 +61,8 @@ def test_the_sweep_measures_both_and_the_rows_say_which(noisy_pair, tmp_path):
     assert rows["tps_repeats"].str.count(";").eq(1).all()  # both timed repeats, kept for paired statistics
 
 
-def test_a_bad_prefix_cache_value_is_refused():
-    with pytest.raises(SystemExit):
+def test_a_bad_prefix_cache_value_is_refused(capsys):
+    with pytest.raises(SystemExit) as refused:
         main(["--prefix-cache", "maybe"])
+    assert refused.value.code == 2  # argparse's refusal of this flag's value, not of an unknown flag
+    assert "argument --prefix-cache: expected on, off or on,off, got 'maybe'" in capsys.readouterr().err
