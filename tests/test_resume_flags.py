@@ -40,8 +40,8 @@ def test_the_printed_resume_command_continues_an_interrupted_sweep_as_printed(no
     assert cli.main(["report", str(out)]) == 0
     summary = (out / "summary.md").read_text(encoding="utf-8")
     answer = summary.split("## The answer", 1)[1]
-    assert answer.lstrip().startswith("**This sweep did not finish: 2 of its 3 planned cells were never measured. "
-                                      "Everything below covers the 1 measured cell(s) only")
+    assert answer.lstrip().startswith("**This sweep run did not finish: 2 of its 3 planned cells were never "
+                                      "measured. Everything below covers the measured ones only (1)")
 
     monkeypatch.setattr(runner, "measure_cell", real_measure)
     assert cli.main(shlex.split(printed)[1:]) == 0  # as printed: no flag of the run's given again
@@ -83,3 +83,17 @@ def test_version_prints_the_version(capsys):
     assert cli.main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"specnative {cli.version()}"
     assert cli.version()[0].isdigit()
+
+
+def test_an_unfinished_serve_run_says_how_many_levels_were_never_measured():
+    import pandas as pd
+
+    from specnative.report.record_md import unfinished_md
+
+    rows = pd.DataFrame({"request_rate": [1.0, 1.0, 1.0, 1.0, 2.0, 2.0], "seed": [0, 0, 1, 1, 0, 0],
+                         "spec_decode": ["off", "on"] * 3})
+    said = unfinished_md({"mode": "serve", "completed": False, "levels_planned": 6}, rows)
+    assert said == ["**This serve run did not finish: 3 of its 6 planned levels (request rate, trace seed) were "
+                    "never measured. Everything below covers the measured ones only (3), not all that was asked "
+                    "for.** `specnative serve --resume --out RUN_DIR` measures the rest."]
+    assert unfinished_md({"mode": "serve", "completed": True, "levels_planned": 6}, rows) == []

@@ -89,19 +89,24 @@ def noise_control_md(prov: dict) -> list:
 
 
 def unfinished_md(prov: dict, traces) -> list:
-    """A sweep that did not finish (interrupted, or still running), said before its answer: how many
-    of its planned cells were never measured, so that what follows is not read as the whole grid."""
+    """A sweep or serve run that did not finish (interrupted, or still running), said before its
+    answer: how many of its planned cells (serve: levels, a request rate's seeded trace) were never
+    measured, so that what follows is not read as the whole grid."""
     if prov.get("completed") is not False:
         return []
-    measured = traces["cell_id"].dropna().map(base_cell).nunique()
-    planned = prov.get("cells_planned")
+    if prov.get("mode") == "serve":
+        verb, unit, planned = "serve", "levels (request rate, trace seed)", prov.get("levels_planned")
+        measured = len(traces[["request_rate", "seed"]].drop_duplicates())
+    else:
+        verb, unit, planned = "sweep", "cells", prov.get("cells_planned")
+        measured = traces["cell_id"].dropna().map(base_cell).nunique()
     if isinstance(planned, int) and planned >= measured:
-        missing = f"{planned - measured} of its {planned} planned cells were never measured"
+        missing = f"{planned - measured} of its {planned} planned {unit} were never measured"
     else:  # a run from before the count was recorded
-        missing = "some of its planned cells were never measured (how many was not recorded)"
-    return [f"**This sweep did not finish: {missing}. Everything below covers the {measured} measured "
-            f"cell(s) only, not the grid that was asked for.** `specnative sweep --resume --out RUN_DIR` "
-            f"measures the rest."]
+        missing = f"some of its planned {unit} were never measured (how many was not recorded)"
+    return [f"**This {verb} run did not finish: {missing}. Everything below covers the measured ones only "
+            f"({measured}), not all that was asked for.** `specnative {verb} --resume --out RUN_DIR` measures "
+            f"the rest."]
 
 
 def _incomplete(prov: dict) -> list:

@@ -356,7 +356,8 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                       "preset": cfg.preset, "mode": "serve", "n_threads": cfg.threads,
                       "serve": serve_record(cfg, replays), "settings": run_settings(cfg),
                       "workload": {"source": cfg.prompts_source, "dataset": cfg.dataset},  # as the sweep's
-                      "models": [], "completed": False}
+                      "models": [], "completed": False,
+                      "levels_planned": len(replays)}  # a report of an unfinished run counts what is missing
         plan, recorded = resume_plan(cfg, out, replays, provenance) if cfg.resume else (
             rundir.ResumePlan(traces_path), None)
         if recorded is not None:  # the run's history goes on
