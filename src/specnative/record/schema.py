@@ -123,7 +123,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("mismatches", "int", "replayed positions whose emitted token is not the baseline rule's pick (on rows)"),
     Column("max_mismatch_gap", "float", "largest logit[pick] - logit[emitted] among the mismatches (on rows)"),
     Column("noise_tolerance", "float", "the verdict's tolerance: SAFETY x noise_max_spread at T > 0, SAFETY x "
-           "noise_candidate_spread at greedy (on rows)"),
+           "noise_candidate_spread at greedy, never below the float floor (64 float32 epsilons times the "
+           "largest logit) (on rows)"),
     Column("noise_max_abs_delta", "float", "noise control: max |logit| change, baseline step vs verify batch, "
            "same tokens teacher-forced, this cell's prompts and concurrency (on rows)"),
     Column("noise_max_spread", "float", "noise control: most any pairwise logit gap moved between the shapes (on rows)"),
