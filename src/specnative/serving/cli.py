@@ -133,6 +133,7 @@ def serve_problems(args) -> list[str]:
             problem = checks.hidden_drafter_refusal(drafter_name(drafter))
         except ValueError:
             continue  # an unknown name: the shared check says so
+        problem = problem or checks.hidden_prefix_refusal(drafter_name(drafter), args.prefix_cache)
         if problem:
             errors.append(problem)
     return errors

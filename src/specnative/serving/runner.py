@@ -342,6 +342,8 @@ def keep_requests(path: Path, kept_cell_ids: set) -> int:
 
 def run_serve_sweep(cfg: ServeConfig) -> Path:
     out = Path(cfg.out_dir)
+    if problem := checks.hidden_prefix_refusal(cfg.drafter, cfg.prefix_caches):  # the CLI says it first
+        raise SystemExit(f"error: {problem}")
     try:
         replays = planned_replays(cfg)
     except ValueError as error:  # the workload cannot give these prompts (no prompts, documents too short)
