@@ -251,9 +251,14 @@ def _connect(db_path, create: bool, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.
                                     + (" (no tables: an empty database)" if not tables else ""))
             _check_version(conn, path)
             if _missing_schema(conn):  # written by an earlier specnative: migrated on opening
-                conn.execute("BEGIN IMMEDIATE")
-                _ensure_schema(conn, path)
-                conn.execute("COMMIT")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    _ensure_schema(conn, path)
+                    conn.execute("COMMIT")
+                except sqlite3.Error as error:
+                    raise DatabaseError(f"{path}: written by an earlier specnative, and its new columns cannot "
+                                        f"be added here ({error}); rebuild it from the run folders with "
+                                        f"`specnative db rebuild`") from None
         return conn
     except (sqlite3.Error, OSError, DatabaseError) as error:
         if conn.in_transaction:
