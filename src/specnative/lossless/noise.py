@@ -41,7 +41,7 @@ STATE_FACTOR = 4.0
 # concurrency 2), while the run's cache, laid out otherwise by rollbacks, still sums attention in
 # another order, and a tolerance of 0 then calls a 1-ulp movement a bug. The tiny F32 pair's correct
 # runs moved their KV-state logits a median 10 of these units (at most 209, where the control saw
-# the batch-shape noise behind it); a stale or lost cache entry moved them 880000 or more.
+# the batch-shape noise behind it); a stale or lost cache entry moved them 860000 or more.
 FLOAT_FLOOR_UNITS = 64
 LOGIT_EPS = float(np.finfo(np.float32).eps)
 
