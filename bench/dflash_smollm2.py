@@ -90,7 +90,8 @@ def _finish(acc: dict) -> dict:
 def run(args) -> dict:
     prompts, record = load_prompts(args.data, args.target, n_predict=args.n_predict, max_prompt_tokens=384)
     longest = max(len(p.tokens) for p in prompts) + args.n_predict + max(args.ks + [args.ngram_k, args.eagle3_k]) + 2
-    kw = {"n_ctx": args.n_seq * longest + 256, "n_batch": 512, "n_seq_max": args.n_seq, "n_threads": args.threads}
+    kw = {"n_ctx": args.n_seq * longest + 256, "n_batch": 512, "n_seq_max": args.n_seq, "n_threads": args.threads,
+          "n_gpu_layers": args.ngl}
     configs = [("dflash", k) for k in args.ks] + [(d, args.ngram_k) for d in ("ngram-simple", "ngram-mod")]
     acc = {c: _empty(*c) for c in configs}
     if args.eagle3:
@@ -126,7 +127,7 @@ def run(args) -> dict:
                 _add(acc[("eagle3", args.eagle3_k)], r, time.perf_counter() - t0, base_tokens, engine, tokens,
                      args.eagle3_k, "eagle3")
     out = {"data": args.data, "prompts": record, "n_predict": args.n_predict, "temperature": 0.0, "n_seq": args.n_seq,
-           "threads": args.threads, "baseline_step_ms": base_ms / max(base_steps, 1),
+           "threads": args.threads, "n_gpu_layers": args.ngl, "baseline_step_ms": base_ms / max(base_steps, 1),
            "files": {"target": Path(args.target).name, "dflash": Path(args.dflash).name,
                      "eagle3": Path(args.eagle3).name if args.eagle3 else None},
            "configs": [_finish(a) for a in acc.values()]}
@@ -172,6 +173,7 @@ def main(argv=None) -> int:
     ap.add_argument("--eagle3-k", type=int, default=4)
     ap.add_argument("--n-seq", type=int, default=8)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-ngl", "--n-gpu-layers", dest="ngl", type=int, default=0, help="layers on the GPU (-1: all)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     out = run(args)
