@@ -92,7 +92,8 @@ def run(args) -> dict:
     longest = max(len(p.tokens) for p in prompts) + args.n_predict + max(args.ks + [args.ngram_k, args.eagle3_k]) + 2
     kw = {"n_ctx": args.n_seq * longest + 256, "n_batch": 512, "n_seq_max": args.n_seq, "n_threads": args.threads,
           "n_gpu_layers": args.ngl}
-    configs = [("dflash", k) for k in args.ks] + [(d, args.ngram_k) for d in ("ngram-simple", "ngram-mod")]
+    configs = ([("dflash", k) for k in args.ks] if args.dflash else []) + \
+        [(d, args.ngram_k) for d in ("ngram-simple", "ngram-mod") if not args.no_ngram]
     acc = {c: _empty(*c) for c in configs}
     if args.eagle3:
         acc[("eagle3", args.eagle3_k)] = _empty("eagle3", args.eagle3_k)
@@ -128,7 +129,7 @@ def run(args) -> dict:
                      args.eagle3_k, "eagle3")
     out = {"data": args.data, "prompts": record, "n_predict": args.n_predict, "temperature": 0.0, "n_seq": args.n_seq,
            "threads": args.threads, "n_gpu_layers": args.ngl, "baseline_step_ms": base_ms / max(base_steps, 1),
-           "files": {"target": Path(args.target).name, "dflash": Path(args.dflash).name,
+           "files": {"target": Path(args.target).name, "dflash": Path(args.dflash).name if args.dflash else None,
                      "eagle3": Path(args.eagle3).name if args.eagle3 else None},
            "configs": [_finish(a) for a in acc.values()]}
     if emitted_long:
@@ -164,12 +165,13 @@ def _cores() -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-m", "--target", required=True)
-    ap.add_argument("--dflash", required=True, help="the DFlash drafter file")
+    ap.add_argument("--dflash", help="the DFlash drafter file")
     ap.add_argument("--eagle3", help="an EAGLE-3 head for the same target (optional)")
     ap.add_argument("--data", default="mt-bench", help="prompts (train-drafter's --data syntax; default mt-bench)")
     ap.add_argument("--n-predict", type=int, default=128)
     ap.add_argument("--ks", type=_ints, default=[3, 4, 7, 15], help="DFlash draft lengths (default 3,4,7,15)")
     ap.add_argument("--ngram-k", type=int, default=4)
+    ap.add_argument("--no-ngram", action="store_true", help="leave the n-gram drafters out")
     ap.add_argument("--eagle3-k", type=int, default=4)
     ap.add_argument("--n-seq", type=int, default=8)
     ap.add_argument("-t", "--threads", type=int, default=2)
