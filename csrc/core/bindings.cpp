@@ -184,7 +184,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
                         const std::map<std::string, std::string>& drafter_options, float draft_p_min,
-                        float draft_temperature, bool drafter_settings, bool record_pit, bool prefix_cache,
+                        float draft_temperature, bool drafter_settings, bool record_pit, int prefix_limit, bool prefix_cache,
                         const std::vector<double>& synthetic) {
     GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
                                        drafter, drafter_options, draft_p_min);
@@ -199,6 +199,7 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.record_pit = record_pit;
     p.reuse_prompts = record_pit;  // a distributional-test run: its prefill is no measurement
     p.prefix_cache = prefix_cache;
+    p.prefix_limit = prefix_limit;
     p.synthetic = synthetic;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
@@ -465,7 +466,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
              py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false,
-             py::arg("prefix_cache") = true, py::arg("synthetic") = std::vector<double>{})
+             py::arg("prefix_limit") = -1, py::arg("prefix_cache") = true, py::arg("synthetic") = std::vector<double>{})
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),

@@ -370,7 +370,8 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     const int lookahead = validate_params(p, n_seq);
     // A hidden-state drafter keeps per-sequence state from each sequence's own prefill: no shared
     // prefix (its cells would reach the draft cache of sequence 0 only).
-    const int shared = !p.prefix_cache || (p.spec && is_hidden_drafter(p.drafter.type)) ? 0 : shared_prefix_length(prompts);
+    int shared = !p.prefix_cache || (p.spec && is_hidden_drafter(p.drafter.type)) ? 0 : shared_prefix_length(prompts);
+    if (p.prefix_limit >= 0) shared = std::min(shared, p.prefix_limit);
     int64_t cells = shared;
     for (int s = 0; s < n_seq; ++s) {
         validate_prompt(s, prompts[s], p.n_predict, lookahead);

@@ -76,6 +76,10 @@ struct GenerateParams {
     // every sequence and kept from one call to the next; false: every sequence prefills its whole
     // prompt on every call, as a server without prompt caching does.
     bool prefix_cache = true;
+    // With prefix_cache: share (and keep between calls) at most this many leading tokens, the
+    // shared context's length; a sequence's own prompt is then prefilled on every call, even where
+    // it is the whole common prefix (one sequence). -1: the prompts' whole common prefix.
+    int prefix_limit = -1;
     DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
     // Draft model only: stop a sequence's draft for the round at the first position whose top
     // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).

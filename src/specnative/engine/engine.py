@@ -348,7 +348,8 @@ class Engine:
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
                  draft_temperature: float | None = None, drafter_settings: bool = False,
-                 record_pit: bool = False, prefix_cache: bool = True, synthetic=None) -> GenerationResult:
+                 record_pit: bool = False, prefix_cache: bool = True, synthetic=None,
+                 prefix_limit: int | None = None) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -379,6 +380,10 @@ class Engine:
         prefix_cache: the prompts' common prefix is prefilled once, shared by every sequence and kept
         cached between calls (the default); False: every sequence prefills its whole prompt on every
         call, as a server without prompt caching (times["prefill_target"] shows the cost).
+        prefix_limit (with prefix_cache): share and keep at most this many leading tokens, the shared
+        context's length (the sweep passes ctx_len); each sequence's own prompt is then prefilled on
+        every call, even where one sequence's whole prompt is the common prefix. None: the prompts'
+        whole common prefix.
         synthetic (spec only): a synthetic acceptance profile (specnative.synthetic: a Profile or its
         text, e.g. "0.7", "rates:0.9/0.7/0.5/0.3", "len:2.5"): the drafter drafts and the target
         verifies as usual, but each draft is kept by a seeded draw at the profile's rate instead of
@@ -406,6 +411,10 @@ class Engine:
         drafter = drafter_name(drafter)
         options = checked_drafter_options(drafter, drafter_options)
         synthetic_probs = synthetic_probabilities(synthetic, k, spec)
+        if prefix_limit is not None and (isinstance(prefix_limit, (bool, np.bool_))
+                                         or not isinstance(prefix_limit, (int, np.integer)) or prefix_limit < 0):
+            raise ValueError(f"prefix_limit must be an integer >= 0 (None: the whole common prefix), "
+                             f"not {prefix_limit!r}")
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
@@ -414,7 +423,8 @@ class Engine:
                                   drafter_options=options, draft_p_min=draft_p_min,
                                   draft_temperature=float(draft_temperature),
                                   drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
-                                  prefix_cache=bool(prefix_cache), synthetic=synthetic_probs)
+                                  prefix_cache=bool(prefix_cache), synthetic=synthetic_probs,
+                                  prefix_limit=-1 if prefix_limit is None else _c_int(prefix_limit, "prefix_limit"))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,

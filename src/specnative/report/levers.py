@@ -45,7 +45,8 @@ def two_by_two_md(tables: list[TwoByTwo], tidy: pd.DataFrame) -> str:
 
 def answer_line(tables: list[TwoByTwo]) -> str:
     estimated = [t for t in tables if not t.missing and t.interaction is not None]
-    unreplicated = [t for t in estimated if not (math.isfinite(t.interaction.low) and math.isfinite(t.interaction.high))]
+    unreplicated = [t for t in estimated
+                    if not (math.isfinite(t.interaction.low) and math.isfinite(t.interaction.high))]
     estimated = [t for t in estimated if t not in unreplicated]
     below = [t for t in estimated if t.interaction.high < 1]
     above = [t for t in estimated if t.interaction.low > 1]
