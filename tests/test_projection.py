@@ -160,3 +160,13 @@ def test_prefill_and_decode_rate_are_consistent():
     assert 512 / cost.prefill_s(shape, dev, 512) > 5 * cost.decode_rate(shape, dev)
     assert not math.isnan(cost.speedup(2.0, cost.step_costs(shape, dev, 4)))
     assert off_row()["spec_decode"] == "off"
+
+
+def test_cpu_rates_by_type_and_the_gemv_to_gemm_switch():
+    shape = from_config(LLAMA_7B, "Q4_0")
+    cpu = Device("cpu", "cpu", "cpu", 10.0, {"float": 0.01, "legacy": 0.01, "Q4_0": 0.04}, threads=1,
+                 batched_bw_efficiency=0.25)
+    assert cpu.rate("legacy", 1, "Q4_0") == 4 * cpu.rate("legacy", 1, "Q5_0")  # a type's own kernel wins
+    one, two = cost.forward(shape, cpu, 1), cost.forward(shape, cpu, 2)
+    assert two.weights_s > 3 * one.weights_s  # from two rows on, the tiled paths re-stream the weights
+    assert cpu.with_threads(2).bandwidth == 2 * cpu.bandwidth  # per-thread streaming

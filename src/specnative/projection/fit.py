@@ -15,7 +15,7 @@ import numpy as np
 
 from specnative.projection.device import Device
 
-EFFICIENCIES = ("bw_efficiency", "compute_efficiency")
+EFFICIENCIES = ("bw_efficiency", "compute_efficiency", "batched_bw_efficiency")
 
 
 @dataclass

@@ -174,7 +174,8 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
 
 COLUMNS = ["label", "device", "backend", "target_model", "quant_bits", "drafter", "k", "temperature", "concurrency",
            "ctx_len", "accept_at_pos", "tau", "tau_lo", "tau_hi", "step_ms", "verify_ms", "draft_ms", "c", "c_draft",
-           "speedup", "speedup_lo", "speedup_hi", "cost_error", "measured_speedup_here"]
+           "speedup", "speedup_lo", "speedup_hi", "cost_error", "measured_step_ms_here", "measured_c_here",
+           "measured_speedup_here"]
 
 
 def table(projections: list):
@@ -191,7 +192,8 @@ def table(projections: list):
                      "tau": p.tau[0], "tau_lo": p.tau[1], "tau_hi": p.tau[2], "step_ms": p.costs.step_s * 1e3,
                      "verify_ms": p.costs.verify_s * 1e3, "draft_ms": p.costs.draft_s * 1e3, "c": p.costs.c,
                      "c_draft": p.costs.c_draft, "speedup": p.speedup, "speedup_lo": lo, "speedup_hi": hi,
-                     "cost_error": p.cost_error, "measured_speedup_here": p.row.get("speedup")})
+                     "cost_error": p.cost_error, "measured_step_ms_here": p.row.get("step_ms"),
+                     "measured_c_here": p.row.get("verify_cost_c"), "measured_speedup_here": p.row.get("speedup")})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
