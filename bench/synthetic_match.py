@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import Engine, stats, synthetic
+from specnative import Engine, stats
+from specnative.engine import synthetic
 from specnative.models.registry import load_preset
 from specnative.sweep import SweepConfig
 from specnative.sweep.config import Cell

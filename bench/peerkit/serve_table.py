@@ -256,7 +256,7 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
     passed for the record, as k)."""
     cmd = _replay_cmd(tools, models, serve, spec, n_ctx, a)
     if spec and serve.get("synthetic_acceptance"):  # the same per-position rates, llama.cpp's benchmarking mode
-        from specnative import synthetic
+        from specnative.engine import synthetic
         rates = synthetic.parse_profile(serve["synthetic_acceptance"][0]).rates(int(serve["k"]))
         cmd += ["--spec-synth-rates", ",".join(f"{r:.6g}" for r in rates)]
     return cmd

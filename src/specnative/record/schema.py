@@ -279,7 +279,7 @@ COLUMNS: tuple[Column, ...] = (
            "(target, draft, bonus, decisions, acceptances, residuals: lossless.distribution.STATISTICS; on rows)"),
     # --- synthetic acceptance (--synthetic-acceptance): drafts kept at random, verdict "synthetic" ------
     Column("synthetic_acceptance", "str", "synthetic rows: the requested profile as given (a per-token alpha a, "
-           "rates:r1/r2/... or len:L; specnative.synthetic); empty on real rows"),
+           "rates:r1/r2/... or len:L; specnative.engine.synthetic); empty on real rows"),
     Column("synthetic_rates", "str", "synthetic rows: the requested unconditional acceptance rate of draft positions "
            "1..k, ';'-separated (realised: accept_at_pos)"),
     Column("synthetic_alpha", "float", "synthetic rows: the requested per-token alpha, the constant one with the "

@@ -183,13 +183,14 @@ def plot_break_even(traces: pd.DataFrame, table: pd.DataFrame, note: str = ""):
             label = f"{r['drafter']} k={r['k']}"
             x = rows["token_accept_rate"].astype(float).to_numpy()
             y = rows["speedup"].astype(float).to_numpy()
-            err = np.abs(np.vstack([y - rows["speedup_ci_low"].astype(float), rows["speedup_ci_high"].astype(float) - y]))
+            low, high = rows["speedup_ci_low"].astype(float), rows["speedup_ci_high"].astype(float)
+            err = np.abs(np.vstack([y - low, high - y]))
             ax.errorbar(x, y, yerr=np.nan_to_num(err), fmt="o", color=color, ms=4, capsize=2,
                         label=f"{label}: synthetic")
             k = int(r["k"])
             reach = _reach(rows, k)
-            curve = [theory.predicted_speedup_lengths(a, reach, r["c"]) if reach else theory.predicted_speedup(a, k, r["c"])
-                     for a in grid]
+            curve = [theory.predicted_speedup_lengths(a, reach, r["c"]) if reach
+                     else theory.predicted_speedup(a, k, r["c"]) for a in grid]
             ax.plot(grid, curve, "-", color=color, lw=1, alpha=0.7)
             if math.isfinite(r["real_alpha"]):
                 ax.plot([r["real_alpha"]], [r["real_speedup"]], "*", color=color, ms=12, mec="black",

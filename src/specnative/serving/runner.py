@@ -83,7 +83,7 @@ class ServeConfig:
     placement: dict = field(default_factory=dict)  # Engine keyword arguments (-sm, -ts, -dev, --rpc, ...)
     resume: bool = False
     mtp: bool = False           # --drafter mtp: the target loaded with its nextn (MTP) layers
-    # --synthetic-acceptance: profiles (specnative.synthetic) replayed spec on beside each level, drafts
+    # --synthetic-acceptance: profiles (specnative.engine.synthetic) replayed spec on beside each level, drafts
     # kept at random at that acceptance (rows with verdict "synthetic", paired with the level's off run)
     synthetic: list = field(default_factory=list)
     out_dir: Path = Path("runs/serve")

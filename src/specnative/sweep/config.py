@@ -71,7 +71,7 @@ class SweepConfig:
     drafter_files: dict = field(default_factory=dict)
     # --prefix-cache on,off: a grid axis (True: the shared context's cells computed once and shared)
     prefix_caches: list = field(default_factory=lambda: [True])
-    # --synthetic-acceptance: profiles (specnative.synthetic) each drafter is also timed with, drafts
+    # --synthetic-acceptance: profiles (specnative.engine.synthetic) each drafter is also timed with, drafts
     # kept at random at that acceptance (rows with verdict "synthetic"; empty: off)
     synthetic: list = field(default_factory=list)
     # the results database the run folder is synced into after every cell (record/database.py); None: none

@@ -7,8 +7,8 @@ from specnative.sweep import hidden_drafters
 from specnative.sweep.checks import lossless_check
 from specnative.sweep.config import Cell, SweepConfig, drafter_options_of
 from specnative.sweep.prompts import build_prompts
-from specnative.sweep.rows import (interval_columns, interval_or_empty, median_row, pooled_steady, spec_row, steady_rate,
-                                   synthetic_columns)
+from specnative.sweep.rows import (interval_columns, interval_or_empty, median_row, pooled_steady, spec_row,
+                                   steady_rate, synthetic_columns)
 from specnative.sweep.which_k import add_k_columns
 from specnative.workloads import category_table
 
@@ -72,7 +72,8 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
     if warm and previous is not None and policy.max_warmup > 0:
         first, warmup_used, settled = previous, 0, True
     else:
-        first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(pair[kind]) for kind in real],
+        first, warmup_used, settled = stats.warm_up(warm_up_run,
+                                                    lambda pair: [steady_rate(pair[kind]) for kind in real],
                                                     policy, previous)
     first = with_synthetic(dict(first)) if cfg.synthetic and first is not None else first
     pairs, reason = stats.repeat_until_decided(

@@ -13,7 +13,8 @@ import shlex
 import time
 from pathlib import Path
 
-from specnative import synthetic, workloads
+from specnative import workloads
+from specnative.engine import synthetic
 from specnative.engine import (
     ACCEPT_RULES,
     DRAFTERS,
@@ -111,7 +112,7 @@ def add_sampling_flags(p: argparse.ArgumentParser, axis: bool) -> None:
 
 
 def synthetic_list(text: str) -> list:
-    """argparse type for --synthetic-acceptance: comma-separated profiles (specnative.synthetic)."""
+    """argparse type for --synthetic-acceptance: comma-separated profiles (specnative.engine.synthetic)."""
     try:
         return synthetic.parse_profiles(text)
     except synthetic.ProfileError as error:

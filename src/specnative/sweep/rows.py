@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from specnative import stats, synthetic, theory
+from specnative import stats, theory
+from specnative.engine import synthetic
 from specnative.engine import decoding_ms, engine_own_time, native
 
 
