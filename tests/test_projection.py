@@ -11,10 +11,10 @@ from synthetic_traces import PROVENANCE, grid_rows, off_row, write_run
 
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama
-from specnative.projection import cost, fit
-from specnative.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
-from specnative.projection.project import LABEL, tau_interval
-from specnative.projection.shape import from_config, from_gguf
+from specnative.report.projection import cost, fit
+from specnative.report.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
+from specnative.report.projection.project import LABEL, tau_interval
+from specnative.report.projection.shape import from_config, from_gguf
 
 LLAMA_7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                 intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False)
@@ -170,3 +170,16 @@ def test_cpu_rates_by_type_and_the_gemv_to_gemm_switch():
     one, two = cost.forward(shape, cpu, 1), cost.forward(shape, cpu, 2)
     assert two.weights_s > 3 * one.weights_s  # from two rows on, the tiled paths re-stream the weights
     assert cpu.with_threads(2).bandwidth == 2 * cpu.bandwidth  # per-thread streaming
+
+
+def test_project_leaves_out_synthetic_acceptance_rows(tmp_path, tiny_models, capsys):
+    rows = grid_rows()
+    rows += [dict(r, synthetic_acceptance="0.9", lossless_ok="", cell_id=r["cell_id"] + "-synthetic")
+             for r in rows if r["spec_decode"] == "on"][:2]
+    run = tiny_run(tmp_path, tiny_models, rows)
+    assert cli_main(["project", str(run), "--hardware", "m2", "--models", str(tiny_models), "-o", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "2 synthetic-acceptance row(s) left out" in out
+    import pandas as pd
+
+    assert len(pd.read_csv(tmp_path / "p" / "projection.csv")) == 6  # the six measured regimes only

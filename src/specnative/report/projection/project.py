@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative.projection import cost
-from specnative.projection.device import Device
-from specnative.projection.shape import ModelShape, from_gguf
+from specnative.report.projection import cost
+from specnative.report.projection.device import Device
+from specnative.report.projection.shape import ModelShape, from_gguf
 
 LABEL = "[projected]"
 BOOTSTRAP = 2000
@@ -65,16 +65,16 @@ def tau_interval(hist, level: float = 0.95, seed: int = 0) -> tuple:
 
 def acceptance_rows(traces):
     """The on rows that carry alpha by position, and why any others were left out."""
+    from specnative.record import schema
+
     if "spec_decode" not in traces or "accept_len_hist" not in traces:
         raise ProjectionError("the run records no acceptance by position (no accept_len_hist column): nothing to project")
     on = traces[traces["spec_decode"].astype(str) == "on"]
     notes = []
-    synthetic = [c for c in on.columns if "synthetic" in c.lower()]
-    for col in synthetic:
-        flagged = on[col].notna() & (on[col].astype(str).str.strip().isin(["", "0", "False", "false", "nan"]) == False)  # noqa: E712
-        if flagged.any():
-            notes.append(f"{int(flagged.sum())} synthetic-acceptance row(s) left out: their acceptance is set, not measured")
-            on = on[~flagged]
+    synthetic = schema.synthetic_rows(on).index
+    if len(synthetic):
+        notes.append(f"{len(synthetic)} synthetic-acceptance row(s) left out: their acceptance is set, not measured")
+        on = on.drop(index=synthetic)
     if "lossless_ok" in on:
         bad = on["lossless_ok"].astype(str).str.lower().isin(["false", "0"])
         if bad.any():
@@ -147,7 +147,7 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
     if not traces_path.is_file():
         raise ProjectionError(f"{run_dir} has no traces.csv: not a run folder")
     try:
-        traces = load_traces(traces_path)
+        traces = load_traces(traces_path, synthetic=True)  # to say which synthetic rows are left out
     except TracesError as error:
         raise ProjectionError(str(error)) from None
     on, notes = acceptance_rows(traces)
