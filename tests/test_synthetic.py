@@ -213,3 +213,19 @@ def test_sweep_and_serve_flags_refuse_bad_profiles(capsys):
             main(argv)
         said = capsys.readouterr().err + str(refused.value.code)  # argparse prints; the flag checks raise
         assert "synthetic acceptance" in said, said
+
+
+def test_the_llama_server_peer_gets_the_same_per_position_rates():
+    import argparse
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from peerkit import serve_table
+    from peerkit import server as srv
+    a = argparse.Namespace(threads=1, n_batch=512, flash_attn="off", ngl=0)
+    serve = {"drafter": "model", "k": 3, "max_concurrency": 2, "synthetic_acceptance": ["0.5"]}
+    on = serve_table.replay_cmd({srv.NAME: "/opt/llama-server"}, {"target": "t.gguf", "draft": "d.gguf"}, serve, True,
+                                1024, a)
+    off = serve_table.replay_cmd({srv.NAME: "/opt/llama-server"}, {"target": "t.gguf", "draft": "d.gguf"}, serve, False,
+                                 1024, a)
+    assert on[on.index("--spec-synth-rates") + 1] == "0.5,0.25,0.125" and "--spec-synth-rates" not in off
