@@ -229,3 +229,25 @@ def test_the_llama_server_peer_gets_the_same_per_position_rates():
     off = serve_table.replay_cmd({srv.NAME: "/opt/llama-server"}, {"target": "t.gguf", "draft": "d.gguf"}, serve, False,
                                  1024, a)
     assert on[on.index("--spec-synth-rates") + 1] == "0.5,0.25,0.125" and "--spec-synth-rates" not in off
+
+
+def test_serve_replays_each_level_with_the_profiles_and_reports_alpha_star_per_rate(noisy_pair, tmp_path):
+    from specnative.cli import main
+    from specnative.record import schema
+    target, draft = noisy_pair
+    out = tmp_path / "serve"
+    argv = ["serve", "-m", str(target), "-md", str(draft), "--request-rate", "inf", "--max-concurrency", "2",
+            "--num-requests", "4", "-r", "2", "-n", "8", "-k", "3", "-t", "1", "--synthetic-acceptance", "0.5,0.9",
+            "-o", str(out)]
+    assert main(argv) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    synth, real = schema.synthetic_rows(rows), schema.real_rows(rows)
+    assert len(real) == 2 * 2 and len(synth) == 2 * 2  # seeds x (off, on) and seeds x profiles
+    assert (synth["verdict"] == "synthetic").all() and synth["lossless_ok"].isna().all() and real["lossless_ok"].all()
+    assert synth["cell_id"].str.contains("/synthetic=").all()
+    for _, row in synth.iterrows():  # paired with the same trace's off run
+        off = real[(real["seed"] == row["seed"]) & (real["spec_decode"] == "off")].iloc[0]
+        assert row["tps_baseline"] == pytest.approx(off["tps"]) and row["trace_sha256"] == off["trace_sha256"]
+    summary = (out / "summary.md").read_text()
+    section = summary.split("## Which alpha would pay under load", 1)[1].split("\n## ", 1)[0]
+    assert "| inf |" in section and "alpha*" in section
