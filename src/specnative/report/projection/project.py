@@ -206,13 +206,17 @@ def figure(df, stem: Path) -> list:
     groups = list(df.groupby(["target_model", "drafter", "k", "temperature"], dropna=False))
     fig = Figure(figsize=(6.4, 4.2 * max(len(groups), 1)))
     axes = fig.subplots(max(len(groups), 1), 1, squeeze=False)[:, 0]
+    devices = list(dict.fromkeys(df["device"]))
+    contexts = sorted(set(df["ctx_len"]))
+    styles = ["-", "--", ":", "-."]
     for ax, ((target, drafter, k, temp), g) in zip(axes, groups):
         for (device, ctx), line in g.groupby(["device", "ctx_len"]):
+            style = dict(color=f"C{devices.index(device) % 10}", ls=styles[contexts.index(ctx) % len(styles)])
             line = line.groupby("concurrency", as_index=False)[["speedup", "speedup_lo", "speedup_hi"]].median()
             x = line["concurrency"].to_numpy(float)
             s = line["speedup"].to_numpy(float)
             err = np.vstack([np.clip(s - line["speedup_lo"], 0, None), np.clip(line["speedup_hi"] - s, 0, None)])
-            ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=f"{device}, ctx {ctx}")
+            ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=f"{device}, ctx {ctx}", **style)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
