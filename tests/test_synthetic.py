@@ -174,6 +174,7 @@ def test_the_report_keeps_synthetic_rows_out_of_verdicts_and_gives_the_break_eve
     assert "## Which alpha would pay: break-even per regime" in summary
     advice = pd.read_csv(synthetic_sweep / "advice.csv")
     assert len(advice) == 1  # one regime: the synthetic rows are no regimes of their own
+    assert advice["alpha_star"].notna().all() and advice["real_alpha"].between(0, 1).all()  # beside the decision
     table = pd.read_csv(synthetic_sweep / "break_even.csv")
     assert len(table) == 1 and table["points"].iloc[0] == 3 and table["repeats"].iloc[0] == 2
     row = table.iloc[0]

@@ -270,3 +270,22 @@ def serve_section_md(table: pd.DataFrame) -> str:
     return "\n\n".join([head, md_table(["request rate", "prefix cache", "drafter", "k", "c", "alpha*",
                                         f"{level} % interval", "measured", "real alpha", "real speedup", "traces"],
                                        rows)])
+
+
+ADVICE_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter",
+               "draft_p_min")
+
+
+def with_break_even(advice: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    """advice.csv's regimes with the break-even alpha* (and its interval) where the run measured it
+    (one target per regime key; a regime's decision is unchanged)."""
+    if table.empty or advice.empty:
+        return advice
+    keys = [k for k in ADVICE_KEYS if k in advice and k in table]
+    text = lambda frame: frame[keys].astype(str).agg("|".join, axis=1)  # noqa: E731  (types differ: compare text)
+    found = table.assign(_key=text(table)).drop_duplicates("_key", keep="last").set_index("_key")
+    out = advice.copy()
+    joined = text(out)
+    for column in ("alpha_star", "alpha_star_low", "alpha_star_high", "real_alpha"):
+        out[column] = joined.map(found[column]) if column in found else math.nan
+    return out

@@ -82,7 +82,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
-    verdicts.to_csv(out["advice.csv"], index=False)
+    break_even.with_break_even(verdicts, break_even_rows).to_csv(out["advice.csv"], index=False)
     if not break_even_rows.empty:
         out["break_even.csv"] = run_dir / "break_even.csv"
         break_even_rows.to_csv(out["break_even.csv"], index=False)
