@@ -183,3 +183,16 @@ def test_project_leaves_out_synthetic_acceptance_rows(tmp_path, tiny_models, cap
     import pandas as pd
 
     assert len(pd.read_csv(tmp_path / "p" / "projection.csv")) == 6  # the six measured regimes only
+
+
+# llama.cpp's Apple-silicon table (discussion #4167), LLaMA 7B tg128 t/s: F16, Q8_0, Q4_0
+M2_TG128 = {"m2": (6.72, 12.21, 21.91), "m2-pro": (12.47, 22.70, 37.87), "m2-max": (24.16, 39.97, 60.99),
+            "m2-ultra": (39.86, 62.14, 88.64)}
+
+
+@pytest.mark.parametrize("device", sorted(M2_TG128))
+def test_shipped_m2_devices_predict_the_published_decode_rates(device):
+    dev, = resolve(device)
+    for weight_type, published in zip(("F16", "Q8_0", "Q4_0"), M2_TG128[device]):
+        predicted = cost.decode_rate(from_config(LLAMA_7B, weight_type), dev, 128)
+        assert abs(predicted / published - 1) < 0.25, (device, weight_type, predicted, published)
