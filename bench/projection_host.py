@@ -1,19 +1,25 @@
 """Calibrate the projection's cost model on this host, then test it on what it did not see.
 
-measure: the engine's cost curve (Engine cost_curve: median ms of one target decode with 1..9
+measure: the engine's cost curve (Engine cost_curve: median wall ms of one target decode with 1..9
 positions per sequence, interleaved repeats) on
-  calibration: synthetic random-weight llama files generated here (8 layers, width 512 and
-               1024; F16, Q8_0, Q4_K_M and Q4_0 from one F16 file each) at ctx 0 (and 2048 for the
-               F16 files), concurrency 1 and 4, 1 thread;
-  validation:  the real models of the cache (tiny, Gemma 3 270M, the Qwen2.5-Coder pair, SmolLM2),
-               contexts 0 / 8k / 32k, concurrency
-               1 / 4 / 8, at 1 thread, and a subset at 2 threads (a second "hardware"); 8k and 32k
-               contexts on the tiny models, 4k on SmolLM2 (a real model's 8k prefill takes minutes
-               on a shared 2-core host).
-  Every curve is one JSON line in curves.jsonl (written as it goes).
-analyze: fits the host's parameters (scipy.optimize.least_squares) on the calibration curves only,
-  predicts every validation cell (baseline step; c of k+1 = 3, 5, 9 tokens with the cell's draft:
-  the pair's draft model, or none for a model without one) and writes errors.csv and summary.md.
+  calibration: synthetic random-weight llama files generated here (8 layers, width 512 and 1024;
+               F16, Q8_0, Q4_K_M, Q4_0 and Q5_0 from one F16 file each, and a 4-layer width-256
+               Q8_0) at ctx 0 (and 2048 for the F16 files), concurrency 1 and 4, 1 thread;
+  validation:  the real models of the cache (tiny, Gemma 3 270M, the Qwen2.5-Coder pair, SmolLM2)
+               at ctx 0 and concurrency 1 / 4 / 8, the tiny pair at an 8k context, and a subset at
+               2 threads (a second "hardware").
+  Every cell keeps its engine open and the cells are measured round-robin in PASSES passes, so that
+  calibration and validation curves see the same load. Around each cost_curve call the process's
+  CPU time (getrusage, user + system) is taken as well as its wall time: at 1 thread ggml computes
+  on the calling thread, so CPU time counts the work and not the time the thread waited for a core.
+  A call runs (repeats + 1) passes over the 9 shapes plus one re-fed prompt token per sequence (the
+  shared prefix stays cached), so its CPU time is (repeats + 1) x sum(T(n)) + T(1); the call's wall
+  medians give each shape's share. Every call is one JSON line in curves.jsonl (written as it goes).
+analyze: per cell, the median over passes of the wall curve and of the CPU curve; fits the host's
+  parameters (scipy.optimize.least_squares) on the calibration cells only, once on wall and once on
+  CPU time, predicts every validation cell (baseline step; c of k+1 = 3, 5, 9 tokens with the cell's
+  draft: the pair's draft model, or none for a model without one) and writes errors.csv (both
+  timings), summary.md and fitted_device.toml (CPU time).
 
     python bench/projection_host.py measure --out bench/results/projection/host
     python bench/projection_host.py analyze --out bench/results/projection/host
@@ -22,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -30,8 +38,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "projection" / "host"
 K_MAX = 8
-REPEATS = 5
-TAIL = 16  # tokens of each sequence's own prompt after the shared context
+PASSES = 3
+MIN_CALL_S = 0.3  # repeats per call chosen so that one call holds about this much decoding
+TAIL = 1  # each sequence's own prompt token after the shared context (re-fed by every call)
 
 
 def cache_models() -> dict:
@@ -75,9 +84,8 @@ def calibration_models(scratch: Path) -> dict:
     return out
 
 
-# (model, ctx, concurrencies, threads, role): cheap and broad first, long contexts last. Calibrated
-# at 1 thread: on a shared, oversubscribed 2-core host a 2-thread decode stalls at every barrier
-# whenever one of its threads is descheduled, so 2-thread timings carry far more noise.
+# (model, ctx, concurrencies, threads, role). Calibrated at 1 thread: on a shared, oversubscribed
+# 2-core host a 2-thread decode stalls at every barrier whenever one of its threads is descheduled.
 CAL_THREADS, OTHER_THREADS = 1, 2
 
 
@@ -85,16 +93,18 @@ def plan(models: dict, cal: dict) -> list:
     p = [(name, ctx, (1, 4), CAL_THREADS, "calibration") for name in cal
          for ctx in ((0, 2048) if name.endswith("F16") else (0,))]
     main = [("tiny-Q4_0", 0, (1, 4, 8)), ("tiny-Q8_0", 0, (1, 8)), ("tiny-draft", 0, (1, 4, 8)),
-            ("smollm2", 0, (1, 4, 8)), ("gemma-Q4_K_M", 0, (1, 4, 8)), ("gemma-Q8_0", 0, (1, 8)),
-            ("qwen-0.5b", 0, (1, 4)), ("qwen-1.5b", 0, (1,))]
-    other = [("tiny-Q4_0", 0, (1, 8)), ("tiny-draft", 0, (1, 8)), ("smollm2", 0, (1, 4)), ("gemma-Q4_K_M", 0, (1, 4)),
-             ("qwen-0.5b", 0, (1,)), ("qwen-1.5b", 0, (1,))]
-    long = [("tiny-Q4_0", 8192, (1, 4, 8)), ("tiny-draft", 8192, (1, 4, 8)), ("tiny-Q4_0", 32768, (1, 4, 8)),
-            ("tiny-draft", 32768, (1, 4, 8)), ("smollm2", 4096, (1, 8))]
+            ("smollm2", 0, (1, 4, 8)), ("gemma-Q4_K_M", 0, (1, 4, 8)), ("gemma-Q8_0", 0, (1,)),
+            ("qwen-0.5b", 0, (1,)), ("qwen-1.5b", 0, (1,)),
+            ("tiny-Q4_0", 8192, (1, 4, 8)), ("tiny-draft", 8192, (1, 4, 8))]
+    other = [("tiny-Q4_0", 0, (1, 8)), ("tiny-draft", 0, (1, 8)), ("smollm2", 0, (1,)), ("gemma-Q4_K_M", 0, (1,))]
     p += [(m, ctx, n, CAL_THREADS, "validation") for m, ctx, n in main if m in models]
     p += [(m, ctx, n, OTHER_THREADS, "validation") for m, ctx, n in other if m in models]
-    p += [(m, ctx, n, CAL_THREADS, "validation") for m, ctx, n in long if m in models]
     return p
+
+
+def cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def measure(args) -> int:
@@ -107,32 +117,65 @@ def measure(args) -> int:
     paths = {**models, **cal}
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "curves.jsonl"
-    done = set()
-    if log.exists():
-        for line in log.read_text().splitlines():
-            r = json.loads(line)
-            done.add((r["model"], r["ctx"], r["concurrency"], r["threads"]))
-    for name, ctx, concs, threads, role in plan(models, cal):
-        todo = [n for n in concs if (name, ctx, n, threads) not in done]
-        if not todo:
-            continue
-        n_ctx = ctx + max(todo) * (TAIL + K_MAX + 2) + 256
-        with Engine(paths[name], n_ctx=n_ctx, n_batch=512, n_threads=threads, n_seq_max=max(todo)) as engine:
-            vocab = engine._n_vocab
+    log.write_text("")
+    engines, cells = {}, []
+    try:
+        for name, ctx, concs, threads, role in plan(models, cal):
+            key = (name, ctx, threads)
+            n_ctx = ctx + max(concs) * (TAIL + K_MAX + 2) + 256
+            engines[key] = Engine(paths[name], n_ctx=n_ctx, n_batch=512, n_threads=threads, n_seq_max=max(concs))
+            vocab = engines[key]._n_vocab
             rng = np.random.default_rng(0)
             shared = rng.integers(10, min(vocab, 30000), size=ctx).tolist()
-            for n_seq in todo:
+            for n_seq in concs:
                 prompts = [shared + rng.integers(10, min(vocab, 30000), size=TAIL).tolist() for _ in range(n_seq)]
-                start = time.time()
-                curve = engine._core.cost_curve(prompts, K_MAX, REPEATS)
+                # a first call: the shared prefix's prefill, and the size of one pass over the shapes
+                curve = engines[key]._core.cost_curve(prompts, K_MAX, 1)
+                repeats = max(2, min(40, math.ceil(MIN_CALL_S / (sum(curve["verify_ms"]) / 1e3))))
+                cells.append((name, ctx, n_seq, threads, role, key, prompts, repeats))
+        print(f"{len(cells)} cells open, {PASSES} passes", flush=True)
+        for pas in range(PASSES):
+            order = cells[pas % 2::2] + cells[1 - pas % 2::2]  # alternate the order between passes
+            for name, ctx, n_seq, threads, role, key, prompts, repeats in order:
+                c0, w0 = cpu_s(), time.perf_counter()
+                curve = engines[key]._core.cost_curve(prompts, K_MAX, repeats)
+                c1, w1 = cpu_s(), time.perf_counter()
                 row = {"model": name, "file": Path(paths[name]).name, "role": role, "ctx": ctx, "concurrency": n_seq,
-                       "threads": threads, "own": TAIL, "verify_ms": list(curve["verify_ms"]),
-                       "seconds": round(time.time() - start, 1), "loadavg": os.getloadavg()[0]}
+                       "threads": threads, "own": TAIL, "pass": pas, "repeats": repeats,
+                       "verify_ms": [round(v, 5) for v in curve["verify_ms"]],
+                       "cpu_s": round(c1 - c0, 5), "wall_s": round(w1 - w0, 5), "loadavg": os.getloadavg()[0]}
                 with open(log, "a") as f:
                     f.write(json.dumps(row) + "\n")
-                print(f"{name} ctx={ctx} N={n_seq} t={threads}: step {row['verify_ms'][0]:.2f} ms, "
-                      f"9 tokens {row['verify_ms'][-1]:.2f} ms ({row['seconds']} s, load {row['loadavg']:.1f})", flush=True)
+                print(f"pass {pas} {name} ctx={ctx} N={n_seq} t={threads}: step {row['verify_ms'][0]:.2f} ms wall, "
+                      f"call {row['cpu_s']:.2f} s CPU / {row['wall_s']:.2f} s wall, load {row['loadavg']:.1f}", flush=True)
+    finally:
+        for e in engines.values():
+            e.close()
     return 0
+
+
+def cell_curves(rows: list) -> list:
+    """One row per cell: the median over passes of the wall curve ("wall_ms") and of the CPU curve
+    ("cpu_ms": the call's CPU time divided among the shapes by the call's wall medians, per thread)."""
+    cells = {}
+    for r in rows:
+        w = r["verify_ms"]
+        total_s = r["cpu_s"] / ((r["repeats"] + 1) + w[0] / sum(w))  # (repeats+1) x sum(T) + T(1)
+        cpu = [1e3 * total_s * v / sum(w) / r["threads"] for v in w]
+        key = (r["model"], r["ctx"], r["concurrency"], r["threads"])
+        c = cells.setdefault(key, {k: r[k] for k in ("model", "file", "role", "ctx", "concurrency", "threads", "own")}
+                             | {"walls": [], "cpus": [], "loads": [], "ratio": []})
+        c["walls"].append(w)
+        c["cpus"].append(cpu)
+        c["loads"].append(r["loadavg"])
+        c["ratio"].append(r["wall_s"] / r["cpu_s"] * r["threads"])
+    out = []
+    for c in cells.values():
+        c["wall_ms"] = [statistics.median(v) for v in zip(*c.pop("walls"))]
+        c["cpu_ms"] = [statistics.median(v) for v in zip(*c.pop("cpus"))]
+        c["wall_over_cpu"] = statistics.median(c.pop("ratio"))
+        out.append(c)
+    return out
 
 
 # --- analysis -------------------------------------------------------------------------------------
@@ -150,13 +193,22 @@ def host_device(threads: int = CAL_THREADS):
                   overhead_layer_us=20.0, source="fit")
 
 
-def analyze(args) -> int:
-    from specnative.report.projection import cost, fit
-    from specnative.report.projection.shape import from_gguf
+TIMINGS = {"cpu": "process CPU time per thread", "wall": "wall time"}
+SLICES = (("real models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] == 0) & ~u["model"].str.startswith("tiny")),
+          ("tiny models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] == 0) & u["model"].str.startswith("tiny")),
+          ("context 8k (tiny pair), 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] > 0)),
+          ("concurrency 4 and 8, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["concurrency"] > 1)),
+          (f"{OTHER_THREADS} threads (another hardware)", lambda u: u["threads"] == OTHER_THREADS),
+          ("all unseen, 1 thread", lambda u: u["threads"] == CAL_THREADS),
+          ("all unseen", lambda u: u["threads"] > 0))
 
-    rows = [json.loads(line) for line in (args.out / "curves.jsonl").read_text().splitlines()]
-    paths = {**cache_models(), **{k: v for k, v in calibration_models(args.scratch).items()}}
-    shapes = {name: from_gguf(paths[name]) for name in {r["model"] for r in rows}}
+
+def evaluate(cells: list, shapes: dict, timing: str):
+    """Fit the host on the calibration cells' `timing` curves; every cell's predicted and measured
+    step, verify ratio and c (a list of dicts) and the fitted device."""
+    from specnative.report.projection import cost, fit
+
+    curve = f"{timing}_ms"
 
     def predictor(r, n):
         shape = shapes[r["model"]]
@@ -165,74 +217,90 @@ def analyze(args) -> int:
                                         n, r["concurrency"], kv)
 
     cal_obs = [fit.Observation("host", predictor(r, n), ms / 1e3, {"row": r, "n": n})
-               for r in rows if r["role"] == "calibration" for n, ms in enumerate(r["verify_ms"], start=1)]
+               for r in cells if r["role"] == "calibration" for n, ms in enumerate(r[curve], start=1)]
     params = [(None, "tflops.float"), (None, "tflops.legacy"), (None, "tflops.kquant"), (None, "tflops.Q4_0"),
               (None, "tflops.Q8_0"), (None, "mem_bw_gbs"),
               (None, "batched_bw_efficiency"), (None, "overhead_forward_us"), (None, "overhead_layer_us")]
-    fitted, result = fit.fit({"host": host_device()}, params, cal_obs)
+    fitted, _ = fit.fit({"host": host_device()}, params, cal_obs)
     dev = fitted["host"]
-    curves = {(r["model"], r["ctx"], r["concurrency"], r["threads"]): r for r in rows}
+    by_key = {(r["model"], r["ctx"], r["concurrency"], r["threads"]): r for r in cells}
     out = []
-    for r in rows:
+    for r in cells:
         key_dev = dev if r["threads"] == dev.threads else dev.with_threads(r["threads"])
         shape = shapes[r["model"]]
         pred = [cost.forward_s(shape, key_dev, n, r["concurrency"], cost.kv_cells(r["ctx"], r["concurrency"], n, r["own"]))
                 for n in range(1, K_MAX + 2)]
-        meas = [ms / 1e3 for ms in r["verify_ms"]]
-        base = dict(model=r["model"], role=r["role"], ctx=r["ctx"], concurrency=r["concurrency"], threads=r["threads"])
+        meas = [ms / 1e3 for ms in r[curve]]
+        base = dict(timing=timing, model=r["model"], role=r["role"], ctx=r["ctx"], concurrency=r["concurrency"],
+                    threads=r["threads"])
         out.append({**base, "quantity": "step_ms", "k": "", "measured": meas[0] * 1e3, "predicted": pred[0] * 1e3})
         draft = PAIRS.get(r["model"])
-        d_row = curves.get((draft, r["ctx"], r["concurrency"], r["threads"])) if draft else None
+        d_row = by_key.get((draft, r["ctx"], r["concurrency"], r["threads"])) if draft else None
         for k in (2, 4, 8):
             out.append({**base, "quantity": "verify_ratio", "k": k, "measured": meas[k] / meas[0], "predicted": pred[k] / pred[0]})
             if draft is None or d_row is not None:
-                d_meas = d_row["verify_ms"][0] / 1e3 if d_row else 0.0
+                d_meas = d_row[curve][0] / 1e3 if d_row else 0.0
                 d_pred = (cost.forward_s(shapes[draft], key_dev, 1, r["concurrency"],
                                          cost.kv_cells(r["ctx"], r["concurrency"], 1, r["own"])) if d_row else 0.0)
                 out.append({**base, "quantity": "c", "k": k, "draft": draft if d_row else "n-gram (0)",
                             "measured": (k * d_meas + meas[k]) / meas[0] - 1, "predicted": (k * d_pred + pred[k]) / pred[0] - 1})
     for o in out:
         o["error_pct"] = 100 * (o["predicted"] / o["measured"] - 1)
+    return out, dev
+
+
+def analyze(args) -> int:
     import pandas as pd
 
-    df = pd.DataFrame(out)
+    from specnative.report.projection.shape import from_gguf
+
+    rows = [json.loads(line) for line in (args.out / "curves.jsonl").read_text().splitlines()]
+    paths = {**cache_models(), **calibration_models(args.scratch)}
+    shapes = {name: from_gguf(paths[name]) for name in {r["model"] for r in rows}}
+    cells = cell_curves(rows)
+    results = {t: evaluate(cells, shapes, t) for t in TIMINGS}
+    df = pd.DataFrame([o for out, _ in results.values() for o in out])
     df.round(4).to_csv(args.out / "errors.csv", index=False)
-    lines = ["# Host calibration and validation of the projection's cost model [projected]", "",
-             f"Fitted on the calibration curves only (synthetic models, {CAL_THREADS} thread):", ""]
-    rates = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in dev.tflops.items())
-    lines += [f"- matrix rate per thread (GFLOP/s): {rates}; bandwidth per thread {dev.mem_bw_gbs:.1f} GB/s; overhead "
-              f"{dev.overhead_forward_us:.0f} us per forward + {dev.overhead_layer_us:.1f} us per layer; products of 2 or more "
-              f"rows stream weights at {dev.batched_bw_efficiency:.2f} of the one-row bandwidth", ""]
-    lines += ["Median |error| (and count) per quantity, calibration vs unseen cells:", "",
-              "| cells | quantity | k | n | median abs error % | max abs error % |", "|---|---|---|---|---|---|"]
     df["abs"] = df["error_pct"].abs()
     df["set"] = df["role"].where(df["role"] == "calibration", "unseen")
-    for (s, q, k), g in df.groupby(["set", "quantity", "k"], sort=True):
-        lines.append(f"| {s} | {q} | {k} | {len(g)} | {g['abs'].median():.1f} | {g['abs'].max():.1f} |")
-    lines += ["", "Unseen cells by slice (median abs error %; n = cells):", "",
-              "| slice | n | step | verify ratio (k 2/4/8 pooled) | c (k 2/4/8 pooled) |", "|---|---|---|---|---|"]
+    loads = [r["loadavg"] for r in rows]
+    ratio = pd.DataFrame([{"threads": c["threads"], "r": c["wall_over_cpu"]} for c in cells]).groupby("threads")["r"].median()
+    lines = ["# Host calibration and validation of the projection's cost model [projected]", "",
+             f"{len(rows)} cost-curve calls, {len(cells)} cells, {PASSES} round-robin passes; load average "
+             f"{min(loads):.1f} to {max(loads):.1f} (median {statistics.median(loads):.1f}); a call's wall time over its "
+             "CPU time per thread (median over cells): " + ", ".join(f"{t} thread(s) {v:.2f}" for t, v in ratio.items()) + ".",
+             "", "Median |error| % on unseen cells by slice, fitted and measured in each timing (n = cells):", "",
+             "| slice | n | step, CPU | step, wall | verify ratio, CPU | verify ratio, wall | c, CPU | c, wall |",
+             "|---|---|---|---|---|---|---|---|"]
     un = df[df["set"] == "unseen"]
-    slices = {
-        f"real models, ctx 0, {CAL_THREADS} thread": (un["threads"] == CAL_THREADS) & (un["ctx"] == 0) & ~un["model"].str.startswith("tiny"),
-        f"tiny models, ctx 0, {CAL_THREADS} thread": (un["threads"] == CAL_THREADS) & (un["ctx"] == 0) & un["model"].str.startswith("tiny"),
-        f"contexts 4k / 8k / 32k, {CAL_THREADS} thread": (un["threads"] == CAL_THREADS) & (un["ctx"] > 0),
-        f"concurrency 4 and 8, {CAL_THREADS} thread": (un["threads"] == CAL_THREADS) & (un["concurrency"] > 1),
-        f"{OTHER_THREADS} threads (another hardware)": un["threads"] == OTHER_THREADS,
-        "all unseen": un["threads"] > 0,
-    }
-    for name, sel in slices.items():
-        g = un[sel]
-        med = {q: g[g["quantity"] == q]["abs"].median() for q in ("step_ms", "verify_ratio", "c")}
-        lines.append(f"| {name} | {int((g['quantity'] == 'step_ms').sum())} | {med['step_ms']:.1f} | "
-                     f"{med['verify_ratio']:.1f} | {med['c']:.1f} |")
-    lines += ["", "Unseen cells by model, context, concurrency and threads (median abs error % over k where k applies):", "",
-              "| model | ctx | N | threads | step | verify ratio | c |", "|---|---|---|---|---|---|---|"]
-    unseen = df[df["set"] == "unseen"]
-    for (m, ctx, n, t), g in unseen.groupby(["model", "ctx", "concurrency", "threads"]):
-        cell = {q: g[g["quantity"] == q]["error_pct"] for q in ("step_ms", "verify_ratio", "c")}
+    for name, sel in SLICES:
+        g = un[sel(un)]
+        med = {(q, t): g[(g["quantity"] == q) & (g["timing"] == t)]["abs"].median()
+               for q in ("step_ms", "verify_ratio", "c") for t in TIMINGS}
+        n = int(((g["quantity"] == "step_ms") & (g["timing"] == "cpu")).sum())
+        lines.append(f"| {name} | {n} | " + " | ".join(f"{med[(q, t)]:.1f}" for q in ("step_ms", "verify_ratio", "c")
+                                                       for t in TIMINGS) + " |")
+    for timing, (_, dev) in results.items():
+        rates = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in dev.tflops.items())
+        lines += ["", f"Fitted on the calibration curves only ({TIMINGS[timing]}; synthetic models, {CAL_THREADS} thread): "
+                  f"matrix rate per thread (GFLOP/s) {rates}; bandwidth per thread {dev.mem_bw_gbs:.1f} GB/s; overhead "
+                  f"{dev.overhead_forward_us:.0f} us per forward + {dev.overhead_layer_us:.1f} us per layer; products of 2 or more "
+                  f"rows stream weights at {dev.batched_bw_efficiency:.2f} of the one-row bandwidth."]
+    lines += ["", "Median and max |error| % per quantity, calibration vs unseen cells:", "",
+              "| timing | cells | quantity | k | n | median | max |", "|---|---|---|---|---|---|---|"]
+    for (t, s, q, k), g in df.groupby(["timing", "set", "quantity", "k"], sort=True):
+        lines.append(f"| {t} | {s} | {q} | {k} | {len(g)} | {g['abs'].median():.1f} | {g['abs'].max():.1f} |")
+    lines += ["", "Unseen cells by model, context, concurrency and threads (signed error %, median over k where k "
+              "applies; CPU time, then wall time):", "",
+              "| model | ctx | N | threads | step CPU | step wall | verify ratio CPU | verify ratio wall | c CPU | c wall |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for (m, ctx, n, t), g in un.groupby(["model", "ctx", "concurrency", "threads"]):
         fmt = lambda s: f"{s.median():+.1f}" if len(s) else "–"
-        lines.append(f"| {m} | {ctx} | {n} | {t} | {fmt(cell['step_ms'])} | {fmt(cell['verify_ratio'])} | {fmt(cell['c'])} |")
-    unseen_c = df[(df["set"] == "unseen") & (df["quantity"] == "c") & (df["threads"] == CAL_THREADS)]["abs"]
+        vals = [fmt(g[(g["quantity"] == q) & (g["timing"] == tm)]["error_pct"])
+                for q in ("step_ms", "verify_ratio", "c") for tm in TIMINGS]
+        lines.append(f"| {m} | {ctx} | {n} | {t} | " + " | ".join(vals) + " |")
+    dev = results["cpu"][1]
+    unseen_c = un[(un["quantity"] == "c") & (un["threads"] == CAL_THREADS) & (un["timing"] == "cpu")]["abs"]
     rates = ", ".join(f"{k} = {v:.5f}" for k, v in dev.tflops.items())
     (args.out / "fitted_device.toml").write_text(
         f"[epyc-vm-1t]\nlabel = \"AMD EPYC VM (this project's 2-core host), 1 thread\"\nbackend = \"cpu\"\n"
