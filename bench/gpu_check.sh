@@ -94,11 +94,33 @@ SPECNATIVE_TEST_NGL=-1 timeout "$T_TESTS" "$PYTHON" -m pytest -q --maxfail=10 --
   > "$OUT_DIR/pytest.log" 2>&1
 echo "pytest exit $?"; tail -15 "$OUT_DIR/pytest.log"
 
+# The projection's first test on a real GPU: the committed CPU run's acceptance by position, priced by
+# the cost model for the device nvidia-smi names, written before anything is measured here.
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+HW=${PROJECT_HARDWARE:-gpu:$GPU_NAME}
+step "projection before measuring: bench/results/tiny-default-sweep on $HW [projected]"
+"$PYTHON" -m specnative models fetch tiny > /dev/null
+"$PYTHON" -m specnative project bench/results/tiny-default-sweep --hardware "$HW" -o "$RESULTS/projected-before" \
+  | head -30 || echo "project exit $? (name a device with PROJECT_HARDWARE=h100-sxm; specnative project --list-hardware)"
+pack
+
 step "short sweep: tiny preset, ctx 0/8192, concurrency 1/8, prefix cache on/off, -ngl -1 -fa $FA (limit ${T_SWEEP}s)"
 # both quantizations x spec x prefix cache: the factorial ("Do the levers add?"), tidy.csv, the database
 timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0,8192 -np 1,8 --prefix-cache on,off \
   -ngl -1 -fa "$FA" -r 3 --max-repeats 5 -o "$RESULTS/sweep-tiny" | tail -25
 sed -n '/^## Do the levers add/,/^## Read first/p' "$RESULTS/sweep-tiny/summary.md" | head -30
+pack
+
+step "projection against measurement: the GPU run just measured, projected to the same device [projected]"
+# projection.csv holds the projected step_ms, c and speedup beside measured_*_here from this GPU run
+"$PYTHON" -m specnative project "$RESULTS/sweep-tiny" --hardware "$HW" -o "$RESULTS/projected-vs-measured" | head -30 \
+  || echo "project exit $?"
+pack
+
+step "synthetic acceptance: the break-even alpha per regime on the GPU, tiny preset (limit ${T_SWEEP}s)"
+timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0 -np 1,8 -ngl -1 -fa "$FA" --drafter model \
+  --synthetic-acceptance 0.3,0.5,0.7,0.9 -r 3 --max-repeats 3 -o "$RESULTS/sweep-synthetic" | tail -12
+sed -n '/^## Which alpha would pay/,/^## [A-Z]/p' "$RESULTS/sweep-synthetic/summary.md" | head -30
 pack
 
 step "results database and compare: the run against itself (no decided change expected), runs listed"
