@@ -16,6 +16,8 @@ import numpy as np
 from specnative import _core
 from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
+from specnative.engine.draft_shape import DraftShape
+from specnative.engine.draft_shape import parse as parse_draft_shape
 
 ACCEPT_RULES = ("greedy", "match", "rejection")
 Prompt = Union[str, Sequence[int], np.ndarray]
@@ -348,7 +350,7 @@ class Engine:
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
                  draft_temperature: float | None = None, drafter_settings: bool = False,
-                 record_pit: bool = False, prefix_cache: bool = True) -> GenerationResult:
+                 record_pit: bool = False, prefix_cache: bool = True, draft_shape=None) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -378,7 +380,13 @@ class Engine:
         draft_above_sure/_maybe in the draft's): lossless.rejection_distribution's evidence.
         prefix_cache: the prompts' common prefix is prefilled once, shared by every sequence and kept
         cached between calls (the default); False: every sequence prefills its whole prompt on every
-        call, as a server without prompt caching (times["prefill_target"] shows the cost)."""
+        call, as a server without prompt caching (times["prefill_target"] shows the cost).
+        draft_shape (draft model only): "chain" (None, the default: k tokens in a line) or a tree,
+        e.g. "tree:topk=4,depth=5,budget=8" (EAGLE-2 / SGLang) or "tree:branches=4,p_split=0.1,
+        budget=8" (llama.cpp's examples/speculative); k is then unused (engine/draft_shape.py). All
+        nodes are verified in one target batch; the engine needs n_seq_max >= sequences x
+        DraftShape.ids_per_sequence. Counts then also hold offered_rank/accepted_rank (siblings by
+        rank), and drafted counts every verified node."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
@@ -400,6 +408,9 @@ class Engine:
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         drafter = drafter_name(drafter)
         options = checked_drafter_options(drafter, drafter_options)
+        shape = parse_draft_shape(draft_shape)
+        if shape.is_tree and spec and drafter != "model":
+            raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model'), not {drafter!r}")
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
@@ -408,7 +419,8 @@ class Engine:
                                   drafter_options=options, draft_p_min=draft_p_min,
                                   draft_temperature=float(draft_temperature),
                                   drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
-                                  prefix_cache=bool(prefix_cache))
+                                  prefix_cache=bool(prefix_cache),
+                                  **(shape.core_args() if spec else DraftShape().core_args()))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,

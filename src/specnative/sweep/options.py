@@ -24,6 +24,7 @@ from specnative.engine import (
     drafter_name,
     drafter_options_problem,
     native,
+    parse_draft_shapes,
     placement_args,
 )
 from specnative.models import smollm2
@@ -360,6 +361,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--draft-p-min has duplicates")
     if any(p > 0 for p in args.draft_p_min) and "model" not in args.drafter:
         errors.append("--draft-p-min applies to the draft model: add --drafter model")
+    trees = [shape for shape in args.draft_shape if shape != "chain"]
+    if trees and "model" not in args.drafter:
+        errors.append("--draft-shape: draft trees are drafted by the draft model: add --drafter model")
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
@@ -397,9 +401,18 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
         check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
+        draft_shapes=args.draft_shape,
         dist_positions=args.dist_positions,
         drafter_files=drafter_files,
         command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
+
+
+def draft_shape_list(text: str) -> list[str]:
+    """--draft-shape chain,tree:... -> their spellings; a bad shape is an argparse error naming it."""
+    try:
+        return [shape.spelling for shape in parse_draft_shapes(text)]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def on_off_list(text: str) -> list[bool]:
