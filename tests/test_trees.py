@@ -8,6 +8,7 @@ import pytest
 from conftest import ENGINE_KW, PROMPTS, assert_lossless_verdict, injected
 
 from specnative import Engine, lossless
+from specnative.lossless import verdicts
 from specnative.engine import DraftShape, parse_draft_shape, parse_draft_shapes
 from specnative.models import tiny_pair
 from specnative.sweep import SweepConfig
@@ -93,15 +94,14 @@ def test_greedy_trees_are_lossless_and_use_several_branches(tree_engine, spellin
     prompts = PROMPTS[:n_seq]
     base = tree_engine.generate(prompts, n_predict=32)
     out = tree_engine.generate(prompts, n_predict=32, spec=True, draft_shape=spelling)
+    # the cache holds each prompt and every emitted token but the last, nothing of another branch
+    extents = verdicts.cache_extents(tree_engine, len(prompts))
+    assert verdicts.cache_problem(tree_engine, tree_engine.to_token_prompts(prompts), out.tokens, extents) is None
     assert_lossless_verdict(tree_engine, prompts, base.tokens, out.tokens)
     shape = parse_draft_shape(spelling)
     check_tree_counts(out, shape)
     assert out.totals["drafted"] > out.totals["rounds"] * 2  # trees, not single tokens
     assert out.totals["offered_rank"][1] > 0  # nodes with a second child were reached
-    for s, tokens in enumerate(out.tokens):  # the cache holds the prompt and every emitted token but the last
-        prompt = tree_engine.to_token_prompts([prompts[s]])[0]
-        if not tree_engine.is_eog(int(tokens[-1])):
-            assert tree_engine.cache_extent(s) == len(prompt) + len(tokens) - 1
 
 
 def test_a_tree_of_one_branch_is_the_chain(tree_engine):
@@ -180,3 +180,27 @@ def test_trees_are_refused_where_they_cannot_run(tree_engine, noisy_pair):
     with Engine(target, draft, n_ctx=1024, n_batch=64, n_seq_max=8, kv_unified=False, **ENGINE_KW) as split_kv:
         with pytest.raises(ValueError, match="kv_unified"):
             split_kv.generate(PROMPTS[:1], n_predict=8, spec=True, draft_shape=TOPK)
+
+
+# --- the sweep's axis ----------------------------------------------------------------------------------
+def test_sweep_draft_shape_axis_times_trees_beside_chains(noisy_pair, tmp_path):
+    from specnative.record.schema import read_traces
+    from specnative.report import write_report
+    from specnative.sweep import run_sweep
+
+    target, draft = noisy_pair
+    tree = "tree:topk=2,depth=3,budget=4"
+    cfg = SweepConfig(targets=[target], draft=draft, ctx_lens=[0], concurrencies=[1, 2], ks=[4], n_predict=16,
+                      warmup=0, repeats=2, max_repeats=2, threads=1, out_dir=tmp_path / "run", report=False,
+                      draft_shapes=["chain", tree])
+    rows = read_traces(run_sweep(cfg))
+    on = rows[rows["spec_decode"] == "on"]
+    chains, trees = on[on["draft_shape"].isna()], on[on["draft_shape"] == tree]
+    assert len(chains) == len(trees) == 2 and len(rows[rows["spec_decode"] == "off"]) == 2
+    assert set(trees["k"]) == {4} and trees["cell_id"].str.endswith(f"|shape={tree}").all()
+    assert trees["lossless_ok"].all(), trees["verdict_reason"].tolist()
+    assert (trees["nodes_per_round"] > 1).all() and trees["accept_at_rank"].notna().all()
+    for _, r in trees.iterrows():  # the identity speedup = tau / (1 + c) per cell
+        assert r["speedup"] == pytest.approx(r["steady_tau"] / (1 + r["verify_cost_c"]), rel=1e-3)
+    summary = write_report(tmp_path / "run").read_text()
+    assert "## Trees or chains?" in summary and tree in summary

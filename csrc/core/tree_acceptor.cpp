@@ -63,6 +63,11 @@ NodeVerdict TreeAcceptor::judge(const NodeToJudge& node, int n_vocab, int vocab,
         update_residual(scratch.r, q, rest > 0.0 ? 1.0 / rest : 0.0, ch.data(), i);
         r_sum = 0.0;
         for (float w : scratch.r) r_sum += w;
+        if (r_sum > 0.0) {  // r_i = norm(max(0, r_{i-1} - q_i)): the next sibling is weighed against it
+            const float inv = static_cast<float>(1.0 / r_sum);
+            for (float& w : scratch.r) w *= inv;
+            r_sum = 1.0;
+        }
         before += q[ch[i]];
     }
     const double u = keyed_uniform(p.seed, key, static_cast<uint64_t>(node.index), Stream::residual);
