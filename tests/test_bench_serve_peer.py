@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
-from peerkit import serve_table
+from peerkit import open_loop, serve_table
 from peerkit import server as srv
 
 from specnative.serving.arrivals import Request
@@ -61,7 +61,7 @@ def streaming_server(tmp_path):
 
 def test_open_loop_streaming_replay_measures_like_the_engine(streaming_server):
     trace = [Request(0.0, (7, 8), 5), Request(0.15, (9,), 4)]
-    records = serve_table.replay_open_loop(streaming_server, trace)
+    records = open_loop.replay_open_loop(streaming_server, trace)
     assert [r["tokens"] for r in records] == [[7] * 5, [9] * 4]
     assert [r["emit_tokens"] for r in records] == [[2, 2, 1], [2, 2]]  # one emission per chunk
     assert records[1]["arrival_ms"] >= 150.0  # sent at its arrival time, not with the first
@@ -69,7 +69,7 @@ def test_open_loop_streaming_replay_measures_like_the_engine(streaming_server):
         # the stand-in sleeps 20 ms before each chunk: the last cannot arrive sooner after the send
         assert r["finish_ms"] - r["arrival_ms"] >= 20.0 * chunks
         assert r["arrival_ms"] <= r["first_token_ms"] <= r["finish_ms"] == r["emit_ms"][-1]
-    level = serve_table.server_level(records, {"tpot": 1.0})
+    level = open_loop.server_level(records, {"tpot": 1.0})
     assert level["completed"] == 2 and level["draft_accept_rate"] == pytest.approx(12 / 16)
     assert level["goodput"] == 0.0  # no request streams a token per ms
     assert level["e2e_mean_ms"] >= 50.0

@@ -13,14 +13,15 @@ from specnative.report import factorial, levers, tidy
 REPEATS = 8
 
 
-def noisy(value: float, rng, spread: float = 0.02) -> list[float]:
-    return list(value * np.exp(rng.normal(0.0, spread, REPEATS)))
+def noisy(value: float, rng, spread: float = 0.02, repeats: int = REPEATS) -> list[float]:
+    return list(value * np.exp(rng.normal(0.0, spread, repeats)))
 
 
-def cell_rows(bits: int, conc: int, tps_off: float, speedup: float, rng, verdict: str = "exact") -> list[dict]:
+def cell_rows(bits: int, conc: int, tps_off: float, speedup: float, rng, verdict: str = "exact",
+              repeats: int = REPEATS) -> list[dict]:
     """An off row and an on row of one cell whose repeats are noisy around tps_off and speedup."""
-    off = noisy(tps_off, rng)
-    ratios = noisy(speedup, rng)
+    off = noisy(tps_off, rng, repeats=repeats)
+    ratios = noisy(speedup, rng, repeats=repeats)
     on = [o * r for o, r in zip(off, ratios)]
     join = lambda values: ";".join(f"{v:.6g}" for v in values)
     base = dict(quant_bits=bits, concurrency=conc, ctx_len=0, temperature=0.0, task="mixed", run_id="synthetic")
@@ -32,13 +33,13 @@ def cell_rows(bits: int, conc: int, tps_off: float, speedup: float, rng, verdict
              "lossless_ok": verdict != "fail"}]
 
 
-def traces(speedups: dict, verdicts: dict | None = None, seed: int = 0) -> pd.DataFrame:
+def traces(speedups: dict, verdicts: dict | None = None, seed: int = 0, repeats: int = REPEATS) -> pd.DataFrame:
     """speedups[(bits, conc)]: speculation's speedup in that cell; 4-bit off runs 1.6x the 8-bit off."""
     rng = np.random.default_rng(seed)
     rows = []
     for (bits, conc), speedup in speedups.items():
         tps_off = (160.0 if bits == 4 else 100.0) * conc ** 0.5
-        rows += cell_rows(bits, conc, tps_off, speedup, rng, (verdicts or {}).get((bits, conc), "exact"))
+        rows += cell_rows(bits, conc, tps_off, speedup, rng, (verdicts or {}).get((bits, conc), "exact"), repeats)
     return pd.DataFrame(rows)
 
 
@@ -120,3 +121,48 @@ def test_terms_no_measured_cell_supports_are_left_out_not_reported_as_decided():
     assert not model["term"].str.contains("concurrency=8 x quant_bits=8|quant_bits=8 x concurrency=8").any()
     assert not ((model["low"] == model["high"]) & model["decided"]).any()  # no zero-width "decided" term
     assert interaction(model, "quant_bits=8", "spec_method=model k=4")["decided"]  # what was measured still is
+
+
+PLANTED = {(4, 1): 1.0, (8, 1): 2.0, (4, 8): 1.0, (8, 8): 2.0}  # speculation gains 2x at 8 bits only
+
+
+def test_cells_measured_once_decide_no_term_and_the_section_says_why():
+    # one repeat per cell: 8 observations, 7 terms; the one residual degree of freedom is the untested
+    # three-way interaction, not a measured spread, so no interval may decide
+    frame = traces(PLANTED, repeats=1)
+    tidy_rows, tables, models = factorial.analyse(frame)
+    assert models and all(m.empty for m in models.values())
+    assert all("measured once" in m.attrs["why"] for m in models.values())
+    text = levers.section_md(tables, models, tidy_rows)
+    assert "nothing decided: every cell was measured once" in text
+    assert "0 add within noise" in text and "2 regime(s) are undecided" in text  # not "add within noise"
+
+
+def test_a_saturated_single_width_grid_keeps_the_section_and_says_why():
+    tidy_rows, tables, models = factorial.analyse(traces({(8, 1): 1.5, (8, 8): 0.8}, repeats=1))
+    text = levers.section_md(tables, models, tidy_rows)
+    assert text is not None and "nothing decided" in text and "measured once" in text
+
+
+def test_only_replicated_cells_enter_the_model():
+    replicated = traces(PLANTED)
+    once = traces({(4, 2): 3.0, (8, 2): 0.3}, seed=1, repeats=1)  # unreplicated cells with a wild interaction
+    model = factorial.loglinear(tidy.tidy_frame(pd.concat([replicated, once], ignore_index=True)), "tps")
+    assert not model["term"].str.contains("concurrency=2").any()  # the single repeats never entered
+    assert interaction(model, "quant_bits=8", "spec_method=model k=4")["decided"]
+
+
+@pytest.mark.parametrize("traces_per_level", [1, 3])
+def test_serve_levels_decide_only_from_several_traces(traces_per_level):
+    rng = np.random.default_rng(0)
+    rows = [{"request_rate": rate, "spec_decode": spec, "prefix_cache": prefix, "verdict": "exact",
+             "output_throughput": 100.0 * rate * (2.0 if spec == "on" and prefix == "off" else 1.0)
+             * float(np.exp(rng.normal(0.0, 0.02)))}
+            for rate in (1.0, 4.0) for spec in ("off", "on") for prefix in ("off", "on")
+            for _ in range(traces_per_level)]
+    factors = ["request_rate", "spec_decode", "prefix_cache"]
+    model = factorial.loglinear(pd.DataFrame(rows), "output_throughput", factors, unit=factors)
+    if traces_per_level == 1:
+        assert model.empty and "measured once" in model.attrs["why"]
+    else:
+        assert interaction(model, "spec_decode=on", "prefix_cache=off")["decided"]

@@ -413,3 +413,27 @@ def test_a_prompt_longer_than_a_batch_feeds_the_drafter_every_chunk(hidden_dir, 
     # choice whatever the chunking. (A missed chunk is caught above: the drafter refuses the hole.)
     for run in runs.values():
         assert 0 < run.totals["accepted"] == run.totals["drafted"], run.totals
+
+
+def test_a_hidden_drafter_cell_runs_without_the_prefix_cache_on_both_sides(hidden_dir, tmp_path):
+    """A hidden-state drafter prefills every whole prompt (its state comes from each sequence's own
+    prefill), so its cell's spec-off runs must not share the context either: both sides prefill the
+    same tokens, the rows say prefix_cache off, and --prefix-cache on,off gives the cell once."""
+    from specnative.sweep.config import SweepConfig
+    from specnative.sweep.grid import cells_of
+    target, eagle3 = drafter_pair(hidden_dir, "eagle3")
+    cfg = SweepConfig(targets=[str(target)], draft=target, drafters=["model", "eagle3"], prefix_caches=[True, False],
+                      ctx_lens=[0], concurrencies=[2])
+    modes = {(c.drafter, c.prefix_cache) for c in cells_of(cfg)}
+    assert modes == {("model", True), ("model", False), ("eagle3", False)}
+    out = tmp_path / "run"
+    assert main(["-m", str(target), "-md", str(eagle3), "--drafter", "eagle3", "--ctx-len", "64", "-np", "2",
+                 "-k", "3", "-n", "6", "--warmup", "0", "-r", "2", "--max-repeats", "2", "-t", "1",
+                 "--prefix-cache", "on", "--no-report", "--no-db", "--out", str(out)]) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    assert list(rows["prefix_cache"]) == ["off", "off"]
+    off, on = rows[rows.spec_decode == "off"].iloc[0], rows[rows.spec_decode == "on"].iloc[0]
+    assert off["kv_prompt_cells"] == on["kv_prompt_cells"] and off["prefill_tokens"] == on["prefill_tokens"]
+    assert on["verdict"] != "fail"
+    notes = __import__("json").loads((out / "provenance.json").read_text())["notes"]
+    assert any("hidden-state drafters (eagle3)" in note for note in notes)

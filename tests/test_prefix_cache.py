@@ -61,6 +61,36 @@ def test_the_sweep_measures_both_and_the_rows_say_which(noisy_pair, tmp_path):
     assert rows["tps_repeats"].str.count(";").eq(1).all()  # both timed repeats, kept for paired statistics
 
 
-def test_a_bad_prefix_cache_value_is_refused():
-    with pytest.raises(SystemExit):
+def test_a_bad_prefix_cache_value_is_refused(capsys):
+    with pytest.raises(SystemExit) as refused:
         main(["--prefix-cache", "maybe"])
+    assert refused.value.code == 2  # argparse's refusal of this flag's value, not of an unknown flag
+    assert "argument --prefix-cache: expected on, off or on,off, got 'maybe'" in capsys.readouterr().err
+
+
+def test_a_limit_keeps_only_the_context_between_calls_never_a_sequence_s_own_prompt(engine):
+    """One sequence: its whole prompt is the common prefix. With the limit at the context's length a
+    repeat feeds its own tokens again; at 0 nothing is kept, every call prefills the whole prompt."""
+    one = prompts(1)
+    kept = [engine.generate(one, n_predict=4, prefix_limit=len(CONTEXT)) for _ in range(3)]
+    assert [run.prefill_tokens for run in kept[1:]] == [3, 3]
+    assert kept[-1].kv_prompt_cells == len(CONTEXT) + 3
+    none = [engine.generate(one, n_predict=4, prefix_limit=0) for _ in range(2)]
+    assert [run.prefill_tokens for run in none] == [len(CONTEXT) + 3] * 2
+    with pytest.raises(ValueError, match="prefix_limit must be an integer >= 0"):
+        engine.generate(one, n_predict=4, prefix_limit=-1)
+
+
+def test_the_sweep_prefills_every_repeat_s_own_prompt_at_concurrency_1(noisy_pair, tmp_path):
+    """At ctx_len 0 the prefix cache keeps nothing between repeats (on and off prefill the same
+    tokens); at ctx_len 64 it keeps the context only."""
+    out = tmp_path / "run"
+    argv = ["-m", str(noisy_pair[0]), "-md", str(noisy_pair[1]), "--ctx-len", "0,64", "-np", "1", "-k", "2",
+            "-n", "6", "--warmup", "1", "-r", "2", "--max-repeats", "2", "-t", "1", "-ngl", str(TEST_NGL),
+            "--prefix-cache", "on,off", "-o", str(out), "--no-report", "--no-db"]
+    assert main(argv) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    assert len(rows) == 8
+    for _, row in rows.iterrows():
+        kept = row["ctx_len"] if row["prefix_cache"] == "on" else 0
+        assert row["prefill_tokens"] == row["prompt_tokens"] - kept, (row["cell_id"], row["prefill_tokens"])

@@ -133,8 +133,9 @@ def test_each_verb_refuses_the_other_verbs_flags(noisy_pair, tmp_path, capsys):
     from specnative.sweep import cli as sweep_cli
     sweep_flags, serve_flags = flags_of(sweep_cli.build_parser()), flags_of(serve_cli.build_parser())
     sweep_only, serve_only = sweep_flags - serve_flags, serve_flags - sweep_flags
-    assert {"-np", "--context", "--shard", "--dist-positions", "--which-k"} <= sweep_only
+    assert {"--context", "--shard", "--dist-positions", "--which-k"} <= sweep_only
     assert {"--ctx-len", "--prefix-cache"} <= sweep_flags & serve_flags  # one shared prefix per level in serve
+    assert "-np" in sweep_flags & serve_flags  # llama-server's slots: the concurrency grid in sweep, one count in serve
     assert {"--request-rate", "--trace", "--slo", "--max-concurrency"} <= serve_only
     store_true = {s for a in sweep_cli.build_parser()._actions + serve_cli.build_parser()._actions
                   for s in a.option_strings if a.nargs == 0}

@@ -302,3 +302,53 @@ def test_unfinished_sweep_and_refused_cells_are_said(tmp_path, no_figure_files):
     assert "The sweep did not finish" in text
     assert "| t.gguf | 32768 | 8 | KV cache over --max-kv-gib |" in text
     assert "| preset | tiny |" in text
+
+
+def regimes_with_intervals(intervals: dict) -> list[dict]:
+    """intervals[conc] = (speedup, low, high): one regime per concurrency with a recorded interval."""
+    rows = []
+    for conc, (speedup, low, high) in intervals.items():
+        rows += [off_row(conc=conc, tps_ci_low=39.0, tps_ci_high=41.0, ci_level=0.95, repeats_used=4),
+                 on_row(conc=conc, speedup=speedup, speedup_ci_low=low, speedup_ci_high=high, ci_level=0.95,
+                        repeats_used=4)]
+    return rows
+
+
+def the_answer(tmp_path, rows) -> str:
+    write_run(tmp_path, rows)
+    text = report.write_report(tmp_path).read_text()
+    return text[text.index("## The answer"):text.index("\n## ", text.index("## The answer") + 1)]
+
+
+def test_the_best_cell_is_chosen_among_decided_cells_never_by_a_wide_interval(tmp_path, no_figure_files):
+    # x1's point estimate is the highest, but its interval (a busy host) decides nothing
+    answer = the_answer(tmp_path, regimes_with_intervals({1: (2.5, 0.15, 15.97), 4: (1.2, 1.1, 1.3)}))
+    assert "Best cell: x4: 1.20x [1.10, 1.30]" in answer, answer
+
+
+def test_the_best_cell_is_undecided_when_no_interval_lies_above_1(tmp_path, no_figure_files):
+    answer = the_answer(tmp_path / "a", regimes_with_intervals({1: (2.5, 0.15, 15.97), 4: (0.9, 0.8, 1.05)}))
+    assert "Best cell: undecided (no cell's speedup interval lies above 1)" in answer
+    assert "worst: undecided (no cell's speedup interval lies below 1)" in answer
+
+
+def test_speedup_curve_draws_ratios_on_a_log_axis_symmetric_about_1(tmp_path):
+    cells = cells_of(regimes_with_intervals({1: (2.5, 0.15, 15.97), 4: (1.2, 1.1, 1.3), 8: (0.8, 0.7, 0.9)}),
+                     tmp_path)
+    fig = figures.plot_speedup_curve(cells)
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"
+        low, high = ax.get_ylim()
+        assert low * high == pytest.approx(1.0) and high >= 15.97 and low <= 0.15  # every bar drawn whole
+
+
+def test_figure_footers_name_the_method_not_a_module(run):
+    directory, _ = run
+    traces = load_traces(directory)
+    cells = pair_cells(traces)
+    figs = [figures.plot_speedup_curve(cells), figures.plot_timing_breakdown(traces),
+            figures.plot_acceptance_by_position(cells)]
+    for fig in figs:
+        texts = [fig.get_supxlabel()] + [t for ax in fig.axes for t in (ax.get_xlabel(), ax.get_ylabel())]
+        assert not any(re.search(r"\w\.py\b", t) for t in texts), texts
+    assert "Student t on the log ratios" in figs[0].get_supxlabel()

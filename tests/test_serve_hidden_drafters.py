@@ -145,3 +145,20 @@ def test_spec_off_after_a_hidden_drafter_run_leaves_no_cell(engine_of):
     engine.generate([PROMPTS[0]], n_predict=8, spec=True, drafter="eagle3")  # leaves draft cells behind
     off = serve(engine, trace, max_concurrency=3)
     assert off.kv_cells_left == 0 and off.totals["drafted"] == 0
+
+
+@pytest.mark.parametrize("modes", ["on", "on,off"])
+def test_serve_refuses_the_prefix_cache_with_a_hidden_drafter_before_any_work(engine_of, tmp_path, modes):
+    """Speculation with a hidden-state drafter prefills every whole prompt, so the run without it
+    would share a prefix the run with it cannot: TTFT, throughput and the levers would compare
+    different prefills. Refused in one line, nothing written."""
+    from specnative.cli import main
+    engine = engine_of("eagle3", "high")
+    out = tmp_path / "serve"
+    with pytest.raises(SystemExit) as refused:
+        main(["serve", "-m", str(engine.target_path), "-md", str(engine.draft_path), "--drafter", "eagle3",
+              "--prefix-cache", modes, "--request-rate", "inf", "--num-requests", "2", "-n", "4", "-o", str(out)])
+    assert "--prefix-cache on: --drafter eagle3 prefills every whole prompt" in str(refused.value.code)
+    assert not out.exists()
+    assert checks.hidden_prefix_refusal("eagle3", [False]) is None  # off on both sides pairs like with like
+    assert checks.hidden_prefix_refusal("model", [True, False]) is None

@@ -49,6 +49,27 @@ def test_the_head_is_trained_once_then_taken_from_the_cache(tmp_path, capsys):
     assert smollm2.head_file(target, train=train) == head and len(runs) == 1  # cached: not trained again
 
 
+def test_the_dflash_drafter_is_trained_with_its_own_recipe_beside_the_eagle3_head(tmp_path, capsys):
+    target = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    target.write_bytes(b"target")
+    runs = []
+
+    def train(argv):
+        runs.append(argv)
+        (tmp_path / argv[argv.index("-o") + 1].split("/")[-1]).write_bytes(argv[argv.index("--kind") + 1].encode()
+                                                                           if "--kind" in argv else b"eagle3")
+        return 0
+
+    dflash = smollm2.head_file(target, train=train, kind="dflash")
+    eagle3 = smollm2.head_file(target, train=train)
+    assert dflash == tmp_path / smollm2.DFLASH_HEAD_NAME and dflash.read_bytes() == b"dflash"
+    assert eagle3 == tmp_path / smollm2.HEAD_NAME and eagle3.read_bytes() == b"eagle3"
+    assert " ".join(smollm2.DFLASH_OPTIONS) in " ".join(runs[0]) and "--kind" not in runs[1]
+    assert runs[0][runs[0].index("--data") + 1] == smollm2.HEAD_DATA  # MT-Bench stays unseen by both
+    assert "training a DFlash block drafter" in capsys.readouterr().err
+    assert smollm2.head_file(target, train=train, kind="dflash") == dflash and len(runs) == 2
+
+
 def test_a_failed_training_leaves_no_head(tmp_path):
     target = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     target.write_bytes(b"target")
@@ -71,7 +92,7 @@ def preset_with_head(monkeypatch, tmp_path, head_kind: str):
     target, head = drafter_pair(tmp_path, head_kind)
     monkeypatch.setattr(options, "load_preset", lambda name: Preset(name="smollm2", targets=[target], draft=None,
                                                                     defaults=smollm2.DEFAULTS))
-    monkeypatch.setattr(options.smollm2, "head_file", lambda path: head)
+    monkeypatch.setattr(options.smollm2, "head_file", lambda path, kind="eagle3": head)
     return head
 
 
@@ -87,8 +108,29 @@ def test_the_preset_runs_eagle3_on_its_own_head_without_a_drafter_file(monkeypat
     assert cfg.drafter_files == {"eagle3": head} and cfg.draft is None
 
 
+def test_the_preset_runs_dflash_on_its_own_drafter_without_a_drafter_file(monkeypatch, tmp_path):
+    head = preset_with_head(monkeypatch, tmp_path, "dflash")
+    cfg = config_of(["--preset", "smollm2", "--drafter", "dflash,ngram-simple", "-o", str(tmp_path / "run")])
+    assert cfg.drafter_files == {"dflash": head} and cfg.draft is None
+
+
 def test_a_preset_head_of_another_kind_is_refused_before_anything_runs(monkeypatch, tmp_path):
     preset_with_head(monkeypatch, tmp_path, "dspark")
     with pytest.raises(SystemExit, match="--preset smollm2: --drafter eagle3: .* is a DSpark drafter file"):
         config_of(["--preset", "smollm2", "--drafter", "eagle3", "-o", str(tmp_path / "run")])
     assert not (tmp_path / "run").exists()
+
+
+def test_models_fetch_heads_builds_both_drafters_ahead(monkeypatch, tmp_path, capsys):
+    from specnative.models import cli as models_cli
+    from specnative.models.presets import Preset
+
+    target = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    built = []
+    monkeypatch.setattr(models_cli, "load_preset", lambda name: Preset(name=name, targets=[target], draft=None))
+    monkeypatch.setattr(smollm2, "head_file", lambda path, kind="eagle3": built.append(kind) or tmp_path / kind)
+    assert models_cli.main(["fetch", "smollm2", "--heads"]) == 0
+    assert built == ["eagle3", "dflash"]
+    assert capsys.readouterr().out.splitlines()[-2:] == [f"eagle3  {tmp_path / 'eagle3'}", f"dflash  {tmp_path / 'dflash'}"]
+    with pytest.raises(SystemExit, match="only the smollm2 preset"):
+        models_cli.main(["fetch", "tiny", "--heads"])

@@ -9,7 +9,7 @@ and a linear drift over two traces cancels (an ABBA design).
 
 `measure` takes a `run(side, spec, trace)` callable and is independent of what runs: the real
 sides are `ours_runner` (specnative.serving.runner.replay on the open Engine) and
-`server_runner` (the open-loop streaming client of serve_table.replay_open_loop against the
+`server_runner` (the open-loop streaming client of open_loop.replay_open_loop against the
 server of that setting, with its /metrics read before and after).
 """
 from __future__ import annotations
@@ -20,7 +20,9 @@ import time
 from typing import Callable
 
 from .common import busy_cores, log
+from .open_loop import replay_open_loop, server_level
 from .serve_paired import OURS, SERVER
+from .server import metrics_delta
 
 ORDER = ((OURS, "off"), (SERVER, "off"), (OURS, "on"), (SERVER, "on"))
 
@@ -116,8 +118,6 @@ def server_runner(servers: dict, slo: dict) -> Callable[[bool, list], dict]:
     """The open-loop streaming client against servers[spec] (a started LlamaServer each), with
     the server's own counters over the run (/metrics before and after: llama_decode calls,
     prompt tokens)."""
-    from .serve_table import replay_open_loop, server_level
-    from .server import metrics_delta
 
     def run(spec: bool, trace: list) -> dict:
         server = servers[spec]

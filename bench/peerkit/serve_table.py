@@ -37,13 +37,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import re
 import shlex
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -243,33 +241,8 @@ def trace_files(run_dir: Path) -> list[tuple[float, int, Path]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# llama-server's side: the command and the open-loop streaming client
+# llama-server's side: the command (its open-loop streaming client: open_loop.py)
 # ---------------------------------------------------------------------------------------------
-def replay_open_loop(server: LlamaServer, trace: list, ignore_eos: bool = True) -> list[dict]:
-    """Every request sent at its arrival time (its own thread and connection), streamed."""
-    t0 = time.perf_counter()
-
-    def send(request):
-        delay = request.arrival_s - (time.perf_counter() - t0)
-        if delay > 0:
-            time.sleep(delay)
-        return server.stream(list(request.prompt), request.output_len, ignore_eos, t0)
-
-    with ThreadPoolExecutor(max_workers=len(trace)) as pool:
-        return list(pool.map(send, trace))
-
-
-def server_level(records: list[dict], slo: dict) -> dict:
-    """The level summary of one replay, by specnative's own definitions."""
-    from specnative.serving import metrics as serve_metrics
-    metrics = [serve_metrics.request_metrics(r) for r in records]
-    summary = serve_metrics.level_summary(metrics, max(r["finish_ms"] for r in records), slo)
-    drafted = sum(r["counts"]["drafted"] for r in records)
-    accepted = sum(r["counts"]["accepted"] for r in records)
-    summary["draft_accept_rate"] = accepted / drafted if drafted else math.nan
-    return summary
-
-
 def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a) -> list:
     """llama-server for one setting of the comparison (`serve`: the serving settings under
     provenance.json's names):

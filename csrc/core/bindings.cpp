@@ -206,8 +206,9 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
                         float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
                         const std::map<std::string, std::string>& drafter_options, float draft_p_min,
-                        float draft_temperature, bool drafter_settings, bool record_pit, bool prefix_cache,
-                        const std::string& tree_kind, const std::map<std::string, double>& tree) {
+                        float draft_temperature, bool drafter_settings, bool record_pit, int prefix_limit, bool prefix_cache,
+                        const std::vector<double>& synthetic, const std::string& tree_kind,
+                        const std::map<std::string, double>& tree) {
     GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
                                        drafter, drafter_options, draft_p_min);
     p.tree = tree_shape(tree_kind, tree);
@@ -222,6 +223,8 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     p.record_pit = record_pit;
     p.reuse_prompts = record_pit;  // a distributional-test run: its prefill is no measurement
     p.prefix_cache = prefix_cache;
+    p.prefix_limit = prefix_limit;
+    p.synthetic = synthetic;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
@@ -236,7 +239,8 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& n_predict,
                int max_concurrency, bool virtual_clock, float temperature, uint64_t seed, bool spec, int k,
                const std::string& rule, bool stop_at_eog, const std::string& drafter,
-               const std::map<std::string, std::string>& drafter_options, float draft_p_min, bool prefix_cache) {
+               const std::map<std::string, std::string>& drafter_options, float draft_p_min, bool prefix_cache,
+               const std::vector<double>& synthetic) {
     if (arrival_ms.size() != prompts.size() || n_predict.size() != prompts.size()) {
         throw std::invalid_argument("arrival_ms, prompts and n_predict must have one entry per request");
     }
@@ -246,6 +250,7 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
     sp.gen = decoding_params(1, temperature, seed, spec, k, rule, stop_at_eog, false, drafter, drafter_options,
                              draft_p_min);
     sp.gen.prefix_cache = prefix_cache;
+    sp.gen.synthetic = synthetic;
     sp.max_concurrency = max_concurrency;
     sp.virtual_clock = virtual_clock;
     const auto should_stop = stop_poll(engine);
@@ -485,13 +490,14 @@ PYBIND11_MODULE(_core, m) {
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
              py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false,
-             py::arg("prefix_cache") = true, py::arg("tree_kind") = "none",
-             py::arg("tree") = std::map<std::string, double>{})
+             py::arg("prefix_limit") = -1, py::arg("prefix_cache") = true, py::arg("synthetic") = std::vector<double>{},
+             py::arg("tree_kind") = "none", py::arg("tree") = std::map<std::string, double>{})
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("drafter") = "model", py::arg("drafter_options") = std::map<std::string, std::string>{},
-             py::arg("draft_p_min") = 0.0f, py::arg("prefix_cache") = false)
+             py::arg("draft_p_min") = 0.0f, py::arg("prefix_cache") = false,
+             py::arg("synthetic") = std::vector<double>{})
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })

@@ -11,6 +11,7 @@
 #include "drafter.h"
 #include "phase_clock.h"
 #include "sampling.h"
+#include "synthetic.h"
 #include "vocab_check.h"
 
 namespace specnative {
@@ -310,6 +311,7 @@ void check_temperature(float temperature) {
 int Engine::validate_params(const GenerateParams& p, int n_seq) const {
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
     check_temperature(p.temperature);
+    check_synthetic(p.synthetic, p.k, p.spec);
     if (!p.spec) {
         if (p.drafter_settings) check_hidden_drafter(p.drafter.type);
         return 0;
@@ -380,7 +382,8 @@ int Engine::validate(const std::vector<std::vector<int32_t>>& prompts, const Gen
     const int lookahead = validate_params(p, n_seq);
     // A hidden-state drafter keeps per-sequence state from each sequence's own prefill: no shared
     // prefix (its cells would reach the draft cache of sequence 0 only).
-    const int shared = !p.prefix_cache || (p.spec && is_hidden_drafter(p.drafter.type)) ? 0 : shared_prefix_length(prompts);
+    int shared = !p.prefix_cache || (p.spec && is_hidden_drafter(p.drafter.type)) ? 0 : shared_prefix_length(prompts);
+    if (p.prefix_limit >= 0) shared = std::min(shared, p.prefix_limit);
     int64_t cells = shared;
     for (int s = 0; s < n_seq; ++s) {
         validate_prompt(s, prompts[s], p.n_predict, lookahead);
@@ -734,7 +737,11 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
         }
         const int32_t x = drafts[i];
         int32_t target_token;
-        if (rule == AcceptRule::rejection) {
+        bool synthetic_reject = false;
+        if (!p.synthetic.empty()) {  // synthetic acceptance: a keyed draw keeps x, else the target's own token
+            synthetic_reject = !synthetic_keep(p, t.vocab, seq.key, index, i, x);
+            target_token = synthetic_reject ? rule_of.target_token(draw) : x;
+        } else if (rule == AcceptRule::rejection) {
             if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
             // p(x) alone decides an acceptance; the whole of p only a rejection's residual
             softmax_norm(logits, t.n_vocab, p.temperature, norm);
@@ -752,7 +759,7 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
         } else {  // greedy and match: the target's own (argmax or keyed) sample
             target_token = rule_of.target_token(draw);
         }
-        if (target_token != x) {
+        if (synthetic_reject || target_token != x) {
             correction = target_token;
             seq.counts.rejected += 1;
             break;

@@ -102,6 +102,10 @@ struct GenerateParams {
     // every sequence and kept from one call to the next; false: every sequence prefills its whole
     // prompt on every call, as a server without prompt caching does.
     bool prefix_cache = true;
+    // With prefix_cache: share (and keep between calls) at most this many leading tokens, the
+    // shared context's length; a sequence's own prompt is then prefilled on every call, even where
+    // it is the whole common prefix (one sequence). -1: the prompts' whole common prefix.
+    int prefix_limit = -1;
     DrafterParams drafter;        // spec only; k caps every drafter's proposal per round
     // Draft model only: stop a sequence's draft for the round at the first position whose top
     // draft probability is below this (llama.cpp's --spec-draft-p-min; 0 = off, fixed k).
@@ -115,6 +119,9 @@ struct GenerateParams {
     // they cost the target's step. The honest baseline runs without them.
     bool drafter_settings = false;
     TreeShape tree;  // spec with the draft model only; k is ignored when on
+    // Synthetic acceptance (synthetic.h; benchmarking only): the probability each draft position is
+    // kept with, given the earlier ones were (one per position, at least k); empty: the rule decides.
+    std::vector<double> synthetic;
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).

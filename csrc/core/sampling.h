@@ -14,6 +14,7 @@ enum class Stream : uint32_t {
     draft = 1,     // sampling a draft token from q
     accept = 2,    // the rejection rule's accept test u < p(x)/q(x)
     residual = 3,  // resampling from norm(max(0, p - q)) after a rejection
+    synthetic = 4, // synthetic acceptance's keep test (synthetic.h)
 };
 
 double keyed_uniform(uint64_t seed, uint64_t sequence, uint64_t position, Stream stream);

@@ -106,6 +106,9 @@ void Engine::validate_tree(const GenerateParams& p, int n_seq) const {
         throw std::invalid_argument("draft trees are drafted by the draft model (drafter 'model'), not '" +
                                     p.drafter.type + "'");
     }
+    if (!p.synthetic.empty()) {
+        throw std::invalid_argument("synthetic acceptance applies to chains; a draft tree is judged by its rule");
+    }
     if (p.draft_p_min > 0.0f) {
         throw std::invalid_argument("draft_p_min applies to chains; a tree's shape decides where its branches stop");
     }

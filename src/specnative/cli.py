@@ -22,14 +22,28 @@ VERBS = {
     "db": "the results database: import run folders, rebuild",
     "models": "presets and tiny models: list, fetch, where the cache is; train a drafter",
     "schema": "the traces.csv columns",
+    "project": "a run's speedup projected to other hardware with the cost model [projected]",
 }
 SERVE_MOVED = "note: `sweep --serve` is now `specnative serve`; running it as that"
+
+
+def version() -> str:
+    """The installed package's version, read without loading the C++ core."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("specnative")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        from specnative import __version__
+
+        return __version__
 
 
 def usage() -> str:
     width = max(map(len, VERBS))
     lines = [f"  {verb:<{width}}  {text}" for verb, text in VERBS.items()]
-    return ("usage: specnative <verb> [flags]   (specnative <verb> --help for the verb's flags)\n\n"
+    return ("usage: specnative <verb> [flags]   (specnative <verb> --help for the verb's flags; "
+            "specnative --version)\n\n"
             "Measure speculative decoding from inside llama.cpp.\n\nverbs:\n" + "\n".join(lines))
 
 
@@ -38,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(f"specnative {version()}")
+        return 0
     verb, rest = argv[0], argv[1:]
     if verb not in VERBS:
         print(f"specnative: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)
@@ -117,7 +134,7 @@ def merge_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     traces = merge.run(args, argv)
     if (db := options.database_path(args, args.out)) is not None:
-        database.sync_or_warn(db, args.out)
+        database.sync_or_warn(db, args.out, final=True)
     if not args.no_report:
         print(f"report: {write_any_report(args.out)}", file=sys.stderr)
     print(traces)
@@ -144,6 +161,12 @@ def db_main(argv: list[str] | None = None) -> int:
 
 def models_main(argv: list[str] | None = None) -> int:
     from specnative.models import cli
+
+    return cli.main(argv)
+
+
+def project_main(argv: list[str] | None = None) -> int:
+    from specnative.projection import cli
 
     return cli.main(argv)
 

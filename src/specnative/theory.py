@@ -61,3 +61,29 @@ def predicted_speedup_lengths(alpha: float, reach, c: float) -> float:
     if not math.isfinite(c) or c <= -1.0:
         return math.nan
     return expected_tokens_per_round_lengths(alpha, reach) / (1.0 + c)
+
+
+def alpha_for_tokens_per_round(tokens: float, k: int, reach=None) -> float:
+    """The i.i.d. alpha whose expected tokens per round at draft length k is `tokens`: the inverse
+    of expected_tokens_per_round (of expected_tokens_per_round_lengths with `reach`), which rises
+    with alpha from 1 (alpha 0) to 1 + sum(reach) (k + 1 at fixed k). Outside that range: 0 below,
+    +inf above (no alpha reaches it). NaN for NaN."""
+    if not math.isfinite(tokens):
+        return math.nan
+    reach = [1.0] * int(k) if reach is None else [float(r) for r in reach]
+    tokens_at = lambda a: 1.0 + sum(a ** j * r for j, r in enumerate(reach, start=1))  # noqa: E731
+    if tokens <= 1.0:
+        return 0.0
+    if tokens >= tokens_at(1.0):
+        return 1.0 if tokens == tokens_at(1.0) else math.inf
+    from scipy.optimize import brentq  # a dependency; imported here to keep `import` light
+    return float(brentq(lambda a: tokens_at(a) - tokens, 0.0, 1.0, xtol=1e-10))
+
+
+def break_even_alpha(k: int, c: float, reach=None) -> float:
+    """alpha* at which the closed form's speedup is 1 with the measured c: the alpha whose expected
+    tokens per round equal 1 + c (the round's cost in baseline steps). 0: pays at any alpha (c <= 0);
+    +inf: no alpha pays at this k and c (even alpha = 1 gives fewer than 1 + c tokens)."""
+    if not math.isfinite(c) or c <= -1.0:
+        return math.nan
+    return alpha_for_tokens_per_round(1.0 + c, k, reach)

@@ -30,10 +30,11 @@ from specnative.engine.engine import (
                                         placement_args,
                                         quantize,
                                         rpc_device_names,
+                                        synthetic_probabilities,
 )
 
 __all__ = ["DRAFTERS", "HIDDEN_DRAFTERS", "check_draft_p_min", "checked_drafter_options", "drafter_defaults",
            "drafter_name", "drafter_options_problem", "drafter_options_text", "ACCEPT_RULES", "DECODING_STEPS",
            "SPLIT_MODES", "Engine", "GenerationResult", "build_info", "decoding_ms", "default_threads",
-           "engine_own_time", "placement_args", "quantize", "rpc_device_names", "DraftShape", "parse_draft_shape",
-           "parse_draft_shapes"]
+           "engine_own_time", "placement_args", "quantize", "rpc_device_names", "synthetic_probabilities", "DraftShape",
+           "parse_draft_shape", "parse_draft_shapes"]

@@ -13,7 +13,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from specnative import _core
+from specnative import _core, synthetic
 from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
 from specnative.engine.draft_shape import DraftShape
@@ -350,7 +350,8 @@ class Engine:
                  stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
                  draft_temperature: float | None = None, drafter_settings: bool = False,
-                 record_pit: bool = False, prefix_cache: bool = True, draft_shape=None) -> GenerationResult:
+                 record_pit: bool = False, prefix_cache: bool = True, synthetic=None,
+                 prefix_limit: int | None = None, draft_shape=None) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -381,6 +382,15 @@ class Engine:
         prefix_cache: the prompts' common prefix is prefilled once, shared by every sequence and kept
         cached between calls (the default); False: every sequence prefills its whole prompt on every
         call, as a server without prompt caching (times["prefill_target"] shows the cost).
+        prefix_limit (with prefix_cache): share and keep at most this many leading tokens, the shared
+        context's length (the sweep passes ctx_len); each sequence's own prompt is then prefilled on
+        every call, even where one sequence's whole prompt is the common prefix. None: the prompts'
+        whole common prefix.
+        synthetic (spec only): a synthetic acceptance profile (specnative.synthetic: a Profile or its
+        text, e.g. "0.7", "rates:0.9/0.7/0.5/0.3", "len:2.5"): the drafter drafts and the target
+        verifies as usual, but each draft is kept by a seeded draw at the profile's rate instead of
+        by the rule; the first rejected position emits the target's own token there. Benchmarking
+        only: the output is not the target's.
         draft_shape (draft model only): "chain" (None, the default: k tokens in a line) or a tree,
         e.g. "tree:topk=4,depth=5,budget=8" (EAGLE-2 / SGLang) or "tree:branches=4,p_split=0.1,
         budget=8" (llama.cpp's examples/speculative); k is then unused (engine/draft_shape.py). All
@@ -408,6 +418,11 @@ class Engine:
         n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
         drafter = drafter_name(drafter)
         options = checked_drafter_options(drafter, drafter_options)
+        synthetic_probs = synthetic_probabilities(synthetic, k, spec)
+        if prefix_limit is not None and (isinstance(prefix_limit, (bool, np.bool_))
+                                         or not isinstance(prefix_limit, (int, np.integer)) or prefix_limit < 0):
+            raise ValueError(f"prefix_limit must be an integer >= 0 (None: the whole common prefix), "
+                             f"not {prefix_limit!r}")
         shape = parse_draft_shape(draft_shape)
         if shape.is_tree and spec and drafter != "model":
             raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model'), not {drafter!r}")
@@ -419,7 +434,8 @@ class Engine:
                                   drafter_options=options, draft_p_min=draft_p_min,
                                   draft_temperature=float(draft_temperature),
                                   drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
-                                  prefix_cache=bool(prefix_cache),
+                                  prefix_cache=bool(prefix_cache), synthetic=synthetic_probs,
+                                  prefix_limit=-1 if prefix_limit is None else _c_int(prefix_limit, "prefix_limit"),
                                   **(shape.core_args() if spec else DraftShape().core_args()))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
@@ -445,6 +461,18 @@ class Engine:
         """Target logits for sequence `seq`'s last generated token on top of the KV cache the last
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
         return self._core.pending_logits(_c_int(seq, "seq"))
+
+
+def synthetic_probabilities(profile, k: int, spec: bool) -> list[float]:
+    """The probability the engine keeps each of the k draft positions with (given the earlier ones
+    were kept) under a synthetic acceptance profile; [] for None (the acceptance rule decides)."""
+    if profile is None:
+        return []
+    if not spec:
+        raise ValueError("synthetic acceptance applies to speculative runs (spec=True)")
+    if not isinstance(profile, synthetic.Profile):
+        profile = synthetic.parse_profile(profile)
+    return profile.conditional(k)
 
 
 def _seed(value) -> int:

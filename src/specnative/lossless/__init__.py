@@ -17,7 +17,9 @@ the target's own choice was a near-tie. The verdict tells that apart from a bug:
      interval (every logit may move by the tolerance: probability ratios by exp(tol / T)).
    The tolerance is SAFETY x the largest spread the control measured in the same cell: over each
    position's candidates at greedy (NoiseControl.greedy_tolerance), over the whole vocabulary at
-   T > 0. And the number of such near-tie mismatches must be what the control's flip rate (of the
+   T > 0; never below float arithmetic's floor (noise.float_floor: a few float32 ulps of the
+   largest logit), where a control that read exactly 0 would otherwise allow nothing. And the
+   number of such near-tie mismatches must be what the control's flip rate (of the
    greedy choice, or of the keyed draw at T > 0) allows: a bug that only ever picks the runner-up
    would otherwise hide among near-ties. The KV-state check compares the logits on the cache the
    run left with a clean replay's, and the cache's extent with what the prompt and the emitted

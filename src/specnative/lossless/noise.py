@@ -35,6 +35,23 @@ CONTROL_MIN_EXTRA = 2
 STATE_FACTOR = 4.0
 
 
+# Float arithmetic's floor under every tolerance, in units of the float32 epsilon times the largest
+# |logit| (the logits and every accumulator are float32, whatever the weights' type). The control can
+# read exactly 0: both of its shapes ran the same kernels in the same order (an F16 target at
+# concurrency 2), while the run's cache, laid out otherwise by rollbacks, still sums attention in
+# another order, and a tolerance of 0 then calls a 1-ulp movement a bug. The tiny F32 pair's correct
+# runs moved their KV-state logits a median 10 of these units (at most 209, where the control saw
+# the batch-shape noise behind it); a stale or lost cache entry moved them 860000 or more.
+FLOAT_FLOOR_UNITS = 64
+LOGIT_EPS = float(np.finfo(np.float32).eps)
+
+
+def float_floor(logit_scale: float) -> float:
+    """The least tolerance any logit comparison gets: what float32 rounding alone can move a logit
+    gap by when the same sums run in another order, at logits of magnitude `logit_scale`."""
+    return FLOAT_FLOOR_UNITS * LOGIT_EPS * float(logit_scale)
+
+
 # Near-tie mismatches allowed: the 99.9 % Poisson quantile of the control's flip rate (upper
 # bound by the rule of three when it saw none) times the positions checked.
 FLIP_QUANTILE = 0.999
@@ -67,18 +84,29 @@ class NoiseControl:
     # correct Qwen cell at concurrency 1: 0.0055 over 16 positions, then a near-tie moved 0.049):
     # below MIN_CANDIDATE_POSITIONS the full spread stands in.
     candidate_positions: int = 0
+    # The largest |logit| of the control's clean replay: the scale of float_floor, the least every
+    # tolerance is (0: not measured, no floor).
+    logit_scale: float = 0.0
+    # The cache-layout control (layout_spread), measured only where the KV-state check would fail
+    # without it (judge): the run's cache lays its cells out otherwise than the control's fresh
+    # ones, and where they sit changes how attention sums group (0: not measured).
+    max_layout_spread: float = 0.0
+
+    @property
+    def floor(self) -> float:
+        return float_floor(self.logit_scale)
 
     @property
     def tolerance(self) -> float:
         """For decisions that weigh the whole vocabulary (T > 0: CDF masses, the distribution test)."""
-        return SAFETY * self.max_spread
+        return max(SAFETY * self.max_spread, self.floor)
 
     @property
     def greedy_tolerance(self) -> float:
         """For a greedy choice: it depends on the gaps between candidates only. A correct run emits
         b over the replay's pick a only if its noise moved l_b - l_a by the gap; both lie within the
         noise's reach of the top, so the candidates' spread bounds that movement."""
-        return SAFETY * (self.max_candidate_spread if self.candidates_measured else self.max_spread)
+        return max(SAFETY * (self.max_candidate_spread if self.candidates_measured else self.max_spread), self.floor)
 
     @property
     def candidates_measured(self) -> bool:
@@ -94,8 +122,11 @@ class NoiseControl:
     def state_tolerance(self) -> float:
         # The run's cache also differs in layout (rollbacks leave holes that later cells fill, so
         # attention sums run in another order), which teacher forcing cannot reproduce: measured
-        # up to 2.7x the control on the tiny models, hence STATE_FACTOR.
-        return STATE_FACTOR * SAFETY * max(self.max_state_spread, self.max_spread)
+        # up to 2.7x the control on the tiny models, hence STATE_FACTOR; where that is not enough,
+        # the layout control itself (max_layout_spread: up to 5.6x the state control on the tiny
+        # F32 target with the prefix cache off, and within the layout control).
+        return max(STATE_FACTOR * SAFETY * max(self.max_state_spread, self.max_spread, self.max_layout_spread),
+                   self.floor)
 
     @property
     def flip_rate_bound(self) -> float:
@@ -104,7 +135,7 @@ class NoiseControl:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "tolerance": self.tolerance, "greedy_tolerance": self.greedy_tolerance,
-                "state_tolerance": self.state_tolerance}
+                "state_tolerance": self.state_tolerance, "floor": self.floor}
 
 
 def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clean_final: list | None = None,
@@ -136,7 +167,8 @@ def measure_noise(engine, prompts, tokens: list, k: int, drafter: str = "", clea
                   else np.count_nonzero(raw["argmax_a"] != raw["argmax_b"])),
         max_state_spread=float(raw["state_spread"].max(initial=0.0)),
         max_candidate_spread=float(candidates.max(initial=0.0)),
-        candidate_positions=int(np.count_nonzero(candidates > 0)))
+        candidate_positions=int(np.count_nonzero(candidates > 0)),
+        logit_scale=max((float(np.abs(f).max(initial=0.0)) for f in raw["final_logits_a"]), default=0.0))
 
 
 def control_tokens(prompt: list, tokens: list, at_least: int) -> list:
@@ -148,3 +180,21 @@ def control_tokens(prompt: list, tokens: list, at_least: int) -> list:
         return tokens
     tail = (list(prompt) * (missing // len(prompt) + 1))[-missing:]
     return tokens + tail
+
+
+def layout_spread(engine, prompts: list, base: list) -> float:
+    """The cache-layout control: how far the logits after the same tokens move when a sequence's
+    cells sit beside other sequences' in the unified cache (in the group's order and reversed)
+    rather than alone. Attention sums run over the buffer with the others' cells masked, so where
+    a sequence's cells sit changes the vector lanes its sums are grouped in; serving moves cells
+    around as slots empty and refill, and a closed-loop run's rollbacks leave holes that later
+    cells fill. Measured up to 0.15 logits on the tiny Q4_0 target, where the batch-shape control
+    reads 0; on the tiny F32 target 1.0-1.5e-4, where the KV-state control read 1e-5."""
+    alone = [engine._core.replay([p], [b], 0.0, 0)["final_logits"][0] for p, b in zip(prompts, base)]
+    spread = 0.0
+    for order in (list(range(len(prompts))), list(range(len(prompts)))[::-1]):
+        together = engine._core.replay([prompts[i] for i in order], [base[i] for i in order], 0.0, 0)["final_logits"]
+        for at, i in enumerate(order):
+            delta = np.asarray(together[at], np.float64) - np.asarray(alone[i], np.float64)
+            spread = max(spread, float(delta.max() - delta.min()))
+    return spread

@@ -3,12 +3,12 @@ by the noise control) or fail; the forced replay, the KV-state check and the cac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
 
-from specnative.lossless.noise import FLIP_QUANTILE, NoiseControl, measure_noise
+from specnative.lossless.noise import FLIP_QUANTILE, NoiseControl, float_floor, layout_spread, measure_noise
 
 EXACT, NUMERIC, EXACT_DIST, FAIL = "exact", "numeric", "exact-dist", "fail"
 
@@ -85,10 +85,13 @@ def pending_state(engine, n_seq: int) -> list:
 
 def state_problem(final_logits: list, pending: list, tolerance: float) -> str | None:
     """A KV cache left stale or short by the run shows as logits that a clean replay does not
-    give, even when no emitted token has changed yet."""
+    give, even when no emitted token has changed yet. The tolerance is never below float
+    arithmetic's own floor at these logits' scale (noise.float_floor)."""
     for s, (clean, left) in enumerate(zip(final_logits, pending)):
-        delta = np.asarray(left, np.float64) - np.asarray(clean, np.float64)
+        clean = np.asarray(clean, np.float64)
+        delta = np.asarray(left, np.float64) - clean
         spread = float(delta.max() - delta.min())
+        tolerance = max(tolerance, float_floor(np.abs(clean).max(initial=0.0)))
         if spread > tolerance:
             return (f"seq {s}: the KV cache the run left gives logits that move {spread:.3g} against a clean "
                     f"replay (tolerance {tolerance:.3g}): a stale or missing cache entry")
@@ -143,8 +146,13 @@ def judge(engine, prompts, base_tokens: list, spec_tokens: list, temperature: fl
         replay = {"final_logits": clean_final}  # identical tokens: the control's pass was this replay
     else:
         replay = engine._core.replay(prompts, [list(map(int, t)) for t in spec_tokens], float(temperature), int(seed))
-    state = ((cache_problem(engine, prompts, spec_tokens, extents) if extents is not None else None)
-             or (state_problem(replay["final_logits"], pending, control.state_tolerance) if pending is not None else None))
+    state = cache_problem(engine, prompts, spec_tokens, extents) if extents is not None else None
+    if not state and pending is not None:
+        state = state_problem(replay["final_logits"], pending, control.state_tolerance)
+        if state and not control.max_layout_spread:  # before calling it a bug: what the cache's layout does
+            tokens = [list(map(int, t)) for t in spec_tokens]
+            control = replace(control, max_layout_spread=layout_spread(engine, prompts, tokens))
+            state = state_problem(replay["final_logits"], pending, control.state_tolerance)
     if state and index < 0:
         return Verdict(FAIL, state, index, 0, math.nan, tol, positions)
     if index < 0:

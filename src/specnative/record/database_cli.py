@@ -61,9 +61,16 @@ def add_db_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _not_the_database(paths: list[Path], db: Path) -> list[Path]:
-    """`db import runs/*` also names the database's own files (it lives in runs/): not run folders."""
-    own = {Path(str(db) + suffix).resolve() for suffix in ("", "-wal", "-shm", "-journal")}
-    return [p for p in paths if p.resolve() not in own]
+    """`db import runs/*` also names database files (runs/ holds its default database, whichever
+    --db is written): they are not run folders, and are skipped with one line saying so."""
+    own = {Path(str(db) + suffix).resolve() for suffix in ("", *database.COMPANION_SUFFIXES)}
+    kept, skipped = [], []
+    for p in paths:
+        (skipped if p.resolve() in own or database.is_database_file(p) else kept).append(p)
+    if skipped:
+        print(f"skipped {len(skipped)} database file(s), not run folders: {', '.join(map(str, skipped))}",
+              file=sys.stderr)
+    return kept
 
 
 def run_db(args) -> int:

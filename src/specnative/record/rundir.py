@@ -27,7 +27,8 @@ from specnative.record.schema import COLUMN_NAMES
 # it measures anything must match the recorded one; keys a run adds while it measures (results
 # such as the models' records or a noise control) are not settings and are not compared.
 VOLATILE_KEYS = ("date", "run_id", "command", "models", "notes", "refused_cells", "completed", "workload",
-                 "invocations", "noise_control", "sweep_timing")
+                 "invocations", "noise_control", "sweep_timing", "cells_planned",
+                 "levels_planned")
 INVOCATION_KEYS = ("run_id", "date", "command")  # one sweep invocation on the run directory
 
 

@@ -45,7 +45,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("accept_rule", "str", "greedy, match or rejection (on rows)"),
     Column("n_predict", "int", "tokens generated per sequence"),
     Column("warmup", "int", "--warmup: most discarded warm-up runs (warmup_used: how many were)"),
-    Column("repeats", "int", "--repeats: fewest timed runs (repeats_used: how many ran); rates are their median"),
+    Column("repeats", "int", "--repeats: fewest timed runs (repeats_used: how many ran); rates are pooled over the "
+           "runs that count (total tokens over total time), as tps says"),
     Column("tps_std", "float", "standard deviation of tps over the repeats"),
     Column("tps_min", "float", "lowest tps over the repeats"),
     Column("tps_max", "float", "highest tps over the repeats"),
@@ -71,8 +72,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("rejected", "int", "rounds that ended on a rejected draft, over the timed repeats (on rows)"),
     Column("accept_at_pos", "str", "acceptance rate of draft positions 1..k, ';'-separated (on rows)"),
     Column("accept_len_hist", "str", "rounds that accepted 0..k drafts, ';'-separated (on rows)"),
-    Column("lossless_method", "str", "exact-greedy, exact-seed (match), or distribution (rejection cells: the "
-           "distributional test plus the match proxy; match-proxy in runs before it)"),
+    Column("lossless_method", "str", "how the verdict was reached. Sweep on rows: exact-greedy, exact-seed (match), "
+           "or distribution (rejection cells: the distributional test plus the match proxy; match-proxy in runs "
+           "before it); sweep off rows: reference (the output the on rows are checked against). Serve rows: "
+           "alone-greedy or alone-seed (each request against itself decoded alone), distribution (spec-on rows "
+           "of the rejection rule at T > 0); empty where a run was not checked"),
     Column("first_divergence", "int", "first generated index where spec and baseline differ (-1: none)"),
     Column("divergence_margin", "float", "target top-1 minus top-2 logit at the first divergence"),
     Column("target_model", "str", "target GGUF file name"),
@@ -119,7 +123,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("mismatches", "int", "replayed positions whose emitted token is not the baseline rule's pick (on rows)"),
     Column("max_mismatch_gap", "float", "largest logit[pick] - logit[emitted] among the mismatches (on rows)"),
     Column("noise_tolerance", "float", "the verdict's tolerance: SAFETY x noise_max_spread at T > 0, SAFETY x "
-           "noise_candidate_spread at greedy (on rows)"),
+           "noise_candidate_spread at greedy, never below the float floor (64 float32 epsilons times the "
+           "largest logit) (on rows)"),
     Column("noise_max_abs_delta", "float", "noise control: max |logit| change, baseline step vs verify batch, "
            "same tokens teacher-forced, this cell's prompts and concurrency (on rows)"),
     Column("noise_max_spread", "float", "noise control: most any pairwise logit gap moved between the shapes (on rows)"),
@@ -398,8 +403,8 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
     elif column.dtype in ("int", "float"):
         converted = pd.to_numeric(values, errors="coerce")
         bad = converted.isna() & values.notna()
-        if column.dtype == "int":
-            bad |= converted.notna() & (converted != converted.round())
+        if column.dtype == "int":  # an infinity equals its own rounding: not an int either
+            bad |= converted.notna() & ((converted != converted.round()) | converted.isin([math.inf, -math.inf]))
         else:  # a sweep writes NaN (empty) where a number is undefined, never an infinity
             infinite = converted.isin([-math.inf] if column.infinite else [math.inf, -math.inf])
             if infinite.any():
@@ -407,12 +412,26 @@ def _typed(values: pd.Series, column: Column, path: Path, lines: list[int]) -> p
                 raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "
                                   f"not a finite number (no measurement is infinite: an edited or damaged file)")
     else:
+        if column.name.endswith("_repeats"):  # a ';'-separated list of finite rates >= 0
+            bad = [i for i, v in enumerate(values) if isinstance(v, str) and _not_a_rate_list(v)]
+            if bad:
+                i = bad[0]
+                raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, not "
+                                  f"';'-separated finite numbers >= 0 (an edited or damaged file)")
         return values.astype(PANDAS_DTYPES[column.dtype])
     if bad.any():
         i = int(bad.to_numpy().nonzero()[0][0])
         raise TracesError(f"{path}:{lines[i]}: column {column.name} holds {values.iloc[i]!r}, "
                           f"not a {column.dtype}")
     return converted.astype(PANDAS_DTYPES[column.dtype])
+
+
+def _not_a_rate_list(text: str) -> bool:
+    try:
+        values = [float(v) for v in text.split(";") if v.strip()]
+    except ValueError:
+        return True
+    return not all(0 <= v < math.inf or v != v for v in values)  # NaN: a repeat whose rate is undefined
 
 
 _BOOLS = {"true": True, "false": False, "True": True, "False": False}

@@ -165,6 +165,7 @@ class Comparison:
     only_a: list
     only_b: list
     differences: list       # (what, A, B) of the runs' build, host and models that differ
+    notes: list             # what a reader must know before the numbers: one run on both sides, an unfinished run
 
     def count(self, status: str) -> int:
         return sum(c.status == status for c in self.cells)
@@ -200,6 +201,19 @@ def run_differences(a: dict, b: dict) -> list[tuple]:
     return [row for row in shown if row[1] != row[2]]
 
 
+def run_notes(run_a: RunRecord, run_b: RunRecord) -> list[str]:
+    """The same run on both sides (every ratio is 1 by construction), and a run that did not finish
+    (its regimes never measured are missing from the comparison, not unchanged)."""
+    notes, same = [], run_a.run_id == run_b.run_id
+    if same:
+        notes.append(f"A and B are the same run ({run_a.run_id}): every ratio compares it with itself")
+    for side, run in (("A and B", run_a),) if same else (("A", run_a), ("B", run_b)):
+        if run.provenance.get("completed") is False:
+            notes.append(f"run {side} ({run.run_id}) did not finish (interrupted, or still running): the regimes "
+                         f"it never measured are missing here, not unchanged")
+    return notes
+
+
 def compare_runs(run_a: RunRecord, run_b: RunRecord, threshold: float = DEFAULT_THRESHOLD,
                  across: str | None = None, label_a: str = "", label_b: str = "") -> Comparison:
     if across not in (None, *ACROSS):
@@ -218,5 +232,5 @@ def compare_runs(run_a: RunRecord, run_b: RunRecord, threshold: float = DEFAULT_
     pairs, only_a, only_b = match(*regimes, across)
     return Comparison(run_a, run_b, label_a or run_a.run_id, label_b or run_b.run_id, kind_a, threshold, across,
                       [compare_pair(a, b, threshold) for a, b in pairs], only_a, only_b,
-                      run_differences(run_a.provenance, run_b.provenance))
+                      run_differences(run_a.provenance, run_b.provenance), run_notes(run_a, run_b))
 

@@ -32,6 +32,26 @@ def _percent(text: str) -> float:
     return value / 100
 
 
+def _plot_file(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a file name such as ratio.png, got an empty one")
+    return Path(text)
+
+
+def check_plot_path(path: Path) -> None:
+    """--plot, refused before any work: a folder, a suffix matplotlib cannot write, a missing folder."""
+    from specnative.report.compare_plot import FORMATS_HINT, supported_formats  # matplotlib: only for a figure
+
+    if path.is_dir():
+        raise CompareError(f"--plot {path}: a folder; give a file name in it, e.g. {path / 'ratio.png'}")
+    suffix = path.suffix.lstrip(".").lower()
+    if suffix not in supported_formats():
+        raise CompareError(f"--plot {path}: " + (f"cannot write a .{suffix} figure" if suffix else "no suffix")
+                           + f"; name the format by the suffix ({FORMATS_HINT})")
+    if not path.resolve().parent.is_dir():
+        raise CompareError(f"--plot {path}: no folder {path.parent} to write it in")
+
+
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="*", metavar="RUN",
                         help="A then B: a run folder, or a run id (a unique prefix will do) in the database")
@@ -46,7 +66,8 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
                              "the other's, runs of several by quantization), with other settings or another k "
                              "(settings), or both (all)")
     parser.add_argument("-o", "--output", choices=tuple(FORMATS), default="md", help="format on stdout")
-    parser.add_argument("--plot", type=Path, metavar="FILE", help="write the ratio B/A per regime (e.g. .png)")
+    parser.add_argument("--plot", type=_plot_file, metavar="FILE",
+                        help="write the ratio B/A per regime (the format from the suffix: .png, .pdf, .svg ...)")
     parser.add_argument("--fail-on-regression", type=_percent, metavar="PCT",
                         help="exit 1 on a decided regression of more than PCT %% (the classification's threshold, "
                              f"default {DEFAULT_THRESHOLD * 100:g}) or on a lossless verdict that became fail")
@@ -108,6 +129,8 @@ def _sides(args) -> tuple[tuple, tuple]:
 
 def run_compare(args) -> int:
     try:
+        if args.plot is not None:
+            check_plot_path(args.plot)
         loaded = [resolve_commit(spec, args.db, args.kind) if how == "commit" else resolve_run(spec, args.db)
                   for how, spec in _sides(args)]
         threshold = args.fail_on_regression or DEFAULT_THRESHOLD
@@ -122,6 +145,9 @@ def run_compare(args) -> int:
     except OSError as error:  # the figure's file
         raise SystemExit(f"error: --plot {args.plot}: cannot write it ({error.strerror})") from None
     sys.stdout.write(text)
+    if args.output != "md":  # markdown says them at its top; csv and json readers get them here
+        for note in comparison.notes:
+            print(f"compare: note: {note}", file=sys.stderr)
     failed = 0
     if args.fail_on_regression is not None and comparison.gate_failed:
         print(f"compare: {len(comparison.regressions)} decided regression(s) beyond "

@@ -52,6 +52,7 @@ def to_markdown(c: Comparison) -> str:
     out = [f"# specnative compare: {c.label_a} (A) → {c.label_b} (B)", "",
            f"- A: run {c.run_a.run_id}, {c.run_a.provenance.get('date', 'date unrecorded')}, {c.run_a.run_dir}",
            f"- B: run {c.run_b.run_id}, {c.run_b.provenance.get('date', 'date unrecorded')}, {c.run_b.run_dir}", ""]
+    out += [f"**Note: {note}.**" for note in c.notes] + ([""] if c.notes else [])
     fails = [(r.a.label, r.a.verdict, r.b) for r in c.became_fail] + [(r.label, "not in A", r) for r in c.new_fails]
     if fails:  # a lossless failure outweighs every speed number: it comes first
         out += [f"## LOSSLESS VERDICT BECAME FAIL in {len(fails)} regime(s)", ""]
@@ -153,7 +154,7 @@ def to_json(c: Comparison) -> str:
                 "date": record.provenance.get("date")}
     return json.dumps({
         "a": run(c.run_a, c.label_a), "b": run(c.run_b, c.label_b), "kind": c.kind,
-        "threshold": c.threshold, "level": LEVEL, "match_across": c.across,
+        "threshold": c.threshold, "level": LEVEL, "match_across": c.across, "notes": c.notes,
         "differences": [{"what": w, "a": a, "b": b} for w, a, b in c.differences],
         "summary": {s: c.count(s) for s in (REGRESSION, IMPROVEMENT, NO_CHANGE, UNDECIDED)},
         "became_fail": [r.a.label for r in c.became_fail], "new_fails": [r.label for r in c.new_fails],

@@ -9,6 +9,12 @@ from matplotlib.figure import Figure  # no pyplot: no display, no global state (
 from specnative.report.compare import IMPROVEMENT, REGRESSION, Comparison
 
 COLORS = {REGRESSION: "#d62728", IMPROVEMENT: "#2ca02c"}  # decided changes stand out; the rest grey
+FORMATS_HINT = ".png, .pdf, .svg"
+
+
+def supported_formats() -> set[str]:
+    """The file suffixes matplotlib can write (without a dot: png, pdf, svg, ...)."""
+    return set(Figure().canvas.get_supported_filetypes())
 
 
 def plot_comparison(c: Comparison, path) -> Path:

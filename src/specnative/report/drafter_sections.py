@@ -70,8 +70,10 @@ def task_md(summary: pd.DataFrame) -> str:
             + "\n\n![by task](by_task.png)")
 
 
-def has_ngram_drafters(traces: pd.DataFrame) -> bool:
-    return "drafter" in traces and (traces["drafter"].dropna() != "model").any()
+def has_several_drafters(traces: pd.DataFrame) -> bool:
+    """Whether more than one drafter was measured: only then is there a drafter to pick (the
+    "Which drafter" section and by_drafter.png)."""
+    return "drafter" in traces and traces["drafter"].dropna().nunique() > 1
 
 
 def by_drafter(cells: pd.DataFrame) -> pd.DataFrame:
@@ -192,7 +194,7 @@ def plot_which_k(traces: pd.DataFrame, note: str = "") -> Figure:
     for ax in (left, right):
         ax.grid(alpha=0.3)
     caption(fig, "Prediction from the run at the largest k: tau from its accepted-length histogram, "
-             "T_round from the cost curve anchored at that run (pick_k.py).", note)
+             "T_round from the verify-cost curve (one decode timed per draft length) anchored at that run.", note)
     return fig
 
 

@@ -121,11 +121,37 @@ def varied_factors(tidy: pd.DataFrame) -> list[str]:
     return [f for f in FACTORS if f in tidy and tidy[f].astype(str).nunique() > 1]
 
 
-def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None = None) -> pd.DataFrame:
+# The columns that name one measured cell of the closed loop: its repeats are its replicates.
+CELL_COLUMNS = ("run_id", "cell_id", "spec_method")
+EMPTY_MODEL = ["term", "effect", "low", "high", "p_value", "decided", "interaction"]
+
+
+def no_model(why: str) -> pd.DataFrame:
+    """An empty table of terms that says why nothing could be decided (attrs["why"])."""
+    frame = pd.DataFrame(columns=EMPTY_MODEL)
+    frame.attrs["why"] = why
+    return frame
+
+
+def replicated(data: pd.DataFrame, unit: list[str]) -> pd.DataFrame:
+    """The observations of the units (cells) measured at least twice. A unit measured once has no
+    spread of its own: fitted anyway, the model's residual is then only the interactions it leaves
+    out (a saturated or unreplicated grid), and an interval on it decides nothing."""
+    keys = [data[c].astype(str) for c in unit]
+    size = data.groupby(keys, dropna=False)["y"].transform("size")
+    return data[size >= 2]
+
+
+def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None = None,
+              unit: list[str] | None = None) -> pd.DataFrame:
     """log(metric) ~ (every varied factor)**2, OLS over the repeats of lossless cells; one row per
     term: the multiplicative effect exp(coef) with its 95 % interval and p-value. Factors are
     categorical with a reference level (reference_level). `factors`: which columns (default the
-    closed loop's, spec_method carrying speculation); those that do not vary are left out."""
+    closed loop's, spec_method carrying speculation); those that do not vary are left out.
+    `unit`: the columns naming one measured cell, whose observations are replicates (default the
+    closed loop's cell: CELL_COLUMNS, its repeats; serve passes its levels' factors: the traces).
+    Only replicated cells enter the fit, so every interval stands on a measured spread; when none
+    is replicated, or the fit leaves no residual, the table is empty and attrs["why"] says why."""
     import statsmodels.api as sm  # a dependency; imported here: it is slow to import
     import statsmodels.formula.api as smf
 
@@ -134,19 +160,27 @@ def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None
         factors = [f for f in varied_factors(data) if f != "spec_decode"]  # spec_method carries spec on/off
     else:
         factors = [f for f in factors if f in data and data[f].astype(str).nunique() > 1]
-    if not factors or len(data) <= 2:
-        return pd.DataFrame(columns=["term", "effect", "low", "high", "p_value", "decided", "interaction"])
+    if not factors:
+        return no_model("no factor varies among the cells with a number")
     data["y"] = data[metric].map(math.log)
+    unit = list(unit) if unit is not None else [c for c in CELL_COLUMNS if c in data]
+    data = replicated(data, unit or factors)
+    if data.empty:
+        return no_model("every cell was measured once (one repeat, or one trace per level), so none has a "
+                        "spread of its own to judge an effect against")
     for f in factors:
         data[f] = data[f].astype(str)
+    factors = [f for f in factors if data[f].nunique() > 1]
+    if not factors:
+        return no_model("the cells measured more than once differ in no factor")
     formula = "y ~ (" + " + ".join(categorical(f, data) for f in factors) + ")" + ("**2" if len(factors) > 1 else "")
     model = smf.ols(formula, data=data)
     names, exog = supported_columns(model.exog_names, model.exog)
     with warnings.catch_warnings():  # a saturated model (no residual) is refused just below, not warned of
         warnings.simplefilter("ignore", RuntimeWarning)
         fit = sm.OLS(model.endog, exog).fit()
-    if fit.df_resid <= 0:  # as many terms as repeats: no spread left to give any interval
-        return pd.DataFrame(columns=["term", "effect", "low", "high", "p_value", "decided", "interaction"])
+    if fit.df_resid <= 0:  # cannot happen with replicated cells; kept as the guard of the intervals
+        return no_model("the model has as many terms as observations: no spread left to give any interval")
     intervals = fit.conf_int(alpha=1 - LEVEL)
     rows = []
     for i, term in enumerate(names):
@@ -156,7 +190,7 @@ def loglinear(tidy: pd.DataFrame, metric: str = "tps", factors: list[str] | None
         rows.append({"term": readable_term(term), "effect": math.exp(fit.params[i]), "low": low, "high": high,
                      "p_value": float(fit.pvalues[i]), "decided": high < 1 or low > 1,
                      "interaction": ":" in term})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=EMPTY_MODEL)
 
 
 def supported_columns(names: list, exog) -> tuple[list, object]:

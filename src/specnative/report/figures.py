@@ -26,9 +26,10 @@ STEP_COLORS = {"prefill_target_ms": "#9e9e9e", "prefill_draft_ms": "#cfcfcf", "d
                "other_ms": "#ffffff"}
 
 
-BAND_CAPTION = ("error bars: the speedup's confidence interval (paired repeats, Student t on log "
-                "ratios; stats.py),\nor where a traces.csv has none, the range over the timed repeats "
-                "(slowest spec run / fastest baseline run to fastest / slowest); points: median tps ratio")
+BAND_CAPTION = ("error bars: the speedup's confidence interval (paired repeats, Student t on the log "
+                "ratios),\nor where a traces.csv has none, the range over the timed repeats "
+                "(slowest spec run / fastest baseline run to fastest / slowest); points: median tps ratio; "
+                "y axis logarithmic, symmetric about 1")
 
 
 def colors(n: int) -> list:
@@ -79,6 +80,23 @@ def _errorbar(ax, x, cells, line_label, **style):
                     markeredgecolor=line.get_color(), label=f"_numeric {line_label}")
 
 
+def ratio_axis(ax, values) -> None:
+    """A ratio's y axis: logarithmic, so a speedup of 2 and a slowdown to 1/2 lie equally far from
+    1 and one wide interval cannot squeeze every other cell against the floor; its limits are
+    symmetric about 1 and hold every value given (points and interval ends)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    values = np.asarray(pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce"), float)
+    values = values[np.isfinite(values) & (values > 0)]
+    reach = float(np.abs(np.log(values)).max()) if values.size else 0.0
+    reach = max(reach, np.log(1.25)) * 1.1
+    ax.set_yscale("log")
+    ax.set_ylim(np.exp(-reach), np.exp(reach))
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
     """(a) speedup vs concurrency, log2 x, one line per ctx_len (and per varied quant/k/T/rule);
     (b) speedup vs ctx_len, one line per concurrency. Lossless cells only."""
@@ -96,7 +114,8 @@ def plot_speedup_curve(cells: pd.DataFrame, note: str = "") -> Figure:
             _errorbar(ax, line[axis].to_numpy(float), line, label(line.iloc[0], [other] + dims),
                       color=color)
         ax.axhline(1.0, color="black", ls="--", lw=1, label="break-even (1.0)")
-        ax.set_ylabel("speedup  tps(spec on) / tps(spec off)")
+        ratio_axis(ax, pd.concat([cells[c] for c in ("speedup", "speedup_lo", "speedup_hi") if c in cells]))
+        ax.set_ylabel("speedup  tps(spec on) / tps(spec off), log")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # never over a point
     ax_c.set_xscale("log", base=2)
@@ -188,7 +207,7 @@ def _identity_panel(ax, table, x_cols, y_col, title, unit):
     lo, hi = (values.min(), values.max()) if len(values) else (0.0, 1.0)
     pad = 0.08 * (hi - lo or 1.0)
     ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="black", lw=1, ls="--", label="y = x")
-    ax.set_xlabel(f"closed form (theory.py), {unit}")
+    ax.set_xlabel(f"closed form (acceptance i.i.d. at rate alpha), {unit}")
     ax.set_ylabel(f"measured, {unit}")
     ax.set_title(title)
     ax.grid(alpha=0.3)

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from specnative.report.factorial import REGIME_FACTORS, TwoByTwo, level_order, reference_levels
-from specnative.report.figures import caption, colors, empty_panel, new_figure
+from specnative.report.figures import caption, colors, empty_panel, new_figure, ratio_axis
 from specnative.report.text import fmt, md_table
 from specnative.stats import geometric_interval
 
@@ -45,14 +45,19 @@ def two_by_two_md(tables: list[TwoByTwo], tidy: pd.DataFrame) -> str:
 
 def answer_line(tables: list[TwoByTwo]) -> str:
     estimated = [t for t in tables if not t.missing and t.interaction is not None]
+    unreplicated = [t for t in estimated
+                    if not (math.isfinite(t.interaction.low) and math.isfinite(t.interaction.high))]
+    estimated = [t for t in estimated if t not in unreplicated]
     below = [t for t in estimated if t.interaction.high < 1]
     above = [t for t in estimated if t.interaction.low > 1]
     undecided = len(estimated) - len(below) - len(above)
-    return (f"In {len(below) + len(above)} of {len(estimated)} regimes with all four cells the combined gain is "
-            f"decidedly not the product of the separate gains ({len(below)} below it: the levers overlap; "
-            f"{len(above)} above it); {undecided} add within noise."
-            + (f" {len(tables) - len(estimated)} regime(s) have no estimate (a cell missing or judged fail)."
-               if len(estimated) < len(tables) else ""))
+    missing = len(tables) - len(estimated) - len(unreplicated)
+    return (f"In {len(below) + len(above)} of {len(estimated)} regimes with all four cells and an interval the "
+            f"combined gain is decidedly not the product of the separate gains ({len(below)} below it: the levers "
+            f"overlap; {len(above)} above it); {undecided} add within noise."
+            + (f" {len(unreplicated)} regime(s) are undecided: a cell measured once has no interval (too few "
+               f"repeats)." if unreplicated else "")
+            + (f" {missing} regime(s) have no estimate (a cell missing or judged fail)." if missing else ""))
 
 
 def model_md(models: dict, tidy: pd.DataFrame) -> str:
@@ -62,6 +67,9 @@ def model_md(models: dict, tidy: pd.DataFrame) -> str:
              f"at 95 % (interval excludes 1); every term is in `factorial.csv`:"]
     for metric, table in models.items():
         decided = table[table["interaction"] & table["decided"]] if not table.empty else table
+        if table.empty and table.attrs.get("why"):
+            parts.append(f"- {METRICS[metric]}: nothing decided: {table.attrs['why']}.")
+            continue
         if decided.empty:
             parts.append(f"- {METRICS[metric]}: no two-way interaction decided.")
             continue
@@ -72,8 +80,9 @@ def model_md(models: dict, tidy: pd.DataFrame) -> str:
 
 
 def section_md(tables: list[TwoByTwo], models: dict, tidy: pd.DataFrame) -> str | None:
-    """None when the run crosses no lever with speculation (nothing to say)."""
-    if not tables and not any(not m.empty for m in models.values()):
+    """None when the run crosses no lever with speculation (nothing to say). A model that could
+    decide nothing (every cell measured once) keeps the section, saying why."""
+    if not tables and not any(not m.empty or m.attrs.get("why") for m in models.values()):
         return None
     parts = []
     if tables:
@@ -104,6 +113,7 @@ def plot_interactions(tidy: pd.DataFrame, note: str) -> Figure:
         return fig
     for ax, factor in zip(axes, axes_factors):
         others = [f for f in axes_factors if f != factor]
+        drawn = []
         levels = sorted(on[factor].astype(str).unique(), key=level_order)
         groups = list(on.groupby([on[o].astype(str) for o in others], sort=True)) if others else [((), on)]
         for color, (key, group) in zip(colors(len(groups)), groups):
@@ -115,18 +125,21 @@ def plot_interactions(tidy: pd.DataFrame, note: str) -> Figure:
                 iv = geometric_interval(values)
                 xs.append(i)
                 ys.append(iv.estimate)
+                drawn += [iv.estimate, iv.low, iv.high]
                 lo.append(iv.estimate - iv.low if math.isfinite(iv.low) else 0.0)
                 hi.append(iv.high - iv.estimate if math.isfinite(iv.high) else 0.0)
             key = key if isinstance(key, tuple) else (key,)
             label = ", ".join(f"{o} {v}" for o, v in zip(others, key)) or "speedup"
             ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=color, label=label)
         ax.axhline(1.0, color="0.4", lw=0.8, ls="--")
+        ratio_axis(ax, drawn)
         ax.set_xticks(range(len(levels)), levels)
         ax.set_xlabel(factor)
-        ax.set_ylabel("speedup of speculation")
+        ax.set_ylabel("speedup of speculation (log)")
         ax.legend(fontsize=6)
     caption(fig, "Parallel lines: the factor and speculation add (multiplicatively); converging or crossing "
-                 "lines: they interact. Error bars: 95 % interval over the repeats.", note)
+                 "lines: they interact. Error bars: 95 % interval over the repeats. y axis logarithmic, symmetric "
+                 "about 1.", note)
     return fig
 
 

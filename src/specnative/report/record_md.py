@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from specnative.record.provenance import ProvenanceError, read_provenance
+from specnative.record.run_folder import base_cell
 from specnative.report.advisor import as_float
 from specnative.report.text import fmt, md_table
 
@@ -87,6 +88,27 @@ def noise_control_md(prov: dict) -> list:
                       "greedy flips / positions", "verdicts"], rows)]
 
 
+def unfinished_md(prov: dict, traces) -> list:
+    """A sweep or serve run that did not finish (interrupted, or still running), said before its
+    answer: how many of its planned cells (serve: levels, a request rate's seeded trace) were never
+    measured, so that what follows is not read as the whole grid."""
+    if prov.get("completed") is not False:
+        return []
+    if prov.get("mode") == "serve":
+        verb, unit, planned = "serve", "levels (request rate, trace seed)", prov.get("levels_planned")
+        measured = len(traces[["request_rate", "seed"]].drop_duplicates())
+    else:
+        verb, unit, planned = "sweep", "cells", prov.get("cells_planned")
+        measured = traces["cell_id"].dropna().map(base_cell).nunique()
+    if isinstance(planned, int) and planned >= measured:
+        missing = f"{planned - measured} of its {planned} planned {unit} were never measured"
+    else:  # a run from before the count was recorded
+        missing = f"some of its planned {unit} were never measured (how many was not recorded)"
+    return [f"**This {verb} run did not finish: {missing}. Everything below covers the measured ones only "
+            f"({measured}), not all that was asked for.** `specnative {verb} --resume --out RUN_DIR` measures "
+            f"the rest."]
+
+
 def _incomplete(prov: dict) -> list:
     """Warnings that the grid is not all there: an unfinished sweep, cells it refused to run."""
     said = []
@@ -121,7 +143,8 @@ def repeats_text(prov: dict) -> str:
     return (f"warm-up until two runs agree within {prov.get('warmup_tol', 0):.0%} (at most "
             f"{prov['warmup']} discarded); {prov['repeats']}–{prov['max_repeats']} timed runs, spec off "
             f"and on interleaved, until the speedup's {prov.get('ci_level', 0.95):.0%} interval lies above "
-            f"or below 1 or is narrower than {prov.get('ci_width', 0):.0%} of it; rates are medians")
+            f"or below 1 or is narrower than {prov.get('ci_width', 0):.0%} of it; rates are pooled over the "
+            f"timed runs (total tokens over total time)")
 
 
 def sweep_time_md(records: list[dict]) -> str | None:

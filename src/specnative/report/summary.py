@@ -13,8 +13,8 @@ from specnative.report.drafter_sections import (
     by_drafter,
     drafters_md,
     has_k_prediction,
-    has_ngram_drafters,
     has_p_min,
+    has_several_drafters,
     p_min_md,
     plot_by_drafter,
     plot_by_task,
@@ -36,6 +36,7 @@ from specnative.report.record_md import (
     notes_md,
     provenance_md,
     sweep_time_md,
+    unfinished_md,
 )
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
 from specnative.report.trees import has_trees, is_tree_row, trees_md
@@ -71,7 +72,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                "theory_vs_measured": plot_theory(table, note),
                "acceptance_by_position": plot_acceptance_by_position(cells, note),
                "by_task": plot_by_task(by_task(traces, thresholds), note)}
-    if has_ngram_drafters(traces):
+    if has_several_drafters(traces):
         figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
     if has_k_prediction(traces):
         figures["which_k"] = plot_which_k(traces, note)
@@ -82,7 +83,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     verdicts.to_csv(out["advice.csv"], index=False)
     levers = write_factorial(traces, run_dir, note, out, figures)
     sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
-    if has_ngram_drafters(traces):
+    if has_several_drafters(traces):
         sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
     if has_k_prediction(traces):
         sections.insert(3, ("Which k: recommended draft length", which_k_md(traces)))
@@ -99,6 +100,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None)
     if has_trees(all_traces):
         sections.insert(0, ("Trees or chains?", trees_md(all_traces)))
+    answer = "\n\n".join([*unfinished_md(prov or {}, traces), answer])  # an unfinished grid: said first
     if levers is not None:  # right after the answer: the question the run's factors can answer
         sections.insert(0, ("Do the levers add?", levers))
     out["summary.md"].write_text(_render(prov, answer, sections, list(figures)))

@@ -69,7 +69,7 @@ def measurement_md(traces: pd.DataFrame) -> str:
             notes += [f"- {regime}, spec {r['spec_decode']}: {n.strip()}" for n in str(r["outlier_note"]).split(";")]
     levels = ", ".join(f"{x:.0%}" for x in sorted(traces["ci_level"].dropna().unique())) or "n/a"
     return (f"Intervals at {levels}: t/s is the geometric mean's over the repeats, the speedup's is over "
-            "paired repeats (spec on and off run side by side), Student t on logs (stats.py). A cell "
+            "paired repeats (spec on and off run side by side), Student t on logs. A cell "
             "repeats until its speedup interval lies above or below 1 or is narrow enough (stop); "
             "max-repeats means it never did.\n\n"
             + md_table(["cell", "spec", "t/s (interval)", "speedup (interval)", "repeats", "stop",

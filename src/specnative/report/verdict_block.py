@@ -67,18 +67,28 @@ def decision_lines(verdicts: pd.DataFrame) -> list[str]:
 
 
 def extremes_lines(verdicts: pd.DataFrame) -> list[str]:
+    """The best cell among those whose interval decides that speculation pays, the worst among those
+    where it decidedly loses: a point estimate alone (one cell at [0.15, 15.97] on a busy host)
+    names no best. Where none is decided, the line says so."""
     measured = verdicts[pd.to_numeric(verdicts["speedup"], errors="coerce").notna()]
     if measured.empty:
         return []
     varying = varying_keys(verdicts)
-    speedups = pd.to_numeric(measured["speedup"])
-    best, worst = measured.loc[speedups.idxmax()], measured.loc[speedups.idxmin()]
-    return [f"- Best cell: {regime_text(best, varying)}: {interval_of(best)}; worst: "
-            f"{regime_text(worst, varying)}: {interval_of(worst)}."]
+    pays, loses = (measured[measured["decision"] == d] for d in (ON, OFF))
+
+    def named(frame: pd.DataFrame, largest: bool) -> str:
+        speedups = pd.to_numeric(frame["speedup"])
+        row = frame.loc[speedups.idxmax() if largest else speedups.idxmin()]
+        return f"{regime_text(row, varying)}: {interval_of(row)}"
+
+    best = named(pays, True) if not pays.empty else "undecided (no cell's speedup interval lies above 1)"
+    worst = named(loses, False) if not loses.empty else "undecided (no cell's speedup interval lies below 1)"
+    return [f"- Best cell: {best}; worst: {worst}."]
 
 
-def k_line(traces: pd.DataFrame, advice: pd.DataFrame | None) -> str:
-    """The recommended k: predicted per regime with --which-k, else the k the run measured."""
+def k_line(traces: pd.DataFrame, advice: pd.DataFrame | None, verdicts: pd.DataFrame | None = None) -> str:
+    """The recommended k: predicted per regime with --which-k, else the k the run measured (and the
+    best cell's, where a cell decidedly pays: extremes_lines)."""
     if advice is not None and not advice.empty:
         picks = advice["recommend"].value_counts()
         text = ", ".join(f"k={k} in {n}" for k, n in picks.items())
@@ -86,7 +96,11 @@ def k_line(traces: pd.DataFrame, advice: pd.DataFrame | None) -> str:
     on = traces[traces["spec_decode"] == "on"]
     ks = sorted({int(as_float(k)) for k in on["k"] if math.isfinite(as_float(k))})
     if len(ks) > 1:
-        best = on.loc[pd.to_numeric(on["speedup"], errors="coerce").idxmax()]
+        pays = verdicts[verdicts["decision"] == ON] if verdicts is not None and "decision" in verdicts else on.iloc[:0]
+        pays = pays[pd.to_numeric(pays["speedup"], errors="coerce").notna()] if "speedup" in pays else pays
+        if pays.empty or "k" not in pays:
+            return f"- Draft lengths measured: {ks}; no cell decidedly pays, so no best k."
+        best = pays.loc[pd.to_numeric(pays["speedup"]).idxmax()]
         return f"- Draft lengths measured: {ks}; the best cell used k={int(as_float(best['k']))}."
     return (f"- Draft length measured: k={ks[0] if ks else 'n/a'} (add --which-k to predict the speedup at "
             f"every shorter k).")
@@ -115,6 +129,6 @@ def verdict_block(traces: pd.DataFrame, verdicts: pd.DataFrame, advice: pd.DataF
     """The Markdown block summary.md opens with."""
     lines = decision_lines(verdicts) if not verdicts.empty else ["- No speculative cell was measured."]
     lines += extremes_lines(verdicts) if not verdicts.empty else []
-    lines += [k_line(traces, advice), verdict_counts_line(traces)]
+    lines += [k_line(traces, advice, verdicts), verdict_counts_line(traces)]
     return "\n".join(lines)
 

@@ -31,6 +31,18 @@ def hidden_drafter_refusal(drafter: str) -> str | None:
     return None
 
 
+def hidden_prefix_refusal(drafter: str, prefix_caches) -> str | None:
+    """Why serve refuses --prefix-cache on with `drafter` (None: it pairs like with like). A
+    hidden-state drafter reads the target's features from each slot's prefill of its whole prompt,
+    so its speculative replay shares no prefix while the replay without speculation would: their
+    TTFT, throughput and the levers would compare different prefills."""
+    if hidden_drafters.is_hidden(drafter) and any(prefix_caches):
+        return (f"--prefix-cache on: --drafter {drafter} prefills every whole prompt (it reads the target's "
+                f"features from each request's own prefill), so speculation on could not share the prefix that "
+                f"the run without it shares; use --prefix-cache off")
+    return None
+
+
 def expected_span_s(rate: float, n_requests: int) -> float:
     """Seconds from the first to the last arrival of a seeded trace at `rate`, on average."""
     return 0.0 if math.isinf(rate) else (n_requests - 1) / rate

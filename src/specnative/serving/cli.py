@@ -21,6 +21,7 @@ from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
 from specnative.sweep import hidden_drafters, options
 from specnative.sweep.config import SweepConfig
 from specnative.sweep.options import int_list, on_off_list
+from specnative.sweep.resume_args import resume_argv, resume_command
 
 DESCRIPTION = ("Serving under load: replay seeded request traces at each --request-rate through continuous "
                "batching, spec off and on on the same trace (-r traces per rate), and write traces.csv, "
@@ -33,11 +34,23 @@ TRACE_REPLACES = (("request_rate", "--request-rate"), ("num_requests", "--num-re
                   ("dataset", "--dataset"), ("tasks", "--tasks"))
 
 
+def slot_count(text: str) -> int:
+    """-np/--max-concurrency: one slot count (a sweep's -np takes a list: its grid's axis)."""
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected one number of slots, e.g. 8, not {text!r} (serve's axis is --request-rate; sweep takes "
+            f"-np 1,4,8 for a grid of batch sizes)") from None
+
+
 def add_serving_flags(p: argparse.ArgumentParser) -> None:
     serving = p.add_argument_group("serving under load (continuous batching)")
     serving.add_argument("--request-rate", default=None, metavar="R,R,...",
                          help=f"requests per second (Poisson; 'inf': all at t=0; default {DEFAULT_RATES})")
-    serving.add_argument("--max-concurrency", type=int, default=8, help="slots decoding together (llama-server -np)")
+    serving.add_argument("-np", "--max-concurrency", type=slot_count, default=8,
+                         help="slots decoding together (llama-server's -np; one number: the load is the request "
+                              "rate's axis; default 8)")
     serving.add_argument("--num-requests", type=int, default=None,
                          help=f"requests per trace (default {DEFAULT_REQUESTS})")
     serving.add_argument("--burstiness", type=float, default=None,
@@ -120,6 +133,7 @@ def serve_problems(args) -> list[str]:
             problem = checks.hidden_drafter_refusal(drafter_name(drafter))
         except ValueError:
             continue  # an unknown name: the shared check says so
+        problem = problem or checks.hidden_prefix_refusal(drafter_name(drafter), args.prefix_cache)
         if problem:
             errors.append(problem)
     return errors
@@ -176,7 +190,7 @@ def describe(cfg: ServeConfig) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = resume_argv("serve", sys.argv[1:] if argv is None else list(argv))
     args = build_parser(prog).parse_args(argv)
     if args.no_db and args.db is not None:
         raise SystemExit("error: --db and --no-db: give one of them")
@@ -190,8 +204,8 @@ def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
     try:
         traces = run_serve_sweep(cfg)
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}; continue with --resume --out "
-              f"{cfg.out_dir}", file=sys.stderr)
+        print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}; continue with: "
+              f"{resume_command('serve', cfg.out_dir)}", file=sys.stderr)
         return 130
     if cfg.report:
         print(f"report: {write_report(cfg.out_dir)}", file=sys.stderr)

@@ -148,6 +148,21 @@ def ngram_flags(on_rows: pd.DataFrame, drafter: str) -> str:
     return "".join(f" --{name} {value}" for name, value in pairs if name.startswith(f"spec-{drafter}-"))
 
 
+def k_by_batch_size(bands: list[dict], k, threshold, max_conc: int) -> dict:
+    """{batch size: k or 0} for 1..max_conc: k only where speculation was measured to pay. A size
+    takes the verdict of the busiest band whose mean occupancy is at most that size (below every
+    band: the least busy one), as disable_by_batch_size holds from its band on; k where that band
+    is on, 0 where it is off or within noise, and at every size from `threshold` on."""
+    by_occupancy = sorted(bands, key=lambda band: band["mean_occupancy"])
+
+    def pays(size: int) -> bool:
+        if not by_occupancy or (threshold is not None and size >= threshold):
+            return False
+        below = [band for band in by_occupancy if band["mean_occupancy"] <= size]
+        return (below[-1] if below else by_occupancy[0])["speculation"] == "on"
+    return {str(size): (k if pays(size) else 0) for size in range(1, max_conc + 1)}
+
+
 def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> dict:
     """Deployable advice per load band (band_verdict): llama-server flags per band, a vLLM
     disable_by_batch_size-style threshold (speculation off once this many requests run: the
@@ -174,7 +189,7 @@ def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> di
                       **{f"{m}_benefit": round(float(by_metric.loc[m, "benefit"]), 3) for m in BAND_METRICS},
                       **{f"{m}_status": statuses[m] for m in BAND_METRICS},
                       "speculation": verdict, "llama_server_flags": flags[verdict]})
-    k_by_batch = {str(b): (k if threshold is None or b < threshold else 0) for b in range(1, max_conc + 1)}
+    k_by_batch = k_by_batch_size(bands, k, threshold, max_conc)
     return {
         "what": "speculation per load band from the benefit on p50 TPOT, output throughput and goodput (spec on "
                 "vs off on the same seeded traces, intervals over the traces), self-measured",
@@ -187,7 +202,11 @@ def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> di
         "disable_by_batch_size": threshold,
         "disable_by_batch_size_note": "turn speculation off once this many requests run together (vLLM's "
                                       "speculative_config disable_by_batch_size): the mean occupancy of the first "
-                                      "band where it is off; null: on or within noise at every measured load",
+                                      "band where it is off, rounded down (at least 1); null: on or within noise "
+                                      "at every measured load",
         "k_by_batch_size": k_by_batch,
-        "k_by_batch_size_note": f"only k={k} was measured: the table says where it pays (k) and where not (0)",
+        "k_by_batch_size_note": f"k={k} (the only k measured) where speculation pays at that batch size (the "
+                                f"busiest band whose mean occupancy is at most it has verdict on), 0 where that "
+                                f"band is off or within noise (nothing measured pays for the draft there) and "
+                                f"from disable_by_batch_size on",
     }

@@ -83,10 +83,12 @@ def section_md(rows: pd.DataFrame) -> str | None:
              md_table(["req/s", "metric", "benefit, cache off", "benefit, cache on", "on / off [95 %]", "reading"],
                       lines)]
     for metric in METRICS:
-        model = loglinear(rows, metric, FACTORS)
+        model = loglinear(rows, metric, FACTORS, unit=FACTORS)  # a level's traces are its replicates
         decided = model[model["interaction"] & model["decided"]] if not model.empty else model
         text = "; ".join(f"{r['term']}: {r['effect']:.3f} [{r['low']:.3f}, {r['high']:.3f}]"
-                         for _, r in decided.iterrows()) or "none decided"
+                         for _, r in decided.iterrows()) or (
+            f"nothing decided: {model.attrs['why']}"
+            if model.empty and model.attrs.get("why") else "none decided")
         parts.append(f"- log-linear model of {crossover.METRICS[metric][0]} (rate x spec x prefix cache, two-way "
                      f"interactions against rate {reference_level('request_rate', rows['request_rate'])}, spec off, "
                      f"cache on): "

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specnative.engine import ACCEPT_RULES, check_draft_p_min, checked_drafter_options, decoding_ms, engine_own_time
+from specnative.engine import (ACCEPT_RULES, check_draft_p_min, checked_drafter_options, decoding_ms, engine_own_time,
+                               synthetic_probabilities)
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.arrivals import Request
 
@@ -78,12 +79,14 @@ class ServeRun:
 def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool = False, k: int = 4,
           temperature: float = 0.0, seed: int = 0, accept_rule: str = "greedy", drafter: str = "model",
           drafter_options: dict | None = None, draft_p_min: float = 0.0, ignore_eos: bool = True,
-          virtual_clock: bool = False, slo: dict | None = None, prefix_cache: bool = False) -> ServeRun:
+          virtual_clock: bool = False, slo: dict | None = None, prefix_cache: bool = False,
+          synthetic=None) -> ServeRun:
     """Replays `requests` (in arrival order) through `engine` (specnative.Engine). ignore_eos:
     every request generates its output_len tokens (as a benchmark with recorded reply lengths
     wants); False stops a request at an end-of-generation token. slo: serve_metrics.parse_slo.
     prefix_cache: share the requests' common prompt prefix (module docstring); each record's
-    prefill_tokens says what its request fed."""
+    prefill_tokens says what its request fed. synthetic: a synthetic acceptance profile
+    (Engine.generate's), drafts kept at random at its rates (benchmarking only)."""
     if not requests:
         raise ValueError("no requests to serve")
     if accept_rule not in ACCEPT_RULES:
@@ -96,7 +99,7 @@ def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool =
         virtual_clock=bool(virtual_clock), temperature=float(temperature), seed=int(seed), spec=bool(spec),
         k=int(k), accept_rule=accept_rule, stop_at_eog=not ignore_eos, drafter=drafter,
         drafter_options=checked_drafter_options(drafter, drafter_options), draft_p_min=check_draft_p_min(draft_p_min),
-        prefix_cache=bool(prefix_cache))
+        prefix_cache=bool(prefix_cache), synthetic=synthetic_probabilities(synthetic, int(k), bool(spec)))
     metrics = [serve_metrics.request_metrics(record) for record in raw["requests"]]
     return ServeRun(
         speculative=raw["speculative"], max_concurrency=raw["max_concurrency"], records=raw["requests"],

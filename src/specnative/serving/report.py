@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from specnative.record.schema import serve_rows
 from specnative.report.advisor import load_traces
 from specnative.report.figures import save
-from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md
+from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md, unfinished_md
 from specnative.report.text import md_table
 from specnative.serving import crossover, levers
 from specnative.serving.verdict import methods_text
@@ -197,7 +197,7 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
     out["advice.json"] = run_dir / "advice.json"
     out["advice.json"].write_text(json.dumps(_json_safe(adv), indent=2) + "\n")
     shown = dict(prov, grid=prov.get("serve") or {})
-    parts = [f"# specnative serving report: run {prov.get('run_id', 'n/a')}",
+    parts = [f"# specnative serving report: run {prov.get('run_id', 'n/a')}", *unfinished_md(prov, all_rows),
              "## Where speculation stops paying" + (f" (prefix cache {main_mode})" if all_rows["prefix_cache"].nunique() > 1
                                                     else ""), crossover_md(table, crosses),
              *(["## Do the levers add under load?", section] if (section := levers.section_md(all_rows)) else []),

@@ -342,6 +342,8 @@ def keep_requests(path: Path, kept_cell_ids: set) -> int:
 
 def run_serve_sweep(cfg: ServeConfig) -> Path:
     out = Path(cfg.out_dir)
+    if problem := checks.hidden_prefix_refusal(cfg.drafter, cfg.prefix_caches):  # the CLI says it first
+        raise SystemExit(f"error: {problem}")
     try:
         replays = planned_replays(cfg)
     except ValueError as error:  # the workload cannot give these prompts (no prompts, documents too short)
@@ -356,7 +358,8 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                       "preset": cfg.preset, "mode": "serve", "n_threads": cfg.threads,
                       "serve": serve_record(cfg, replays), "settings": run_settings(cfg),
                       "workload": {"source": cfg.prompts_source, "dataset": cfg.dataset},  # as the sweep's
-                      "models": [], "completed": False}
+                      "models": [], "completed": False,
+                      "levels_planned": len(replays)}  # a report of an unfinished run counts what is missing
         plan, recorded = resume_plan(cfg, out, replays, provenance) if cfg.resume else (
             rundir.ResumePlan(traces_path), None)
         if recorded is not None:  # the run's history goes on
@@ -412,5 +415,5 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
         provenance["completed"] = True
         write_json(out / "provenance.json", provenance)
         if cfg.db is not None and traces_path.exists():
-            database.sync_or_warn(cfg.db, out)
+            database.sync_or_warn(cfg.db, out, final=True)
     return traces_path

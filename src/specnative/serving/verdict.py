@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from specnative import lossless
-from specnative.lossless.noise import FLIP_QUANTILE
+from specnative.lossless.noise import FLIP_QUANTILE, layout_spread
 from specnative.lossless.verdicts import cdf_distance, missing_output, within_reach
 from specnative.serving.arrivals import Request
 
@@ -74,23 +74,6 @@ def serving_noise(engine, prompts: list, base: list, k: int, temperature: float 
         if wide.max_spread > control.max_spread:
             return wide
     return control
-
-
-def layout_spread(engine, prompts: list, base: list) -> float:
-    """The cache-layout control: how far the logits after the same tokens move when a sequence's
-    cells sit beside other sequences' in the unified cache (in the group's order and reversed)
-    rather than alone. Attention sums run over the buffer with the others' cells masked, so where
-    a sequence's cells sit changes the vector lanes its sums are grouped in; serving moves cells
-    around as slots empty and refill. Measured up to 0.15 logits on the tiny Q4_0 target, where
-    the batch-shape control reads 0."""
-    alone = [engine._core.replay([p], [b], 0.0, 0)["final_logits"][0] for p, b in zip(prompts, base)]
-    spread = 0.0
-    for order in (list(range(len(prompts))), list(range(len(prompts)))[::-1]):
-        together = engine._core.replay([prompts[i] for i in order], [base[i] for i in order], 0.0, 0)["final_logits"]
-        for at, i in enumerate(order):
-            delta = np.asarray(together[at], np.float64) - np.asarray(alone[i], np.float64)
-            spread = max(spread, float(delta.max() - delta.min()))
-    return spread
 
 
 def serving_verdict(engine, requests: list[Request], tokens: list, k: int) -> lossless.Verdict:
@@ -162,7 +145,7 @@ def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: in
     prompts = [list(requests[i].prompt) for i in group]
     control = serving_noise(engine, prompts, [base[i] for i in group], k, temperature, seed)
     layout = layout_spread(engine, prompts, [base[i] for i in group])
-    tol = lossless.SAFETY * max(control.max_spread, layout)
+    tol = max(lossless.SAFETY * max(control.max_spread, layout), control.floor)
     checked, n_mismatch, worst = 0, 0, None
     for i in differ:
         # the request's own key (its place in the trace), as the serving loop drew its tokens

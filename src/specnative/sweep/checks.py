@@ -23,10 +23,11 @@ def first_divergence(base, spec) -> tuple[int, float]:
 
 def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model",
                    draft_p_min: float = 0.0, on_progress=lambda msg: None, runs_out: dict | None = None,
-                   prefix_cache: bool = True) -> dict:
+                   prefix_cache: bool = True, prefix_limit: int | None = None) -> dict:
     """The cell's lossless verdict at k (lossless.py). `runs_out` receives the baseline and
     speculative runs it made ({"off": ..., k: ...}), which the warm-up can use as its first pair.
-    The runs use the cell's prefix caching: the verdict is on the configuration that is timed."""
+    The runs use the cell's prefix caching (and its limit, the shared context's length): the verdict
+    is on the configuration that is timed."""
     if temperature == 0:
         method, rule = "exact-greedy", "greedy"
     elif cfg.accept_rule == "match":
@@ -36,6 +37,8 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     common = dict(n_predict=cfg.n_predict, temperature=temperature)
     if not prefix_cache:
         common["prefix_cache"] = False
+    elif prefix_limit is not None:
+        common["prefix_limit"] = prefix_limit
     base = engine.generate(prompts, seed=cfg.seed, **common)  # plain: in a warm engine also a timed run
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, **kind_args(k),
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),

@@ -11,6 +11,7 @@ from specnative.report import write_report
 from specnative.sweep import options
 from specnative.sweep.config import SweepConfig
 from specnative.sweep.options import config_from_args, draft_shape_list, float_list, int_list, on_off_list
+from specnative.sweep.resume_args import resume_argv, resume_command
 from specnative.sweep.runner import run_sweep
 
 DESCRIPTION = ("Measure speculative decoding (spec on vs off) over concurrency x context length x target "
@@ -92,7 +93,7 @@ def describe(cfg: SweepConfig) -> str:
 
 
 def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = resume_argv("sweep", sys.argv[1:] if argv is None else list(argv))
     args = build_parser(prog).parse_args(argv)
     if args.no_db and args.db is not None:
         raise SystemExit("error: --db and --no-db: give one of them")
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:
         traces = run_sweep(cfg)
     except KeyboardInterrupt:
         print(f"\ninterrupted: finished cells are in {cfg.out_dir / 'traces.csv'}; "
-              f"continue with --resume --out {cfg.out_dir}", file=sys.stderr)
+              f"continue with: {resume_command('sweep', cfg.out_dir)}", file=sys.stderr)
         return 130
     if cfg.report and traces.exists():  # a shard may have no cells of its own
         print(f"report: {write_report(cfg.out_dir)}", file=sys.stderr)

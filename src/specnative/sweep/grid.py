@@ -10,7 +10,7 @@ from specnative import workloads
 from specnative.engine import gguf_checks
 from specnative.record import shards
 from specnative.record.provenance import sha256_file
-from specnative.sweep import gridcheck
+from specnative.sweep import gridcheck, hidden_drafters
 from specnative.sweep.config import Cell, SweepConfig, lookahead
 from specnative.sweep.prompts import workload_for
 
@@ -23,14 +23,15 @@ def cells_of(cfg: SweepConfig) -> list[Cell]:
     # their cells share the same context documents, prefilled once per engine
     # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
     # (a public set's task has a cell per batch of its items: workloads.batches_of)
-    # (the prefix cache innermost: the on and off cells of a regime are measured side by side)
+    # (the prefix cache innermost: the on and off cells of a regime are measured side by side; a
+    # hidden-state drafter's cells only off, hidden_drafters.prefix_modes)
     return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch, prefix_cache)
             for t, ctx, conc, temp, task in itertools.product(cfg.targets, sorted(cfg.ctx_lens),
                                                               sorted(cfg.concurrencies), cfg.temperatures, cfg.tasks)
             for batch in range(len(workloads.batches_of(cfg.prompts, task, conc)))
             for drafter, p_min in itertools.product(cfg.drafters, cfg.draft_p_mins)
             if drafter == "model" or p_min == 0
-            for prefix_cache in cfg.prefix_caches]
+            for prefix_cache in hidden_drafters.prefix_modes(cfg.prefix_caches, drafter)]
 
 
 def placement_tag(cfg: SweepConfig) -> str:

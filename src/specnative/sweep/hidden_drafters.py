@@ -26,6 +26,26 @@ def is_hidden(drafter: str) -> bool:
     return drafter in HIDDEN_DRAFTERS
 
 
+# A hidden-state drafter keeps per-sequence state from each sequence's own prefill of its whole
+# prompt, so its speculative runs cannot share a prefix; the baseline of its cell then prefills
+# every whole prompt too, and the pair compares the same work (prefill, TTFT, end-to-end rate).
+PREFIX_NOTE = ("the hidden-state drafters ({names}) read the target's features from each sequence's prefill of "
+               "its whole prompt, so their runs share no prefix: their cells ran with the prefix cache off on both "
+               "sides (spec off too), so the pair compares the same prefill; their rows say prefix_cache off")
+
+
+def prefix_modes(prefix_caches, drafter: str) -> list:
+    """The prefix-cache modes a cell of `drafter` runs in: a hidden-state drafter only without the
+    prefix cache (PREFIX_NOTE), whatever --prefix-cache asked."""
+    return [False] if is_hidden(drafter) else list(prefix_caches)
+
+
+def prefix_note(prefix_caches, drafters) -> list[str]:
+    """The provenance note when the prefix cache was asked for and a hidden-state drafter ran."""
+    hidden = [d for d in drafters if is_hidden(d)]
+    return [PREFIX_NOTE.format(names=", ".join(hidden))] if hidden and any(prefix_caches) else []
+
+
 def parse_drafter_files(items) -> dict:
     """--drafter-file NAME=PATH (repeatable) -> {drafter: path}; ValueError names what is wrong."""
     files = {}

@@ -86,14 +86,17 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
                   drafter=cell.drafter, drafter_options=drafter_options_of(cfg, cell.drafter))
     if cell.draft_p_min > 0:  # only then: fixed-k cells call generate exactly as before
         common["draft_p_min"] = cell.draft_p_min
-    if not cell.prefix_cache:  # every sequence prefills its own copy of the context, every run
-        common["prefix_cache"] = False
+    if not cell.shares_prefix:  # every sequence prefills its own copy of the context, every run (both
+        common["prefix_cache"] = False  # sides of a hidden-state drafter's cell: its spec runs cannot share)
+    else:  # only the shared context is shared and kept from run to run; each sequence's own prompt is
+        common["prefix_limit"] = cell.ctx_len  # prefilled on every run (at ctx_len 0: the whole prompt)
     checks, check_pair = {}, {}
     kinds = on_kinds(cfg, cell.drafter)
     for k in kinds:
         on_progress(f"lossless check {'k=' + str(k) if isinstance(k, int) else k}")
         checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
-                                   on_progress=on_progress, runs_out=check_pair, prefix_cache=cell.prefix_cache)
+                                   on_progress=on_progress, runs_out=check_pair, prefix_cache=cell.shares_prefix,
+                                   prefix_limit=cell.ctx_len)
     # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
     # is checked through its match proxy) at the timed seed
     same_runs = (cell.temperature == 0 or cfg.accept_rule == "match") and cfg.check_seed_offset == 0

@@ -261,7 +261,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     args.max_repeats = args.max_repeats if args.max_repeats is not None else preset_defaults.get("max_repeats", 10)
     args.drafter = args.drafter or preset_defaults.get("drafters", ["model"])
     if preset_name == "smollm2" and "model" in args.drafter:
-        errors.append("the smollm2 preset has no draft model: --drafter eagle3 and the n-gram drafters run on it")
+        errors.append("the smollm2 preset has no draft model: --drafter eagle3, dflash and the n-gram drafters run on it")
     if args.preset and (args.target or args.draft):
         errors.append("--preset cannot be combined with -m/--target or -md/--draft")
     needs_draft = hidden_drafters.needs_draft_file(args.drafter, args.drafter_file)
@@ -348,9 +348,11 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
             errors.append(f"--drafter {drafter}: {error}")
     if problem := drafter_options_problem(args.drafter, drafter_options):
         errors.append(problem)
-    # the smollm2 preset brings its own EAGLE-3 head (trained on first use): checked once it is known
-    preset_head = preset_name == "smollm2" and "eagle3" in args.drafter and "eagle3" not in drafter_files
-    errors += hidden_drafters.pair_problems([d for d in args.drafter if not (preset_head and d == "eagle3")],
+    # the smollm2 preset brings its own EAGLE-3 head and DFlash drafter (each trained on first use):
+    # checked once they are known
+    preset_heads = [d for d in smollm2.HEADS if preset_name == "smollm2" and d in args.drafter
+                    and d not in drafter_files]
+    errors += hidden_drafters.pair_problems([d for d in args.drafter if d not in preset_heads],
                                             args.target or [], args.draft, drafter_files)
     for p_min in args.draft_p_min:
         try:
@@ -371,12 +373,13 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         preset = load_preset(preset_name) if preset_name else None
     except FetchError as error:
         raise SystemExit(f"error: --preset {preset_name}: {error}") from None
-    if preset is not None and preset_head:
-        try:  # the head trained for this target (once, on first use)
-            drafter_files["eagle3"] = smollm2.head_file(preset.targets[0])
+    if preset is not None and preset_heads:
+        try:  # the heads trained for this target (once, on first use)
+            for kind in preset_heads:
+                drafter_files[kind] = smollm2.head_file(preset.targets[0], kind=kind)
         except FetchError as error:
             raise SystemExit(f"error: --preset smollm2: {error}") from None
-        if problems := hidden_drafters.pair_problems(["eagle3"], preset.targets, None, drafter_files):
+        if problems := hidden_drafters.pair_problems(preset_heads, preset.targets, None, drafter_files):
             raise SystemExit("error: --preset smollm2: " + "\n       ".join(problems))
     rule = args.accept_rule or ("greedy" if max(args.temperature) == 0 else "rejection")
     targets = [Path(t) for t in (preset.targets if preset else args.target)]

@@ -79,7 +79,7 @@ def identity_columns(cfg, cell, target_rec, draft_rec, run_id, backend) -> dict:
         "target_sha256": target_rec["sha256"], "draft_model": draft_rec["name"],
         "draft_type": draft_rec["type"], "draft_sha256": draft_rec["sha256"],
         "backend": backend, "n_threads": cfg.threads, "flash_attn": cfg.flash_attn, "run_id": run_id,
-        "prefix_cache": "on" if cell.prefix_cache else "off",
+        "prefix_cache": "on" if cell.shares_prefix else "off",
         **prompt_columns(cfg, cell),
     }
 
@@ -143,8 +143,10 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                            "drafter": cfg.drafters},
                   "drafter_options": {d: drafter_options_text(d, drafter_options_of(cfg, d))
                                       for d in cfg.drafters if d != "model"},
-                  "models": [], "notes": list(cfg.notes), "refused_cells": [], "completed": False}
+                  "models": [], "notes": list(cfg.notes) + hidden_drafters.prefix_note(cfg.prefix_caches, cfg.drafters),
+                  "refused_cells": [], "completed": False}
     provenance["settings"] = run_settings(cfg)
+    provenance["cells_planned"] = len(cells)  # this shard's: a report of an unfinished run counts what is missing
     if cfg.drafter_files:  # only when set: older run directories still resume
         provenance["settings"]["drafter_files_sha256"] = {d: sha256_file(p) for d, p in cfg.drafter_files.items()}
     if list(cfg.prefix_caches) != [True]:  # only when set: older run directories still resume
@@ -197,7 +199,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     provenance["completed"] = True
     write_json(out / "provenance.json", provenance)
     if cfg.db is not None and traces.exists():
-        database.sync_or_warn(cfg.db, out)
+        database.sync_or_warn(cfg.db, out, final=True)
     if (not traces.exists() or traces.stat().st_size == 0) and cfg.shard is None:
         raise SystemExit(f"error: every cell was refused (reasons above and in {out / 'provenance.json'}): "
                          f"nothing was measured")

@@ -11,9 +11,10 @@ import sys
 from .deps import MissingTorch
 from .target_check import TargetError
 
-DESCRIPTION = ("Train an EAGLE-3 drafter head for a llama-architecture GGUF target on the target's own greedy "
-               "continuations (self-distillation), on CPU with torch, and write it as a GGUF that llama.cpp's "
-               "draft-eagle3 loads (run it with specnative: Engine(target, head) and drafter='eagle3').")
+DESCRIPTION = ("Train an EAGLE-3 head or a DFlash block drafter for a llama-architecture GGUF target on the "
+               "target's own greedy continuations (self-distillation), on CPU with torch, and write it as a GGUF "
+               "that llama.cpp's draft-eagle3 or draft-dflash loads (run it with specnative: Engine(target, head) "
+               "and drafter='eagle3' or 'dflash').")
 
 
 def _layers(text: str) -> tuple:
@@ -28,7 +29,9 @@ def _layers(text: str) -> tuple:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", required=True, help="the target model (GGUF, llama architecture)")
-    parser.add_argument("--kind", default="eagle3", choices=("eagle3",), help="the drafter kind (default eagle3)")
+    parser.add_argument("--kind", default="eagle3", choices=("eagle3", "dflash"),
+                        help="the drafter kind: eagle3 (an autoregressive head) or dflash (a block drafter, all its "
+                             "drafts in one pass; llama.cpp's draft-dflash); default eagle3")
     parser.add_argument("-o", "--out", required=True, help="the head GGUF to write (a report goes to OUT.train.json)")
     parser.add_argument("--data", default="builtin",
                         help="prompts, comma-separated: builtin, mt-bench[:N], sharegpt[:N], humaneval[:N] or a "
@@ -71,6 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-data", help="after writing, measure the head with specnative at T = 0 on these prompts "
                         "(same syntax as --data; use prompts not trained on, e.g. mt-bench)")
     parser.add_argument("--eval-k", type=int, default=4, help="draft length of that measurement (default 4)")
+    parser.add_argument("--block-size", type=int, default=16, help="dflash: the trained block; drafts of at most "
+                        "block-size - 1 tokens (default 16)")
+    parser.add_argument("--draft-layers", type=int, default=1, help="dflash: the drafter's decoder layers (default 1)")
+    parser.add_argument("--gamma", type=float, default=7.0, help="dflash: the loss of block offset i is weighted "
+                        "exp(-(i - 1) / gamma) (default 7, DFlash's for a block of 16)")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -86,7 +94,8 @@ def options_of(args):
                    held_out=args.held_out, max_prompt_tokens=args.max_prompt_tokens, data_share=args.data_share,
                    read_share=args.read_share, soft_top_k=args.soft_top_k, generator=args.generator,
                    ttt_steps=args.ttt_steps,
-                   lr=args.lr, batch_rows=args.batch_rows, quiet=args.quiet, eval_data=args.eval_data, eval_k=args.eval_k)
+                   lr=args.lr, batch_rows=args.batch_rows, quiet=args.quiet, eval_data=args.eval_data, eval_k=args.eval_k,
+                   block_size=args.block_size, draft_layers=args.draft_layers, gamma=args.gamma)
 
 
 def run(args) -> int:
@@ -95,7 +104,7 @@ def run(args) -> int:
 
     try:
         report = train_drafter(options_of(args))
-    except (TargetError, MissingTorch, ValueError, FileNotFoundError) as error:
+    except (TargetError, MissingTorch, ValueError, OSError) as error:  # OSError: a file it cannot read or write
         print(f"train-drafter: {error}", file=sys.stderr)
         return 2
     print(summary(report))

@@ -10,7 +10,7 @@ from specnative.engine import Engine
 from specnative.models.tiny import tiny_vocab, write_tiny_llama
 from specnative.workloads import public_sets as public_sets_module
 
-TORCH_HINT = "train-drafter needs torch: pip install '.[train]'"
+TORCH_HINT = "needs torch (the [train] extra), which is not installed: python -m pip install 'torch>=2.1'"
 
 
 class MissingTorch(RuntimeError):

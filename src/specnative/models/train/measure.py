@@ -1,6 +1,6 @@
 """A written head measured two ways on the same prompts: by specnative, and by the trainer's metric.
 
-specnative runs the head in llama.cpp (draft-eagle3, greedy, T = 0) and counts what the target
+specnative runs the head in llama.cpp (draft-eagle3 or draft-dflash, greedy, T = 0) and counts what the target
 accepted at each draft position; the trainer's metric scores the torch head, teacher-forced, on
 the very tokens that run emitted (greedy speculation is lossless, so they are the target's own
 continuation). Position 1 of both is the same event: the head's first draft from the features of
@@ -10,11 +10,14 @@ difference of text.
 """
 from __future__ import annotations
 
+import gguf
 import numpy as np
 
 from .batches import t2d_table
 from .deps import engine_class
 from .deps import torch as _torch
+from .dflash_trainer import evaluate as evaluate_blocks
+from .dflash_writer import read_dflash
 from .distill import Sequence
 from .gguf_target import TorchLlama
 from .trainer import evaluate, simulate_rounds
@@ -24,9 +27,10 @@ TIMERS = ("prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", 
 
 
 def speculative(target, head_file, prompts, *, n_predict: int, k: int, threads: int, n_seq: int = 8,
-                baseline: bool = True) -> tuple[dict, list]:
-    """specnative's counts and timers for the head on `prompts` (TokenPrompt), all batches summed,
-    and the emitted sequences (prompt + output) for the teacher-forced comparison."""
+                baseline: bool = True, drafter: str = "eagle3") -> tuple[dict, list]:
+    """specnative's counts and timers for the head (`drafter`: eagle3 or dflash) on `prompts`
+    (TokenPrompt), all batches summed, and the emitted sequences (prompt + output) for the
+    teacher-forced comparison."""
     Engine = engine_class()
     longest = max(len(p.tokens) for p in prompts) + n_predict + k + 1
     sums = {"drafted": 0, "accepted": 0, "rounds": 0, "emitted": 0}
@@ -39,7 +43,7 @@ def speculative(target, head_file, prompts, *, n_predict: int, k: int, threads: 
         for start in range(0, len(prompts), n_seq):
             batch = prompts[start:start + n_seq]
             tokens = [list(p.tokens) for p in batch]
-            r = engine.generate(tokens, n_predict=n_predict, temperature=0.0, spec=True, k=k, drafter="eagle3")
+            r = engine.generate(tokens, n_predict=n_predict, temperature=0.0, spec=True, k=k, drafter=drafter)
             for key in sums:
                 sums[key] += int(r.totals[key])
             drafted_at += r.totals["drafted_at"]
@@ -75,6 +79,15 @@ def teacher_forced(target, head_file, sequences, *, k: int, n_predict: int, thre
     torch = _torch()
     torch.set_num_threads(threads)
     model = TorchLlama(target)
+    if gguf.GGUFReader(str(head_file)).get_field("general.architecture").contents() == "dflash":
+        head, d2t, layers = read_dflash(head_file, model.tok_embd)
+        features = [model.forward(s.tokens, layers)[0] for s in sequences]
+        row_len = max(512, max(len(s.tokens) for s in sequences))
+        # llama.cpp decodes a block of k + 1 tokens for a draft of k
+        out = evaluate_blocks(head, sequences, features, t2d_table(d2t, model.info.n_vocab), block_len=k + 1,
+                              row_len=row_len, per_sequence=True)
+        out["rounds"] = simulate_rounds(sequences, out.pop("correct"), k, n_predict)
+        return out
     head, d2t, layers = read_head(head_file, model.tok_embd)
     features = [model.forward(s.tokens, layers)[0] for s in sequences]
     row_len = max(512, max(len(s.tokens) for s in sequences))

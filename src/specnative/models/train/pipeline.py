@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass
@@ -28,7 +30,7 @@ from .target_check import check_target, read_target
 from .trainer import TrainSettings, evaluate, train
 from .writer import head_tensors, write_head
 
-KINDS = ("eagle3",)
+KINDS = ("eagle3", "dflash")
 # The target's tensors a new head starts from (output.weight is absent where it is tied).
 HEAD_INIT_TENSORS = {"token_embd.weight", "output.weight", "output_norm.weight"}
 # Share of a time budget kept for the final held-out measurement and writing the file.
@@ -63,6 +65,9 @@ class Options:
     quiet: bool = False
     eval_data: str | None = None   # after writing: specnative's alpha on these prompts (not trained on)
     eval_k: int = 4
+    block_size: int = 16          # dflash: the trained block (drafts of at most block_size - 1 tokens)
+    draft_layers: int = 1         # dflash: the drafter's decoder layers
+    gamma: float = 7.0            # dflash: loss decay over block offsets, exp(-(i - 1) / gamma)
 
 
 def _sha256(path) -> str:
@@ -100,8 +105,18 @@ def check_options(o: Options) -> None:
         raise ValueError(f"--kind {o.kind}: only {', '.join(KINDS)} heads can be trained")
     if o.budget_minutes is None and o.max_tokens is None and o.epochs is None:
         raise ValueError("give a budget: --budget-minutes, --max-tokens or --epochs")
-    if o.budget_minutes is not None and o.budget_minutes <= 0:
-        raise ValueError("--budget-minutes must be > 0")
+    if o.budget_minutes is not None and not 0 < o.budget_minutes < math.inf:  # NaN passes a "<= 0" test
+        raise ValueError(f"--budget-minutes must be a finite number > 0, not {o.budget_minutes:g}")
+    for flag, value in (("--max-tokens", o.max_tokens), ("--epochs", o.epochs), ("-t/--threads", o.threads),
+                        ("--max-prompt-tokens", o.max_prompt_tokens), ("--n-embd", o.n_embd)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, not {value}")
+    if o.seed < 0:
+        raise ValueError(f"--seed must be >= 0, not {o.seed}")
+    if not 0 <= o.held_out < 1:
+        raise ValueError(f"--held-out is a share of the sequences: in [0, 1), not {o.held_out:g}")
+    if not 0 < o.lr < math.inf:
+        raise ValueError(f"--lr must be a finite number > 0, not {o.lr:g}")
     if not 0 < o.data_share < 1:
         raise ValueError("--data-share must be in (0, 1)")
     if not 0 <= o.read_share < 1:
@@ -120,8 +135,37 @@ def check_options(o: Options) -> None:
         raise ValueError("--batch-rows must be at least 1")
     if not 1 <= o.ttt_steps <= 8:
         raise ValueError("--ttt-steps must be in 1..8")
-    if Path(o.out).resolve() == Path(o.target).resolve():
+    if o.kind == "dflash":
+        check_dflash_options(o)
+    check_out(o)
+
+
+def check_dflash_options(o: Options) -> None:
+    if not 2 <= o.block_size <= 64:
+        raise ValueError(f"--block-size must be in 2..64, not {o.block_size}")
+    if o.eval_k > o.block_size - 1:
+        raise ValueError(f"--eval-k {o.eval_k}: a block of {o.block_size} drafts at most {o.block_size - 1} tokens")
+    if o.draft_layers < 1:
+        raise ValueError(f"--draft-layers must be at least 1, not {o.draft_layers}")
+    if not 0 < o.gamma < math.inf:
+        raise ValueError(f"--gamma must be a finite number > 0, not {o.gamma:g}")
+
+
+def check_out(o: Options) -> None:
+    """-o names a file this command can write (and OUT.train.json beside it), before any work."""
+    out = Path(o.out)
+    if out.resolve() == Path(o.target).resolve():
         raise ValueError("-o would overwrite the target")
+    if out.is_dir():
+        raise ValueError(f"-o {out}: a folder; give the head's file name, e.g. {out / 'head.gguf'}")
+    folder = out.resolve().parent
+    if not folder.is_dir():
+        raise ValueError(f"-o {out}: no folder {out.parent} to write it in")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"-o {out}: the folder {out.parent} is not writable")
+    for path in (out, Path(str(out) + ".train.json")):
+        if path.is_dir() or (path.exists() and not os.access(path, os.W_OK)):
+            raise ValueError(f"-o {out}: {path} cannot be written")
 
 
 def train_drafter(o: Options) -> dict:
@@ -163,18 +207,27 @@ def train_drafter(o: Options) -> dict:
     t2d = t2d_table(d2t, info.n_vocab)
     reader, _ = read_target(o.target)
     weights = load_weights(reader, HEAD_INIT_TENSORS)
-    head = new_head(info, weights, d2t, layers, o.seed)
-    cfg = head.cfg
     row_len = max(512, max(len(s.tokens) for s in data.sequences))
-    settings = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
-                             deadline=deadline, epochs=o.epochs, rows_per_batch=o.batch_rows, quiet=o.quiet)
-    eval_kw = {"steps": o.ttt_steps, "row_len": row_len, "rows_per_batch": settings.rows_per_batch}
-    before = evaluate(head, *held_set, t2d, **eval_kw) if held_idx else {}
-    history = train(head, train_set, held_set, t2d, settings)
-    # the last epoch ended with this very measurement (training stops only at an epoch's end or budget)
-    after = history["epochs"][-1].get("held_out", {}) if history["epochs"] else before
-    out = write_head(o.out, tensors=head_tensors(head), d2t=d2t, target_reader=reader, target_info=info, cfg=cfg,
-                     layers=layers)
+    if o.kind == "dflash":
+        from .dflash_pipeline import train_dflash
+
+        cfg, before, history, after, out, training_extra = train_dflash(
+            o, info=info, layers=layers, reader=reader, weights=weights, d2t=d2t, t2d=t2d, train_set=train_set,
+            held_set=held_set, row_len=row_len, deadline=deadline)
+    else:
+        head = new_head(info, weights, d2t, layers, o.seed)
+        cfg = head.cfg
+        settings = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
+                                 deadline=deadline, epochs=o.epochs, rows_per_batch=o.batch_rows, quiet=o.quiet)
+        eval_kw = {"steps": o.ttt_steps, "row_len": row_len, "rows_per_batch": settings.rows_per_batch}
+        before = evaluate(head, *held_set, t2d, **eval_kw) if held_idx else {}
+        history = train(head, train_set, held_set, t2d, settings)
+        # the last epoch ended with this very measurement (training stops only at an epoch's end or budget)
+        after = history["epochs"][-1].get("held_out", {}) if history["epochs"] else before
+        out = write_head(o.out, tensors=head_tensors(head), d2t=d2t, target_reader=reader, target_info=info, cfg=cfg,
+                         layers=layers)
+        training_extra = {"ttt_steps": o.ttt_steps, "step_weights": f"0.8^j, j = 0..{o.ttt_steps - 1}",
+                          "rows_per_batch": settings.rows_per_batch}
 
     report = {
         "file": out.name, "sha256": _sha256(out), "kind": o.kind,
@@ -189,8 +242,7 @@ def train_drafter(o: Options) -> dict:
         "split": {"train_sequences": len(train_idx), "of_them_read_replies": len(data.sequences) - n_continued,
                   "held_out_sequences": len(held_idx),
                   "held_out_ids": [data.sequences[i].ident for i in held_idx], "seed": o.seed},
-        "training": {**history, "ttt_steps": o.ttt_steps, "lr": o.lr, "row_len": row_len,
-                     "rows_per_batch": settings.rows_per_batch, "step_weights": f"0.8^j, j = 0..{o.ttt_steps - 1}"},
+        "training": {**history, **training_extra, "lr": o.lr, "row_len": row_len},
         "held_out": {"before_training": before, "after_training": after,
                      "what": "top1: the head's argmax equals the target's own next token, earlier tokens given "
                              "(teacher-forced); chained: draft positions 1..j all right from one anchor (what "
@@ -212,7 +264,7 @@ def evaluate_file(o: Options, prompts, record: dict, trained_prompts=frozenset()
     (see measure.py)."""
     started = time.perf_counter()
     measured, sequences = speculative(o.target, o.out, prompts, n_predict=o.n_predict, k=o.eval_k, threads=o.threads,
-                                      n_seq=o.n_seq)
+                                      n_seq=o.n_seq, drafter=o.kind)
     predicted = teacher_forced(o.target, o.out, sequences, k=o.eval_k, n_predict=o.n_predict, threads=o.threads)
     return {"data": o.eval_data, "prompts": record,
             "overlap_with_training": sum(p.tokens in trained_prompts for p in prompts),

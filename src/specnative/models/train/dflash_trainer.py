@@ -1,0 +1,291 @@
+"""Training the DFlash block drafter on self-distilled data, and measuring it on a held-out split.
+
+The recipe is DFlash's (Chen, Liang, Liu: "DFlash: Block Diffusion for Flash Speculative Decoding",
+arXiv:2602.06036): anchors are drawn at random in every sequence, afresh each epoch; each opens a
+block [anchor token, MASK, ...]; every masked offset i predicts the target's distribution over the
+token at anchor + i given the true prefix (its top-k logits softmaxed over the draft vocabulary:
+the soft labels the EAGLE-3 pipeline records; or, with hard labels, its greedy token), and the
+cross-entropy of offset i is weighted exp(-(i - 1) / gamma), as early offsets decide what a verify
+accepts. Sequences are packed into rows (batches.pack); a block sees only its own sequence. Each
+batch draws its block length from 4..block_size, so the drafter also serves the shorter blocks a
+smaller draft length k decodes (llama.cpp's block is k + 1 tokens). The held-out measurement is
+the hard one: the drafter's top-1 against the target's own continuation at every offset, and
+chained from offset 1 (what a greedy verify of one block accepts). The schedule follows
+trainer.py's: warm-up, then a cosine on the clock under a time budget.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from .batches import _softmax, pack
+from .deps import torch as _torch
+from .dflash_head import block_states
+from .trainer import _lr_factor, _progress
+
+
+@dataclass
+class DFlashSettings:
+    seed: int = 0
+    lr: float = 3e-3
+    rows_per_batch: int = 2
+    row_len: int = 512
+    block_tokens: int = 512         # block positions per row and batch: anchors = block_tokens / block length
+    min_block: int = 4
+    gamma: float = 7.0              # DFlash's loss decay for a block of 16
+    max_tokens: int | None = None
+    deadline: float | None = None
+    epochs: int | None = None
+    warmup_rows: int = 80
+    quiet: bool = False
+
+
+def make_rows(rows, sequences, features, t2d, row_len: int) -> dict:
+    """Tensors of packed rows: feats, tok, pos, seg, n_prompt, hard (draft row of the next token,
+    -100 where none or outside the draft vocabulary) and, with soft labels, soft_ids/soft_p (the
+    target's distribution over the next token, per row index)."""
+    torch = _torch()
+    R, width = len(rows), features[0].shape[1]
+    soft = sequences[rows[0][0]].soft_ids is not None
+    out = {"feats": torch.zeros(R, row_len, width), "tok": torch.zeros(R, row_len, dtype=torch.long),
+           "pos": torch.zeros(R, row_len, dtype=torch.long), "seg": torch.full((R, row_len), -1, dtype=torch.long),
+           "n_prompt": torch.zeros(R, row_len, dtype=torch.long),
+           "hard": torch.full((R, row_len), -100, dtype=torch.long), "placed": []}
+    if soft:
+        k = sequences[rows[0][0]].soft_ids.shape[1]
+        out["soft_ids"] = torch.zeros(R, row_len, k, dtype=torch.long)
+        out["soft_p"] = torch.zeros(R, row_len, k)
+    for b, members in enumerate(rows):
+        start = 0
+        for m, i in enumerate(members):
+            s = sequences[i]
+            L = len(s.tokens)
+            span = slice(start, start + L)
+            out["feats"][b, span] = features[i]
+            out["tok"][b, span] = torch.as_tensor(s.tokens)
+            out["pos"][b, span] = torch.arange(L)
+            out["seg"][b, span] = m
+            out["n_prompt"][b, span] = s.n_prompt
+            out["hard"][b, start:start + L - 1] = torch.as_tensor(t2d[s.tokens[1:]])
+            if soft:
+                ids = t2d[s.soft_ids]
+                out["soft_ids"][b, span] = torch.as_tensor(np.maximum(ids, 0))
+                out["soft_p"][b, span] = torch.as_tensor(_softmax(np.where(ids >= 0, s.soft_logits, -np.inf)))
+            out["placed"].append((b, start, i, L))
+            start += L
+    out["tokens"] = int((out["seg"] >= 0).sum())
+    return out
+
+
+def eligible(rows: dict, hard: bool):
+    """[R, T] anchors a block may open: after at least one context position; with hard labels (and
+    for scoring) only continuation positions whose next token exists, as drafting starts after the
+    first generated token."""
+    seg, pos = rows["seg"], rows["pos"]
+    ok = (seg >= 0) & (pos >= 1)
+    if hard:
+        ok &= (pos >= rows["n_prompt"]) & _has_next(rows)
+    return ok
+
+
+def _has_next(rows: dict):
+    torch = _torch()
+    seg = rows["seg"]
+    nxt = torch.cat((seg[:, 1:], torch.full_like(seg[:, :1], -1)), 1)
+    return (seg >= 0) & (nxt == seg)
+
+
+def sample_anchors(ok, n: int, rng: np.random.RandomState):
+    """[R, N] anchor indices (N = min(n, most eligible in a row)) and [R, N] validity, drawn without
+    replacement per row (rows with fewer repeat a valid one, marked invalid)."""
+    torch = _torch()
+    per_row = [np.flatnonzero(r) for r in ok.numpy()]
+    N = max(1, min(n, max((len(p) for p in per_row), default=1)))
+    idx = np.zeros((len(per_row), N), dtype=np.int64)
+    valid = np.zeros((len(per_row), N), dtype=bool)
+    for r, p in enumerate(per_row):
+        if len(p) == 0:
+            continue
+        pick = np.sort(rng.choice(p, size=min(N, len(p)), replace=False))
+        idx[r, :len(pick)] = pick
+        idx[r, len(pick):] = pick[0]
+        valid[r, :len(pick)] = True
+    return torch.from_numpy(idx), torch.from_numpy(valid)
+
+
+def _targets(rows: dict, anchors, valid, block_len: int, hard: bool):
+    """Per offset 1..block_len-1: the row index of its label (anchor + i - 1: the target's view of the
+    token at anchor + i) and where it is taught [R, N, block_len - 1]: inside the anchor's sequence,
+    and with hard labels where the token at anchor + i exists."""
+    torch = _torch()
+    T = rows["seg"].shape[1]
+    at = anchors[..., None] + torch.arange(block_len - 1)
+    inside = at < T
+    at = at.clamp(max=T - 1)
+    same = rows["seg"].gather(1, at.flatten(1)).view_as(at) == rows["seg"].gather(1, anchors)[..., None]
+    ok = same & inside & valid[..., None]
+    if hard:
+        ok &= _has_next(rows).gather(1, at.flatten(1)).view_as(at)
+    return at, ok
+
+
+def block_losses(head, rows: dict, anchors, valid, block_len: int, soft: bool, with_correct: bool = False):
+    """Per offset 1..block_len-1: (summed cross-entropy, taught blocks, correct top-1 [R, N] or None)."""
+    torch = _torch()
+    x = block_states(head, rows["feats"], rows["pos"], rows["seg"], rows["tok"], anchors, block_len)
+    at, ok = _targets(rows, anchors, valid, block_len, hard=not soft)
+    R, N = anchors.shape
+    out = []
+    for i in range(1, block_len):
+        where = at[..., i - 1]
+        if soft:
+            m = ok[..., i - 1]
+            logp = torch.log_softmax(head.logits(x[:, :, i][m]), -1)
+            k = rows["soft_ids"].shape[-1]
+            ids = rows["soft_ids"].gather(1, where[..., None].expand(R, N, k))[m]
+            p = rows["soft_p"].gather(1, where[..., None].expand(R, N, k))[m]
+            out.append((-(p * logp.gather(-1, ids)).sum(), int(m.sum()), None))
+            continue
+        # a token outside the draft vocabulary (-100) is taught nothing but counts as a wrong draft
+        label = rows["hard"].gather(1, where)
+        m = ok[..., i - 1]
+        logits = head.logits(x[:, :, i][m])
+        ce = torch.nn.functional.cross_entropy(logits, label[m], ignore_index=-100, reduction="sum")
+        correct = None
+        if with_correct:
+            correct = torch.zeros(R, N, dtype=torch.bool)
+            correct[m] = (logits.argmax(-1) == label[m]) & (label[m] >= 0)
+        out.append((ce, int(m.sum()), correct))
+    return out
+
+
+def evaluate(head, sequences, features, t2d, *, block_len: int, row_len: int, rows_per_batch: int = 2,
+             chunk: int = 96, per_sequence: bool = False) -> dict:
+    """Top-1 agreement with the target's continuation per draft offset (1..block_len-1), on its own and
+    chained from offset 1 (what a greedy verify of the block accepts), over every continuation anchor;
+    mean loss per offset. With per_sequence, "correct": per sequence a bool array [block_len - 1, L]
+    in trainer.simulate_rounds' layout (offset j + 1 of the block opened at position a, at a - 1 + j)."""
+    torch = _torch()
+    n_off = block_len - 1
+    right, taught, chained, anchors_n, loss = (np.zeros(n_off) for _ in range(5))
+    correct_of = [None] * len(sequences)
+    head.eval()
+    with torch.no_grad():
+        packed = pack([len(s.tokens) for s in sequences], row_len, range(len(sequences)))
+        for start in range(0, len(packed), rows_per_batch):
+            rows = make_rows(packed[start:start + rows_per_batch], sequences, features, t2d, row_len)
+            ok = eligible(rows, hard=True)
+            grid = np.zeros((ok.shape[0], n_off, ok.shape[1]), dtype=bool)
+            for r in range(ok.shape[0]):
+                idx = np.flatnonzero(ok[r].numpy())
+                for c in range(0, len(idx), chunk):
+                    part = torch.from_numpy(idx[c:c + chunk])[None]
+                    sub = {key: (v[r:r + 1] if torch.is_tensor(v) else v) for key, v in rows.items()}
+                    valid = torch.ones_like(part, dtype=torch.bool)
+                    _, has_label = _targets(sub, part, valid, block_len, hard=True)
+                    chain = None
+                    for j, (ce, n, correct) in enumerate(block_losses(head, sub, part, valid, block_len, soft=False,
+                                                                      with_correct=True)):
+                        loss[j] += float(ce)
+                        taught[j] += n
+                        right[j] += int(correct.sum())
+                        has = has_label[..., j]
+                        chain = correct if chain is None else chain & correct
+                        chained[j] += int((chain & has).sum())
+                        anchors_n[j] += int(has.sum())
+                        cols = part[0].numpy() - 1 + j
+                        inside = cols < grid.shape[2]
+                        grid[r, j, cols[inside]] = correct[0].numpy()[inside]
+            if per_sequence:
+                for b, s0, i, length in rows["placed"]:
+                    correct_of[i] = grid[b, :, s0:s0 + length].copy()
+    head.train()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = {"positions": int(taught[0]), "block_len": block_len,
+               "top1_by_position": (right / taught).round(4).tolist(),
+               "chained_by_position": (chained / anchors_n).round(4).tolist(),
+               "loss_by_position": (loss / taught).round(4).tolist()}
+    if per_sequence:
+        out["correct"] = correct_of
+    return out
+
+
+def train(head, train_set, held_set, t2d, s: DFlashSettings) -> dict:
+    """Train `head` in place on (sequences, features); returns the history (the training curve)."""
+    torch = _torch()
+    torch.manual_seed(s.seed)
+    seqs, feats = train_set
+    soft = seqs[0].soft_ids is not None
+    B = head.cfg.block_size
+    lens = list(range(min(s.min_block, B), B + 1))
+    weights = [math.exp(-(i - 1) / s.gamma) for i in range(1, B)]
+    epoch_tokens = sum(len(x.tokens) for x in seqs)
+    planned = math.inf
+    if s.max_tokens is not None:
+        planned = s.max_tokens
+    if s.epochs is not None:
+        planned = min(planned, s.epochs * epoch_tokens)
+    timed = s.deadline is not None
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    warmup_batches = max(1, -(-s.warmup_rows // s.rows_per_batch))
+    history, done, started = [], 0, time.perf_counter()
+    bar = tqdm(total=None if math.isinf(planned) else int(planned), unit="tok", unit_scale=True,
+               desc="training (dflash)", disable=s.quiet, dynamic_ncols=True)
+    epoch, n_batches, stop = 0, 0, planned <= 0
+    while not stop:
+        rng = np.random.RandomState((s.seed * 1000003 + epoch) & 0xFFFFFFFF)
+        order = rng.permutation(len(seqs))
+        packed = pack([len(x.tokens) for x in seqs], s.row_len, order)
+        sums, counts, seen = np.zeros(B - 1), np.zeros(B - 1), 0
+        for start in range(0, len(packed), s.rows_per_batch):
+            rows = make_rows(packed[start:start + s.rows_per_batch], seqs, feats, t2d, s.row_len)
+            block_len = int(rng.choice(lens))
+            anchors, valid = sample_anchors(eligible(rows, hard=not soft), max(1, s.block_tokens // block_len), rng)
+            if timed and done > 0:
+                rate = done / (time.perf_counter() - started)
+                bar.total = int(min(planned, done + rate * max(s.deadline - time.perf_counter(), 0.0)))
+            factor = _lr_factor(_progress(done, planned, started, s.deadline), n_batches, warmup_batches)
+            for group in opt.param_groups:
+                group["lr"] = s.lr * factor
+            losses = block_losses(head, rows, anchors, valid, block_len, soft=soft)
+            num = sum(weights[j] * ce for j, (ce, n, _) in enumerate(losses))
+            den = sum(weights[j] * n for j, (ce, n, _) in enumerate(losses))
+            total = num / max(den, 1)
+            opt.zero_grad(set_to_none=True)
+            total.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            for j, (ce, n, _) in enumerate(losses):
+                sums[j] += float(ce.detach())
+                counts[j] += n
+            done += rows["tokens"]
+            seen += rows["tokens"]
+            n_batches += 1
+            bar.update(rows["tokens"])
+            bar.set_postfix(epoch=epoch + 1, loss=f"{float(total.detach()):.3f}")
+            if done >= planned or (timed and time.perf_counter() >= s.deadline):
+                stop = True
+                break
+        with np.errstate(invalid="ignore", divide="ignore"):
+            by_offset = (sums / counts).round(4).tolist()
+        entry = {"epoch": epoch + 1, "tokens": seen, "complete": seen == epoch_tokens,
+                 "loss_by_position": by_offset, "elapsed_s": round(time.perf_counter() - started, 1)}
+        if held_set[0]:
+            entry["held_out"] = evaluate(head, *held_set, t2d, block_len=B, row_len=s.row_len,
+                                         rows_per_batch=s.rows_per_batch)
+        history.append(entry)
+        if not s.quiet:
+            held = entry.get("held_out", {})
+            bar.write(f"epoch {epoch + 1}: held-out top-1 by offset {held.get('top1_by_position', [])[:6]}, "
+                      f"chained {held.get('chained_by_position', [])[:6]}")
+        epoch += 1
+        if s.epochs is not None and epoch >= s.epochs:
+            stop = True
+    bar.close()
+    return {"epochs": history, "tokens": done, "batches": n_batches, "train_s": round(time.perf_counter() - started, 1),
+            "planned_tokens": None if math.isinf(planned) else int(planned)}

@@ -1,0 +1,79 @@
+"""`specnative project RUN_DIR --hardware NAME[,NAME...]`: a run's measured acceptance priced on
+other hardware with the cost model. Every line it prints and every file it writes is labelled
+[projected]; a refusal (unknown hardware, a run with no acceptance by position, a model file that
+cannot be found) is one line and writes nothing."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specnative.projection.device import DeviceError, from_gpu_name, load_devices, resolve
+from specnative.projection.project import LABEL, ProjectionError, write
+from specnative.projection.shape import ShapeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specnative project", description=(
+        "Project a run's speedup to hardware you don't have: the run's measured acceptance by position "
+        "(with its interval) and the cost model's step, verify and draft costs on each device. Output is "
+        "labelled [projected] and never enters traces.csv. See docs/projection.md."))
+    p.add_argument("run_dir", type=Path, nargs="?", help="a sweep's run folder (its traces.csv and provenance.json)")
+    p.add_argument("--hardware", default=None,
+                   help="device names, comma-separated (specnative project --list-hardware), or gpu:NAME to pick "
+                        "the shipped device an nvidia-smi name matches")
+    p.add_argument("--devices", type=Path, default=None, help="a TOML file of your own devices (same form as the "
+                   "shipped table; its entries win)")
+    p.add_argument("--models", type=Path, action="append", default=[],
+                   help="a folder to look for the run's model files in (repeatable; the run's recorded paths "
+                        "and the model cache come first)")
+    p.add_argument("-o", "--out", type=Path, default=None, help="output folder (default: RUN_DIR/projection)")
+    p.add_argument("--list-hardware", action="store_true", help="list the known devices and their sources")
+    return p
+
+
+def _names(spec: str, devices_file) -> list:
+    names = []
+    for part in spec.split(","):
+        part = part.strip()
+        if part.startswith("gpu:"):
+            found = from_gpu_name(part[4:])
+            if found is None:
+                raise DeviceError(f"no shipped device matches the GPU name {part[4:]!r}: name one with --hardware "
+                                  "or describe it in a --devices file")
+            names.append(found.name)
+        elif part:
+            names.append(part)
+    return resolve(names, devices_file)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.list_hardware:
+            table = load_devices()
+            if args.devices is not None:
+                table.update(load_devices(args.devices))
+            for name, d in table.items():
+                print(f"{name:<12} {d.backend:<5} {d.mem_bw_gbs:>6g} GB/s  {d.label}: {d.source}")
+            return 0
+        if args.run_dir is None or args.hardware is None:
+            raise ProjectionError("give a run folder and --hardware NAME[,NAME...] (or --list-hardware)")
+        devices = _names(args.hardware, args.devices)
+        from specnative.models.presets import cache_dir
+
+        search = [*args.models, cache_dir()]
+        out = args.out or args.run_dir / "projection"
+        df, notes, paths = write(args.run_dir, out, devices, search)
+    except (ProjectionError, DeviceError, ShapeError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for note in notes:
+        print(f"{LABEL} note: {note}")
+    for _, r in df.iterrows():
+        print(f"{LABEL} {r['device']}: {r['target_model']} {r['drafter']} k={r['k']} N={r['concurrency']} "
+              f"ctx={r['ctx_len']}: tau {r['tau']:.2f}, c {r['c']:.2f}, speedup {r['speedup']:.2f} "
+              f"({r['speedup_lo']:.2f}-{r['speedup_hi']:.2f})")
+    for path in paths:
+        print(f"{LABEL} wrote {path}")
+    return 0

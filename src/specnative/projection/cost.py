@@ -1,0 +1,139 @@
+"""The cost of one llama.cpp forward (llama_decode) on a device: n tokens for each of N sequences
+over a KV cache of n_kv cells, as a sum of per-operation rooflines plus fixed costs.
+
+Per forward, for each group of weights of one role and type:
+    time = max(bytes / bandwidth, 2 x elements x rows / rate(class, rows))
+the layer matrices multiply every row (N x n), the LM head only the rows that ask for logits.
+Attention without flash attention (the engine's default) multiplies every row with all n_kv cached
+positions (a masked product: llama.cpp's unified cache computes the scores of every cell):
+    bytes = n_kv x KV bytes per position + 3 x 4 x n_head x n_kv x rows x n_layer (F32 scores),
+    FLOPs = 2 x n_layer x n_head x (head_k + head_v) x n_kv x rows, at the float rate,
+and every forward adds overhead_forward + n_layer x overhead_layer.
+
+The quantities speculation needs follow from it (`step_costs`): the baseline step (one token per
+sequence), the verify of k+1 tokens, the draft step, and prefill (chunks of n_batch).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specnative.projection.device import Device, type_class
+from specnative.projection.shape import ModelShape
+
+SCORE_BYTES = 4.0   # F32 attention scores: written, read by softmax and written, read by the V product
+SCORE_PASSES = 3.0
+
+
+@dataclass(frozen=True)
+class Forward:
+    """One forward's predicted time and where it goes (seconds)."""
+    weights_s: float
+    attention_s: float
+    fixed_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.weights_s + self.attention_s + self.fixed_s
+
+
+def kv_cells(ctx: int, n_seq: int, n_tokens: int, own: int = 0) -> int:
+    """KV cells a forward attends over in the sweep's layout: the ctx-token shared prefix once, each
+    sequence's own `own` cells (its prompt tail and what it generated), and the batch itself."""
+    return int(ctx + n_seq * (own + n_tokens))
+
+
+def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_kv: int | None = None,
+            logits_rows: int | None = None) -> Forward:
+    """Predicted time of one llama_decode of n_tokens per sequence for n_seq sequences over n_kv
+    cached positions (default: just the batch); logits_rows rows ask for logits (default: all)."""
+    if n_tokens < 1 or n_seq < 1:
+        raise ValueError("a forward has at least one token and one sequence")
+    rows = n_tokens * n_seq
+    n_kv = rows if n_kv is None else max(int(n_kv), 1)
+    logits_rows = rows if logits_rows is None else int(logits_rows)
+    bw = device.bandwidth
+    weights = 0.0
+    for w in shape.weights:
+        if w.role == "layer":
+            r = rows
+        elif w.role == "output":
+            r = logits_rows
+        else:  # embeddings are looked up (rows x row bytes), norms read: bandwidth only
+            weights += (w.n_bytes * min(1.0, rows / max(shape.n_vocab, 1)) if w.role == "embedding"
+                        else w.n_bytes) / bw
+            continue
+        if r == 0:
+            continue
+        weights += max(w.n_bytes / bw, 2.0 * w.n_elements * r / device.rate(type_class(w.type_name), r))
+    heads = shape.n_head * (shape.head_dim_k + shape.head_dim_v)
+    attn_flops = 2.0 * shape.n_layer * heads * n_kv * rows
+    attn_bytes = n_kv * shape.kv_bytes_per_token + SCORE_PASSES * SCORE_BYTES * shape.n_layer * shape.n_head * n_kv * rows
+    attention = max(attn_bytes / bw, attn_flops / device.rate("float", rows))
+    fixed = (device.overhead_forward_us + shape.n_layer * device.overhead_layer_us) * 1e-6
+    return Forward(weights, attention, fixed)
+
+
+def forward_s(shape, device, n_tokens, n_seq=1, n_kv=None, logits_rows=None) -> float:
+    return forward(shape, device, n_tokens, n_seq, n_kv, logits_rows).total_s
+
+
+def prefill_s(shape: ModelShape, device: Device, n_prompt: int, n_batch: int = 512, start: int = 0) -> float:
+    """Predicted time to prefill n_prompt tokens of one sequence in chunks of n_batch after `start`
+    cached positions; only the last chunk's last row asks for logits (llama-bench's ppN: start 0)."""
+    total, done = 0.0, 0
+    while done < n_prompt:
+        chunk = min(n_batch, n_prompt - done)
+        last = done + chunk >= n_prompt
+        total += forward_s(shape, device, chunk, 1, n_kv=start + done + chunk, logits_rows=1 if last else 0)
+        done += chunk
+    return total
+
+
+def decode_rate(shape: ModelShape, device: Device, n_gen: int = 128, start: int = 0) -> float:
+    """llama-bench's tgN: tokens/s of n_gen one-token forwards from `start` cached positions."""
+    steps = [forward_s(shape, device, 1, 1, n_kv=start + i + 1) for i in range(0, n_gen, max(n_gen // 8, 1))]
+    return 1.0 / (sum(steps) / len(steps))
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """The costs speculation is priced with, for one regime (seconds and ratios)."""
+    step_s: float            # baseline: one token per sequence
+    verify_s: float          # target over k+1 tokens per sequence
+    draft_s: float           # one draft position, one token per sequence (0 for an n-gram lookup)
+    k: int
+
+    @property
+    def round_s(self) -> float:
+        return self.k * self.draft_s + self.verify_s
+
+    @property
+    def c(self) -> float:
+        """verify_cost_c as the sweep defines it: T_round / T_step - 1."""
+        return self.round_s / self.step_s - 1.0
+
+    @property
+    def verify_ratio(self) -> float:
+        return self.verify_s / self.step_s
+
+    @property
+    def c_draft(self) -> float:
+        return self.draft_s / self.step_s
+
+
+def step_costs(target: ModelShape, device: Device, k: int, n_seq: int = 1, ctx: int = 0, own: int = 64,
+               draft: ModelShape | None = None) -> StepCosts:
+    """Baseline step, verify of k+1 and draft step in one regime (ctx-token shared prefix, n_seq
+    sequences each with `own` cells of their own). draft None: an n-gram lookup (costs nothing)."""
+    if k < 1:
+        raise ValueError("k must be at least 1")
+    step = forward_s(target, device, 1, n_seq, kv_cells(ctx, n_seq, 1, own))
+    verify = forward_s(target, device, k + 1, n_seq, kv_cells(ctx, n_seq, k + 1, own))
+    d = 0.0 if draft is None else forward_s(draft, device, 1, n_seq, kv_cells(ctx, n_seq, 1, own))
+    return StepCosts(step, verify, d, k)
+
+
+def speedup(tau: float, costs: StepCosts) -> float:
+    """Tokens per round over the round's time in baseline steps: tau / (1 + c)."""
+    return tau / (1.0 + costs.c) if math.isfinite(tau) else math.nan

@@ -1,0 +1,142 @@
+"""Devices a projection can price: memory bandwidth, matrix rates per weight-type class, the
+efficiencies that turn peaks into what llama.cpp reaches, and a fixed cost per forward and per
+layer. The shipped table (devices.toml beside this module) gives each device's source: its spec
+sheet for the peaks, and a fit (which data, which parameters) for the efficiencies and overheads.
+A user adds devices in a TOML file of the same form (`--devices FILE`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+SHIPPED = Path(__file__).with_name("devices.toml")
+CLASSES = ("float", "legacy", "kquant")  # weight-type classes that share a matrix-product kernel family
+BACKENDS = ("cpu", "metal", "cuda")
+
+
+class DeviceError(ValueError):
+    """An unknown device name or a malformed devices file."""
+
+
+def type_class(type_name: str) -> str:
+    """The kernel family a GGML type's matrix products use."""
+    t = type_name.upper()
+    if t in ("F32", "F16", "BF16"):
+        return "float"
+    if t.startswith("Q") and not t.endswith("_K") and "_K_" not in t:
+        return "legacy"  # Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: 32-element blocks
+    return "kquant"      # Q2_K..Q6_K and the i-quants: 256-element super-blocks
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    label: str
+    backend: str
+    mem_bw_gbs: float                 # peak memory bandwidth
+    tflops: dict                      # peak matrix rate per class (CPU: per thread)
+    bw_efficiency: float = 1.0        # share of the peak bandwidth llama.cpp's weight reads reach
+    compute_efficiency: float = 1.0   # share of the peak matrix rate its batched products reach
+    overhead_forward_us: float = 0.0  # fixed cost of one llama_decode (graph build, sync, sampling setup)
+    overhead_layer_us: float = 0.0    # fixed cost per layer (kernel launches, thread barriers)
+    threads: int = 1                  # CPU: threads the rates are multiplied by
+    vector_tflops: float = 0.0        # CUDA: the CUDA-core rate of the matrix-vector kernels (MMVQ/MMVF)
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def rate(self, cls: str, n_rows: int) -> float:
+        """FLOP/s of a matrix product of one weight class over n_rows activation rows."""
+        if self.backend == "cuda" and n_rows <= CUDA_MMVQ_MAX_BATCH and self.vector_tflops > 0:
+            # MMVQ / MMVF below the switch: CUDA cores, no tensor cores; a quantized dot product runs
+            # on dp4a (4 int8 multiply-adds per instruction)
+            peak = self.vector_tflops * (1 if cls == "float" else 4)
+        else:
+            peak = self.tflops.get(cls) or self.tflops.get("float")
+        scale = self.threads if self.backend == "cpu" else 1
+        return peak * 1e12 * scale * self.compute_efficiency
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes/s reached."""
+        return self.mem_bw_gbs * 1e9 * self.bw_efficiency
+
+    def with_threads(self, threads: int) -> "Device":
+        """The same CPU at another thread count: matrix rates scale with threads, bandwidth and
+        the fixed costs do not (the model's assumption; validated at 1 thread from a fit at 2)."""
+        if self.backend != "cpu":
+            raise DeviceError(f"{self.name} is not a CPU: threads apply to CPUs only")
+        return replace(self, name=f"{self.name}@t{threads}", threads=int(threads))
+
+
+# llama.cpp's CUDA backend (ggml-cuda/mmvq.cuh, MMVQ_MAX_BATCH_SIZE; mmvf likewise): up to this many
+# rows per matrix product it uses the matrix-vector kernels, above it MMQ (quantized) or cuBLAS/MMF.
+CUDA_MMVQ_MAX_BATCH = 8
+
+
+def _device(name: str, entry: dict, where: str) -> Device:
+    try:
+        backend = entry["backend"]
+        if backend not in BACKENDS:
+            raise DeviceError(f"{where}: device {name!r}: backend must be one of {', '.join(BACKENDS)}")
+        tflops = {k: float(v) for k, v in dict(entry["tflops"]).items()}
+        unknown = set(tflops) - set(CLASSES)
+        if unknown or "float" not in tflops:
+            raise DeviceError(f"{where}: device {name!r}: tflops needs 'float' (and optionally "
+                              f"'legacy', 'kquant'), not {sorted(unknown)}")
+        known = {"label", "backend", "mem_bw_gbs", "tflops", "bw_efficiency", "compute_efficiency",
+                 "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source"}
+        values = {k: entry[k] for k in known - {"tflops", "backend"} if k in entry}
+        device = Device(name=name, backend=backend, tflops=tflops, label=str(values.pop("label", name)),
+                        mem_bw_gbs=float(values.pop("mem_bw_gbs")), source=str(values.pop("source", "")),
+                        extra={k: v for k, v in entry.items() if k not in known},
+                        **{k: type(getattr(Device, k))(v) for k, v in values.items()})
+    except KeyError as missing:
+        raise DeviceError(f"{where}: device {name!r} lacks {missing}") from None
+    except (TypeError, ValueError) as error:
+        if isinstance(error, DeviceError):
+            raise
+        raise DeviceError(f"{where}: device {name!r}: {error}") from None
+    if device.mem_bw_gbs <= 0 or min(tflops.values()) <= 0 or not 0 < device.bw_efficiency <= 1 \
+            or not 0 < device.compute_efficiency <= 1:
+        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies in (0, 1]")
+    return device
+
+
+def load_devices(path=None) -> dict:
+    """Devices by name from a TOML file (one [table] per device); the shipped table by default."""
+    path = Path(path) if path is not None else SHIPPED
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise DeviceError(f"cannot read devices file {path}: {error}") from None
+    return {name: _device(name, entry, path.name) for name, entry in data.items() if isinstance(entry, dict)}
+
+
+def resolve(names, devices_file=None) -> list:
+    """Devices for a comma-separated list (or list) of names: the shipped table, then a user's file
+    (whose entries win). An unknown name is a DeviceError naming the known ones."""
+    table = load_devices()
+    if devices_file is not None:
+        table.update(load_devices(devices_file))
+    wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    if not wanted:
+        raise DeviceError("no hardware named: give --hardware NAME[,NAME...]")
+    unknown = [n for n in wanted if n not in table]
+    if unknown:
+        raise DeviceError(f"unknown hardware {', '.join(map(repr, unknown))}; known: {', '.join(sorted(table))}")
+    return [table[n] for n in wanted]
+
+
+def from_gpu_name(gpu_name: str):
+    """The shipped device whose `match` names occur in an nvidia-smi name (e.g. "NVIDIA H100 80GB
+    HBM3" -> h100-sxm), or None."""
+    text = gpu_name.lower()
+    for device in load_devices().values():
+        if any(m.lower() in text for m in device.extra.get("match", [])):
+            return device
+    return None

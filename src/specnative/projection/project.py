@@ -1,0 +1,251 @@
+"""A measured run's speedup projected to other hardware [projected].
+
+Per regime (an on row of the run's traces.csv): the tokens per round tau come from the run's
+measured acceptance (accept_len_hist: rounds that accepted 0..k drafts; accept_at_pos: alpha by
+position), with a bootstrap interval over rounds; the costs come from the cost model (cost.py) for
+the run's target and draft files on each device. speedup = tau / (1 + c), and its interval widens
+tau's interval by the device's cost error (the validation's error of 1 + c, `cost_error` in the
+devices table). Nothing here writes traces.csv or any file the run's counts and gates read.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specnative.projection import cost
+from specnative.projection.device import Device
+from specnative.projection.shape import ModelShape, from_gguf
+
+LABEL = "[projected]"
+BOOTSTRAP = 2000
+DEFAULT_COST_ERROR = 0.25  # relative error of 1 + c where a device names none
+
+
+class ProjectionError(ValueError):
+    """A run or hardware a projection cannot be made for (one line)."""
+
+
+def _floats(text) -> list:
+    if text is None or (isinstance(text, float) and math.isnan(text)) or str(text).strip() == "":
+        return []
+    return [float(v) if v != "" else math.nan for v in str(text).split(";")]
+
+
+def _text(value) -> str:
+    import pandas as pd
+
+    return "" if value is None or (not isinstance(value, str) and pd.isna(value)) else str(value)
+
+
+def _number(value, default: float = 0.0) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(v) else v
+
+
+def tau_interval(hist, level: float = 0.95, seed: int = 0) -> tuple:
+    """Tokens per sequence-round (accepted + 1) and a bootstrap interval over rounds."""
+    hist = np.asarray(hist, dtype=float)
+    rounds = hist.sum()
+    if rounds <= 0:
+        return math.nan, math.nan, math.nan
+    tokens = np.arange(len(hist)) + 1.0
+    tau = float(hist @ tokens / rounds)
+    draws = np.random.default_rng(seed).multinomial(int(rounds), hist / rounds, size=BOOTSTRAP)
+    taus = draws @ tokens / rounds
+    lo, hi = np.quantile(taus, [(1 - level) / 2, (1 + level) / 2])
+    return tau, float(lo), float(hi)
+
+
+def acceptance_rows(traces):
+    """The on rows that carry alpha by position, and why any others were left out."""
+    if "spec_decode" not in traces or "accept_len_hist" not in traces:
+        raise ProjectionError("the run records no acceptance by position (no accept_len_hist column): nothing to project")
+    on = traces[traces["spec_decode"].astype(str) == "on"]
+    notes = []
+    synthetic = [c for c in on.columns if "synthetic" in c.lower()]
+    for col in synthetic:
+        flagged = on[col].notna() & (on[col].astype(str).str.strip().isin(["", "0", "False", "false", "nan"]) == False)  # noqa: E712
+        if flagged.any():
+            notes.append(f"{int(flagged.sum())} synthetic-acceptance row(s) left out: their acceptance is set, not measured")
+            on = on[~flagged]
+    if "lossless_ok" in on:
+        bad = on["lossless_ok"].astype(str).str.lower().isin(["false", "0"])
+        if bad.any():
+            notes.append(f"{int(bad.sum())} row(s) that failed the lossless check left out")
+            on = on[~bad]
+    has = on["accept_len_hist"].map(lambda v: sum(_floats(_text(v))) > 0)
+    on = on[has]
+    if on.empty:
+        raise ProjectionError("the run has no spec-on row with acceptance by position (accept_len_hist): nothing to project")
+    return on, notes
+
+
+def resolve_model(name: str, provenance: dict, search: list) -> Path | None:
+    """A model file by name: the path the run recorded, else a file of that name under `search`."""
+    for m in provenance.get("models", []):
+        if m.get("name") == name and m.get("path"):
+            p = Path(m["path"]).expanduser()
+            if p.is_file():
+                return p
+    for root in search:
+        root = Path(root).expanduser()
+        if (root / name).is_file():
+            return root / name
+        if root.is_dir():
+            for p in root.rglob(name):
+                return p
+    return None
+
+
+@dataclass
+class Projected:
+    device: Device
+    row: dict
+    costs: cost.StepCosts
+    tau: tuple
+    cost_error: float
+
+    @property
+    def speedup(self) -> float:
+        return cost.speedup(self.tau[0], self.costs)
+
+    @property
+    def interval(self) -> tuple:
+        one_c = 1.0 + self.costs.c
+        return self.tau[1] / (one_c * (1 + self.cost_error)), self.tau[2] / (one_c * max(1 - self.cost_error, 1e-9))
+
+
+def shapes_for(on, provenance: dict, search: list) -> dict:
+    names = set(on["target_model"].dropna().astype(str))
+    if "draft_model" in on:
+        ngram = on["drafter"].astype(str).str.startswith("ngram") if "drafter" in on else False
+        names |= {n for n in on.loc[~ngram, "draft_model"].dropna().astype(str) if n}
+    shapes = {}
+    for n in sorted(names):
+        path = resolve_model(n, provenance, search)
+        if path is None:
+            raise ProjectionError(f"model file {n} not found (not at the run's recorded path nor under "
+                                  f"{', '.join(map(str, search))}): give --models DIR")
+        shapes[n] = from_gguf(path)
+    return shapes
+
+
+def project_run(run_dir: Path, devices: list, search: list) -> tuple:
+    """(projections, notes) for every measured regime of the run on every device."""
+    from specnative.record.schema import TracesError
+    from specnative.report.advisor import load_traces
+
+    run_dir = Path(run_dir)
+    traces_path = run_dir / "traces.csv"
+    if not traces_path.is_file():
+        raise ProjectionError(f"{run_dir} has no traces.csv: not a run folder")
+    try:
+        traces = load_traces(traces_path)
+    except TracesError as error:
+        raise ProjectionError(str(error)) from None
+    on, notes = acceptance_rows(traces)
+    prov_path = run_dir / "provenance.json"
+    provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
+    shapes = shapes_for(on, provenance, search)
+    out = []
+    for _, row in on.iterrows():
+        hist = _floats(row["accept_len_hist"])
+        k = int(row["k"])
+        drafter = _text(row.get("drafter")) or "model"
+        draft_name = _text(row.get("draft_model"))
+        draft: ModelShape | None = None
+        if not drafter.startswith("ngram") and draft_name:
+            draft = shapes[draft_name]
+        own = int(_number(row.get("n_predict"))) + 32  # each sequence's own cells: prompt tail + output
+        for device in devices:
+            costs = cost.step_costs(shapes[str(row["target_model"])], device, k, int(row["concurrency"]),
+                                    int(row["ctx_len"]), own, draft)
+            out.append(Projected(device, dict(row), costs, tau_interval(hist),
+                                 float(device.extra.get("cost_error", DEFAULT_COST_ERROR))))
+    return out, notes
+
+
+COLUMNS = ["label", "device", "backend", "target_model", "quant_bits", "drafter", "k", "temperature", "concurrency",
+           "ctx_len", "accept_at_pos", "tau", "tau_lo", "tau_hi", "step_ms", "verify_ms", "draft_ms", "c", "c_draft",
+           "speedup", "speedup_lo", "speedup_hi", "cost_error", "measured_speedup_here"]
+
+
+def table(projections: list):
+    import pandas as pd
+
+    rows = []
+    for p in projections:
+        lo, hi = p.interval
+        rows.append({"label": LABEL, "device": p.device.name, "backend": p.device.backend,
+                     "target_model": p.row.get("target_model"), "quant_bits": p.row.get("quant_bits"),
+                     "drafter": _text(p.row.get("drafter")) or "model", "k": int(p.row["k"]),
+                     "temperature": p.row.get("temperature"), "concurrency": int(p.row["concurrency"]),
+                     "ctx_len": int(p.row["ctx_len"]), "accept_at_pos": p.row.get("accept_at_pos"),
+                     "tau": p.tau[0], "tau_lo": p.tau[1], "tau_hi": p.tau[2], "step_ms": p.costs.step_s * 1e3,
+                     "verify_ms": p.costs.verify_s * 1e3, "draft_ms": p.costs.draft_s * 1e3, "c": p.costs.c,
+                     "c_draft": p.costs.c_draft, "speedup": p.speedup, "speedup_lo": lo, "speedup_hi": hi,
+                     "cost_error": p.cost_error, "measured_speedup_here": p.row.get("speedup")})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def figure(df, stem: Path) -> list:
+    """Projected speedup against concurrency, one line per device (and context), interval bars."""
+    from matplotlib.figure import Figure
+
+    from specnative.report.figures import save
+
+    groups = list(df.groupby(["target_model", "drafter", "k", "temperature"], dropna=False))
+    fig = Figure(figsize=(6.4, 4.2 * max(len(groups), 1)))
+    axes = fig.subplots(max(len(groups), 1), 1, squeeze=False)[:, 0]
+    for ax, ((target, drafter, k, temp), g) in zip(axes, groups):
+        for (device, ctx), line in g.groupby(["device", "ctx_len"]):
+            line = line.groupby("concurrency", as_index=False)[["speedup", "speedup_lo", "speedup_hi"]].median()
+            x = line["concurrency"].to_numpy(float)
+            s = line["speedup"].to_numpy(float)
+            err = np.vstack([np.clip(s - line["speedup_lo"], 0, None), np.clip(line["speedup_hi"] - s, 0, None)])
+            ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=f"{device}, ctx {ctx}")
+        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel("speedup [projected]")
+        ax.set_title(f"{LABEL} {target}, {drafter} k={k} T={temp}", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{LABEL} speedup from the run's measured acceptance and modelled costs", fontsize=10)
+    fig.tight_layout()
+    return save(fig, stem)
+
+
+def markdown(df, notes: list, run_dir: Path) -> str:
+    lines = [f"# {LABEL} Speedup on other hardware", "",
+             f"{LABEL} From the measured acceptance of {run_dir.name} (tau per round, 95 % bootstrap interval over "
+             "rounds) and the cost model's step, verify and draft times per device. The interval also widens "
+             "1 + c by the device's cost error. These are projections, not measurements: see docs/projection.md "
+             "for when they hold.", ""]
+    lines += [f"{LABEL} note: {n}" for n in notes]
+    lines += ["", "| [projected] device | target | drafter | k | N | ctx | tau | step ms | c | speedup (interval) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for _, r in df.iterrows():
+        lines.append(f"| {LABEL} {r['device']} | {r['target_model']} | {r['drafter']} | {r['k']} | {r['concurrency']} | "
+                     f"{r['ctx_len']} | {r['tau']:.2f} | {r['step_ms']:.3g} | {r['c']:.2f} | "
+                     f"{r['speedup']:.2f} ({r['speedup_lo']:.2f}-{r['speedup_hi']:.2f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def write(run_dir: Path, out_dir: Path, devices: list, search: list) -> tuple:
+    """Projects the run and writes projection.csv, projection.md and the figure into out_dir (created
+    only once the projection succeeded); returns (dataframe, written paths)."""
+    projections, notes = project_run(run_dir, devices, search)
+    df = table(projections)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / "projection.csv", out_dir / "projection.md"]
+    df.to_csv(paths[0], index=False)
+    paths[1].write_text(markdown(df, notes, Path(run_dir)))
+    paths += figure(df, out_dir / "projection_speedup")
+    return df, notes, paths

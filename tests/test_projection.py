@@ -1,0 +1,162 @@
+"""The projection: model shapes, the cost model, the fit, the devices table and `specnative project`
+on tiny runs (labels, intervals, refusals that change no file)."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import pytest
+from synthetic_traces import PROVENANCE, grid_rows, off_row, write_run
+
+from specnative.cli import main as cli_main
+from specnative.models.tiny import write_tiny_llama
+from specnative.projection import cost, fit
+from specnative.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
+from specnative.projection.project import LABEL, tau_interval
+from specnative.projection.shape import from_config, from_gguf
+
+LLAMA_7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
+                intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("projection-models")
+    write_tiny_llama(d / "pt.gguf", n_embd=64, n_ff=128, n_layer=4)
+    write_tiny_llama(d / "pd.gguf", n_embd=64, n_ff=128, n_layer=2)
+    return d
+
+
+def tiny_run(tmp_path, models, rows=None):
+    rows = rows if rows is not None else grid_rows(target_model="pt.gguf", draft_model="pd.gguf")
+    for r in rows:
+        r["target_model"] = "pt.gguf"
+        if r["spec_decode"] == "on":
+            r["draft_model"] = "pd.gguf"
+    prov = dict(PROVENANCE, models=[])
+    return write_run(tmp_path / "run", rows, prov)
+
+
+def digest(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_shape_from_gguf_counts_every_tensor_byte(tiny_models):
+    import gguf
+
+    shape = from_gguf(tiny_models / "pt.gguf")
+    reader = gguf.GGUFReader(str(tiny_models / "pt.gguf"))
+    assert shape.total_bytes == sum(int(t.n_bytes) for t in reader.tensors)
+    assert (shape.n_layer, shape.n_embd, shape.n_vocab) == (4, 64, 1024)
+    assert shape.elements_of("layer") == 4 * (4 * 64 * 64 + 3 * 64 * 128)
+
+
+@pytest.mark.parametrize("weight_type, gib", [("F16", 12.55), ("Q8_0", 6.67), ("Q4_0", 3.56)])
+def test_shape_from_config_matches_llamacpp_file_sizes(weight_type, gib):
+    # llama.cpp's table lists LLaMA 7B at these sizes (llama-bench's GiB column)
+    assert from_config(LLAMA_7B, weight_type).total_bytes / 2**30 == pytest.approx(gib, abs=0.01)
+
+
+def test_verify_costs_little_on_a_bandwidth_bound_gpu_and_a_lot_on_a_cpu():
+    shape = from_config(LLAMA_7B, "Q4_0")
+    gpu, = resolve("h100-sxm")
+    cpu = Device("cpu", "cpu", "cpu", 20.0, {"float": 0.01, "legacy": 0.02, "kquant": 0.02}, threads=2)
+    on_gpu = cost.step_costs(shape, gpu, k=4)
+    on_cpu = cost.step_costs(shape, cpu, k=4)
+    assert on_gpu.verify_ratio < 1.3 < on_cpu.verify_ratio
+    assert cost.step_costs(shape, gpu, 4, ctx=32768).step_s > on_gpu.step_s  # KV reads grow with context
+    assert cost.step_costs(shape, gpu, 4, draft=None).c_draft == 0  # an n-gram lookup costs nothing
+
+
+def test_fit_recovers_parameters_it_generated():
+    shape = from_config(LLAMA_7B, "Q8_0")
+    truth = Device("d", "d", "metal", 400.0, {"float": 10.0}, bw_efficiency=0.7, compute_efficiency=0.4,
+                   overhead_layer_us=30.0)
+    obs = [fit.Observation("d", (lambda n: lambda d: cost.forward_s(shape, d, n))(n), cost.forward_s(shape, truth, n))
+           for n in (1, 2, 8, 64, 256, 512)]
+    start = Device("d", "d", "metal", 400.0, {"float": 10.0}, bw_efficiency=0.9, compute_efficiency=0.9,
+                   overhead_layer_us=5.0)
+    fitted, _ = fit.fit({"d": start}, [("d", "bw_efficiency"), ("d", "compute_efficiency"), ("d", "overhead_layer_us")], obs)
+    assert all(abs(e) < 0.01 for _, _, e in fit.errors(fitted, obs))
+    assert fitted["d"].compute_efficiency == pytest.approx(0.4, rel=0.05)
+
+
+def test_tau_interval_holds_the_iid_closed_form():
+    alpha, k = 0.7, 4
+    hist = [1000 * alpha ** j * (1 - alpha) for j in range(k)] + [1000 * alpha ** k]
+    tau, lo, hi = tau_interval(np.round(hist))
+    assert tau == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha), rel=0.01)
+    assert lo < tau < hi
+    _, lo_small, hi_small = tau_interval(np.round(np.array(hist) / 10))
+    assert hi_small - lo_small > hi - lo  # fewer rounds, wider interval
+
+
+def test_devices_table_sources_user_file_and_gpu_names(tmp_path):
+    table = load_devices()
+    assert {"m2", "m2-pro", "m2-max", "m2-ultra", "h100-sxm"} <= set(table)
+    assert all(d.source for d in table.values())
+    assert from_gpu_name("NVIDIA H100 80GB HBM3").name == "h100-sxm"
+    assert from_gpu_name("Some Other GPU") is None
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[lab-gpu]\nbackend = "cuda"\nmem_bw_gbs = 500\ntflops = { float = 50 }\nsource = "ours"\n'
+                    '[m2]\nbackend = "metal"\nmem_bw_gbs = 1\ntflops = { float = 1 }\n')
+    lab, m2 = resolve("lab-gpu,m2", mine)
+    assert lab.mem_bw_gbs == 500 and m2.mem_bw_gbs == 1  # the user's entries win
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[x]\nbackend = "tpu"\nmem_bw_gbs = 1\ntflops = { float = 1 }\n')
+    with pytest.raises(DeviceError, match="backend"):
+        resolve("x", bad)
+
+
+def test_project_labels_every_line_and_file_and_keeps_the_run(tmp_path, tiny_models, capsys):
+    run = tiny_run(tmp_path, tiny_models)
+    before = digest(run)
+    out = tmp_path / "proj"
+    rc = cli_main(["project", str(run), "--hardware", "m2,h100-sxm,rtx-4090", "--models", str(tiny_models),
+                   "-o", str(out)])
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0
+    assert printed and all(line.startswith(LABEL) for line in printed)
+    assert digest(run) == before  # traces.csv and provenance untouched
+    import pandas as pd
+
+    df = pd.read_csv(out / "projection.csv")
+    assert set(df["label"]) == {LABEL}
+    assert set(df["device"]) == {"m2", "h100-sxm", "rtx-4090"} and len(df) == 3 * 6
+    assert (df["speedup_lo"] <= df["speedup"]).all() and (df["speedup"] <= df["speedup_hi"]).all()
+    # the interval holds tau's interval widened by the cost error
+    row = df.iloc[0]
+    assert row["speedup_lo"] == pytest.approx(row["tau_lo"] / ((1 + row["c"]) * (1 + row["cost_error"])), rel=1e-6)
+    assert row["tau"] == pytest.approx((1 - 0.8 ** 5) / 0.2, rel=0.01)
+    md = (out / "projection.md").read_text()
+    assert all(LABEL in line for line in md.splitlines() if line.startswith("|") and "---" not in line)
+    assert (out / "projection_speedup.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("case", ["unknown-hardware", "no-alpha", "no-model"])
+def test_project_refuses_in_one_line_and_writes_nothing(tmp_path, tiny_models, capsys, case):
+    rows = grid_rows()
+    if case == "no-alpha":
+        rows = [r for r in rows if r["spec_decode"] == "off"] + [
+            dict(r, accept_len_hist="", accept_at_pos="") for r in rows if r["spec_decode"] == "on"]
+    run = tiny_run(tmp_path, tiny_models, rows)
+    before = digest(tmp_path)
+    args = ["project", str(run), "--hardware", "m9" if case == "unknown-hardware" else "m2", "-o", str(tmp_path / "proj")]
+    if case != "no-model":
+        args += ["--models", str(tiny_models)]
+    assert cli_main(args) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert {"unknown-hardware": "unknown hardware", "no-alpha": "acceptance by position",
+            "no-model": "not found"}[case] in captured.err
+    assert digest(tmp_path) == before and not (tmp_path / "proj").exists()
+
+
+def test_prefill_and_decode_rate_are_consistent():
+    shape = from_config(LLAMA_7B, "Q4_0")
+    dev, = resolve("m2-max")
+    assert cost.decode_rate(shape, dev, 128) == pytest.approx(1 / cost.forward_s(shape, dev, 1, 1, 64), rel=0.05)
+    assert 512 / cost.prefill_s(shape, dev, 512) > 5 * cost.decode_rate(shape, dev)
+    assert not math.isnan(cost.speedup(2.0, cost.step_costs(shape, dev, 4)))
+    assert off_row()["spec_decode"] == "off"

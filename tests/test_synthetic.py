@@ -1,0 +1,129 @@
+"""Synthetic acceptance: drafts kept at random at requested per-position rates (llama.cpp's
+--spec-synth-rates / --spec-synth-len conventions), with the real drafter, verify and rollback."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import PROMPTS, check_counts
+from scipy.stats import binom
+
+from specnative import lossless, synthetic, theory
+from specnative.serving import arrivals
+from specnative.serving.loop import serve
+
+PROFILES = ["0.6", "rates:0.95/0.8/0.6/0.45/0.3/0.2/0.1/0.05", "len:2.5"]
+NGRAM_OPTIONS = {"spec-ngram-simple-size-n": 1, "spec-ngram-simple-size-m": 4}
+
+
+def within_binomial_bounds(totals, rates, level_family=0.99):
+    """Per draft position, accepted_at within the binomial interval of its drafted_at rounds at the
+    requested unconditional rate; the family of positions at `level_family` (Bonferroni)."""
+    level = 1.0 - (1.0 - level_family) / len(rates)
+    for i, rate in enumerate(rates):
+        n, got = int(totals["drafted_at"][i]), int(totals["accepted_at"][i])
+        low, high = binom.interval(level, n, rate)
+        assert n > 100, f"position {i + 1}: only {n} rounds drafted it"
+        assert low <= got <= high, f"position {i + 1}: {got}/{n} accepted, requested rate {rate:.3f} " \
+                                   f"(bounds {low:.0f}..{high:.0f})"
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+@pytest.mark.parametrize("text", PROFILES)
+def test_realised_acceptance_per_position_matches_the_request(copy_engine, text, k):
+    profile = synthetic.parse_profile(text)
+    if profile.kind == "len" and profile.values[0] > k + 1:
+        pytest.skip("length beyond k + 1")
+    result = copy_engine.generate(PROMPTS + ["A B C"], n_predict=320, spec=True, k=k, synthetic=profile,
+                                  stop_at_eos=False, seed=3)
+    check_counts(result, k)
+    within_binomial_bounds(result.totals, profile.rates(k))
+
+
+def test_a_plain_alpha_is_the_per_token_rate_and_len_the_mean_acceptance_length():
+    assert synthetic.parse_profile("0.5").rates(3) == pytest.approx([0.5, 0.25, 0.125])
+    assert synthetic.parse_profile("0.5").conditional(3) == pytest.approx([0.5, 0.5, 0.5])
+    length = synthetic.parse_profile("len:2.5")
+    assert length.mean_length(4) == pytest.approx(2.5)
+    p = length.conditional(4)
+    assert max(p) - min(p) < 1e-9  # one constant conditional rate, as llama.cpp solves it
+    rates = synthetic.parse_profile("rates:0.9/0.6/0.3/0")
+    assert rates.conditional(4) == pytest.approx([0.9, 2 / 3, 0.5, 0.0])
+    assert synthetic.parse_profile("len:1").rates(2) == [0.0, 0.0]
+    assert synthetic.parse_profile("len:5").rates(4) == pytest.approx([1.0] * 4)
+    # the profile's alpha: the i.i.d. alpha with its expected tokens per round
+    assert theory.expected_tokens_per_round(rates.alpha(4), 4) == pytest.approx(rates.mean_length(4))
+
+
+@pytest.mark.parametrize("text, words", [
+    ("nan", "finite"), ("inf", "finite"), ("1.2", "within [0, 1]"), ("-0.1", "within [0, 1]"),
+    ("rates:0.5/0.7", "must not increase"), ("rates:0.9/nan", "finite"), ("rates:0.9/1.5", "within [0, 1]"),
+    ("rates:0.9//0.5", "rates:r1/r2"), ("len:0.5", ">= 1"), ("len:nan", "finite"), ("often", "not a number")])
+def test_invalid_profiles_are_refused_with_a_clear_message(text, words):
+    with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+        synthetic.parse_profile(text)
+
+
+def test_invalid_synthetic_runs_raise_python_errors(copy_engine):
+    kw = dict(n_predict=8, spec=True)
+    with pytest.raises(ValueError, match="k = 4 needs one per draft position"):
+        copy_engine.generate(PROMPTS, k=4, synthetic="rates:0.9/0.5", **kw)
+    with pytest.raises(ValueError, match="over k \\+ 1"):
+        copy_engine.generate(PROMPTS, k=2, synthetic="len:4", **kw)
+    with pytest.raises(ValueError, match="must not increase"):
+        copy_engine.generate(PROMPTS, k=2, synthetic="rates:0.2/0.9", **kw)
+    with pytest.raises(ValueError, match="speculative runs"):
+        copy_engine.generate(PROMPTS, n_predict=8, synthetic="0.5")
+    # the core checks what reaches it too (no abort on a bad vector)
+    prompts = [copy_engine.tokenize(p).tolist() for p in PROMPTS]
+    for bad in ([0.5, float("nan")], [0.5, 1.5], [0.5]):
+        with pytest.raises(ValueError, match="synthetic acceptance"):
+            copy_engine._core.generate(prompts, n_predict=8, temperature=0.0, seed=0, spec=True, k=2,
+                                       accept_rule="greedy", stop_at_eog=True, record_margins=False,
+                                       synthetic=bad)
+
+
+def test_a_rejection_emits_the_target_token_and_rolls_back_like_a_real_round(copy_engine, copy_pair):
+    """With an exact-copy draft every draft is the target's token, so any keep/reject pattern emits the
+    target's own output: the synthetic run must reproduce the baseline and leave a consistent cache."""
+    base = copy_engine.generate(PROMPTS, n_predict=40)
+    for text in ("0.3", "rates:0.9/0.9/0.2/0.1"):
+        run = copy_engine.generate(PROMPTS, n_predict=40, spec=True, k=4, synthetic=text)
+        assert run.totals["rejected"] > 0 and run.totals["accepted"] > 0
+        for s, tokens in enumerate(run.tokens):
+            assert np.array_equal(tokens, base.tokens[s])
+            prompt_len = len(copy_engine.tokenize(PROMPTS[s]))
+            assert copy_engine._core.cache_extent(s) == prompt_len + len(tokens) - 1
+
+
+@pytest.mark.parametrize("drafter", ["model", "ngram-simple"])
+def test_every_drafter_family_runs_synthetic_and_counts_stay_exact(noisy_engine, drafter):
+    options = NGRAM_OPTIONS if drafter != "model" else None
+    run = noisy_engine.generate(PROMPTS, n_predict=48, spec=True, k=3, drafter=drafter, drafter_options=options,
+                                synthetic="0.8", temperature=0.7, accept_rule="rejection", seed=5)
+    check_counts(run, 3)
+    assert run.totals["drafted"] > 0
+    again = noisy_engine.generate(PROMPTS, n_predict=48, spec=True, k=3, drafter=drafter, drafter_options=options,
+                                  synthetic="0.8", temperature=0.7, accept_rule="rejection", seed=5)
+    assert all(np.array_equal(a, b) for a, b in zip(run.tokens, again.tokens))  # seeded: repeatable
+
+
+def test_serve_takes_a_synthetic_profile(noisy_engine):
+    prompts = [noisy_engine.tokenize(t).tolist() for t in PROMPTS]
+    trace = arrivals.build_trace(prompts, [60, 60, 60], float("inf"), 6, seed=2)
+    run = serve(noisy_engine, trace, max_concurrency=3, spec=True, k=3, synthetic="rates:0.9/0.5/0.2")
+    totals = run.totals
+    rates = np.asarray(totals["accepted_at"]) / np.asarray(totals["drafted_at"])
+    assert np.all(np.abs(rates - [0.9, 0.5, 0.2]) < 0.12), rates
+    assert not math.isnan(run.draft_accept_rate)
+    with pytest.raises(ValueError, match="within"):
+        serve(noisy_engine, trace, max_concurrency=3, spec=True, k=3, synthetic="1.5")
+
+
+def test_synthetic_output_is_not_passed_off_as_lossless(noisy_engine):
+    """The noisy draft kept at random: the output parts from the target's, and the ordinary verdict
+    would call that a failure: synthetic runs get no lossless check at all (rows say 'synthetic')."""
+    base = noisy_engine.generate(PROMPTS, n_predict=32)
+    run = noisy_engine.generate(PROMPTS, n_predict=32, spec=True, k=4, synthetic="0.95")
+    assert lossless.first_divergence(base.tokens, run.tokens)[0] >= 0
