@@ -6,13 +6,18 @@ sequence, greedy, the same files, prompts and tree settings:
 Theirs: llama-speculative -m T -md D -np B --draft-p-split P --spec-draft-n-max N --temp 0.
 Ours:   generate(spec=True, draft_shape="tree:branches=B,p_split=P,budget=N") at temperature 0, and
         the same with p_split=1 (never split), the tree llama-speculative actually drafts at
-        --temp 0 (below).
+        --temp 0 (below), for as many tokens as theirs emitted: then the rounds and accepted counts
+        are the same, and only the last round's levels differ (ours drafts no deeper than the tokens
+        left).
 
 Writes bench/results/trees/peer-<target>.json (--out elsewhere) and prints a table.
 
 What the two count: llama-speculative's n_drafted counts draft decode steps (one per level of
 the tree, whatever the number of branches), n_accept the accepted tokens, n_predict every emitted
-token; it stops after the round that passes -n, so it may emit a few more tokens. Ours counts
+token; it stops after the round that passes -n, so it may emit a few more tokens, and its first
+token (from the prompt's logits) is a round of its own without a draft (left out of its rounds
+here). Texts are compared without leading or trailing white space (the first token's
+detokenization differs by a space). Ours counts
 drafted nodes, accepted tokens and rounds, and stops at -n exactly. So the table puts the
 per-round quantities side by side: levels drafted per round, accepted per round, and the texts
 over their common length.
@@ -56,8 +61,12 @@ def theirs(tool, target, draft, prompt, n, branches, p_split, budget, threads) -
     cmd = [str(tool), "-m", str(target), "-md", str(draft), "-p", prompt, "-n", str(n), "--temp", "0",
            "-np", str(branches), "--draft-p-split", str(p_split), "--spec-draft-n-max", str(budget),
            "-t", str(threads), "-c", "4096", "--swa-full", "--seed", "1"]
-    p = run_tool(cmd)
-    both = p.stdout + "\n" + p.stderr
+    for attempt in range(1, 11):  # now and then (often, here) it ends without its closing statistics (exit 0): retried
+        p = run_tool(cmd)
+        both = p.stdout + "\n" + p.stderr
+        if re.search(r"n_accept\s*=", both):
+            break
+        log(f"  llama-speculative ended without its statistics (attempt {attempt}); retrying")
 
     def grab(name):
         m = re.search(rf"{name}\s*=\s*(\d+)", both)
@@ -68,10 +77,12 @@ def theirs(tool, target, draft, prompt, n, branches, p_split, budget, threads) -
     emitted, levels, accepted = grab("n_predict"), grab("n_drafted"), grab("n_accept")
     i = p.stdout.find(prompt)
     text = p.stdout[i + len(prompt):] if i >= 0 else p.stdout
-    rounds = emitted - accepted  # each round emits its accepted tokens and one target token
+    # each round emits its accepted tokens and one target token; its first token (from the prompt's
+    # logits) is a round of its own without a draft: left out, as ours takes it from the prefill
+    rounds = emitted - accepted - 1
     return {"emitted": emitted, "levels": levels, "accepted": accepted, "rounds": rounds,
             "levels_per_round": levels / rounds if rounds else float("nan"),
-            "accepted_per_round": accepted / rounds if rounds else float("nan"), "text": text.strip("\n")}
+            "accepted_per_round": accepted / rounds if rounds else float("nan"), "text": text.strip()}
 
 
 def ours(engine, prompt, n, shape) -> dict:
@@ -84,7 +95,7 @@ def ours(engine, prompt, n, shape) -> dict:
             "levels_per_round": levels / rounds if rounds else float("nan"),
             "nodes_per_round": int(t["drafted"]) / rounds if rounds else float("nan"),
             "accepted_per_round": int(t["accepted"]) / rounds if rounds else float("nan"),
-            "text": r.texts[0]}
+            "text": r.texts[0].strip()}
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -119,7 +130,8 @@ def main(argv=None) -> int:
         for name, prompt in PROMPTS.items():
             log(f"{name}")
             theirs_run = theirs(tool, a.target, a.draft, prompt, a.n, a.branches, a.p_split, a.budget, a.threads)
-            same = ours(engine, prompt, a.n, unsplit)
+            # as many tokens as theirs emitted: the same rounds, the last one drafted only as deep as needed
+            same = ours(engine, prompt, theirs_run["emitted"], unsplit)
             split = ours(engine, prompt, a.n, shape)
             for run in (same, split):
                 run["text_agrees_chars"] = common_prefix(run["text"], theirs_run["text"])
