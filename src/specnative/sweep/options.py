@@ -363,7 +363,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--draft-p-min has duplicates")
     if any(p > 0 for p in args.draft_p_min) and "model" not in args.drafter:
         errors.append("--draft-p-min applies to the draft model: add --drafter model")
-    trees = [shape for shape in args.draft_shape if shape != "chain"]
+    trees = [shape for shape in getattr(args, "draft_shape", ["chain"]) if shape != "chain"]  # serve: chains
     if trees and "model" not in args.drafter:
         errors.append("--draft-shape: draft trees are drafted by the draft model: add --drafter model")
     if errors:
@@ -404,7 +404,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
         check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
-        draft_shapes=args.draft_shape,
+        draft_shapes=getattr(args, "draft_shape", ["chain"]),
         dist_positions=args.dist_positions,
         drafter_files=drafter_files,
         command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
