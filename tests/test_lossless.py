@@ -376,6 +376,9 @@ def test_a_float16_target_is_not_failed_on_rounding_its_control_did_not_see(mode
     on = schema.read_traces(out / "traces.csv").query("spec_decode == 'on'").iloc[0]
     assert on["verdict"] != "fail", on["verdict_reason"]
     assert on["noise_tolerance"] > 0 and on["speedup"] > 0
+    import json
+    noise = json.loads((out / "provenance.json").read_text())["noise_control"]
+    assert noise and all(entry["tolerance"] > 0 for entry in noise.values())  # the record shows the floor too
 
 
 class LayoutEngine(FakeEngine):

@@ -11,10 +11,10 @@ from synthetic_traces import PROVENANCE, grid_rows, off_row, write_run
 
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama
-from specnative.projection import cost, fit
-from specnative.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
-from specnative.projection.project import LABEL, tau_interval
-from specnative.projection.shape import from_config, from_gguf
+from specnative.report.projection import cost, fit
+from specnative.report.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
+from specnative.report.projection.project import LABEL, tau_interval
+from specnative.report.projection.shape import from_config, from_gguf
 
 LLAMA_7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                 intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False)
@@ -160,3 +160,39 @@ def test_prefill_and_decode_rate_are_consistent():
     assert 512 / cost.prefill_s(shape, dev, 512) > 5 * cost.decode_rate(shape, dev)
     assert not math.isnan(cost.speedup(2.0, cost.step_costs(shape, dev, 4)))
     assert off_row()["spec_decode"] == "off"
+
+
+def test_cpu_rates_by_type_and_the_gemv_to_gemm_switch():
+    shape = from_config(LLAMA_7B, "Q4_0")
+    cpu = Device("cpu", "cpu", "cpu", 10.0, {"float": 0.01, "legacy": 0.01, "Q4_0": 0.04}, threads=1,
+                 batched_bw_efficiency=0.25)
+    assert cpu.rate("legacy", 1, "Q4_0") == 4 * cpu.rate("legacy", 1, "Q5_0")  # a type's own kernel wins
+    one, two = cost.forward(shape, cpu, 1), cost.forward(shape, cpu, 2)
+    assert two.weights_s > 3 * one.weights_s  # from two rows on, the tiled paths re-stream the weights
+    assert cpu.with_threads(2).bandwidth == 2 * cpu.bandwidth  # per-thread streaming
+
+
+def test_project_leaves_out_synthetic_acceptance_rows(tmp_path, tiny_models, capsys):
+    rows = grid_rows()
+    rows += [dict(r, synthetic_acceptance="0.9", lossless_ok="", cell_id=r["cell_id"] + "-synthetic")
+             for r in rows if r["spec_decode"] == "on"][:2]
+    run = tiny_run(tmp_path, tiny_models, rows)
+    assert cli_main(["project", str(run), "--hardware", "m2", "--models", str(tiny_models), "-o", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "2 synthetic-acceptance row(s) left out" in out
+    import pandas as pd
+
+    assert len(pd.read_csv(tmp_path / "p" / "projection.csv")) == 6  # the six measured regimes only
+
+
+# llama.cpp's Apple-silicon table (discussion #4167), LLaMA 7B tg128 t/s: F16, Q8_0, Q4_0
+M2_TG128 = {"m2": (6.72, 12.21, 21.91), "m2-pro": (12.47, 22.70, 37.87), "m2-max": (24.16, 39.97, 60.99),
+            "m2-ultra": (39.86, 62.14, 88.64)}
+
+
+@pytest.mark.parametrize("device", sorted(M2_TG128))
+def test_shipped_m2_devices_predict_the_published_decode_rates(device):
+    dev, = resolve(device)
+    for weight_type, published in zip(("F16", "Q8_0", "Q4_0"), M2_TG128[device]):
+        predicted = cost.decode_rate(from_config(LLAMA_7B, weight_type), dev, 128)
+        assert abs(predicted / published - 1) < 0.25, (device, weight_type, predicted, published)

@@ -9,7 +9,8 @@ import pytest
 from conftest import PROMPTS, check_counts
 from scipy.stats import binom
 
-from specnative import lossless, synthetic, theory
+from specnative import lossless, theory
+from specnative.engine import synthetic
 from specnative.serving import arrivals
 from specnative.serving.loop import serve
 
@@ -127,3 +128,127 @@ def test_synthetic_output_is_not_passed_off_as_lossless(noisy_engine):
     base = noisy_engine.generate(PROMPTS, n_predict=32)
     run = noisy_engine.generate(PROMPTS, n_predict=32, spec=True, k=4, synthetic="0.95")
     assert lossless.first_divergence(base.tokens, run.tokens)[0] >= 0
+
+
+# ---- the sweep and serve axis, the verdict and the break-even report -----------------------------
+@pytest.fixture(scope="module")
+def synthetic_sweep(noisy_pair, tmp_path_factory):
+    from conftest import TEST_NGL
+
+    from specnative.sweep import SweepConfig, run_sweep
+    target, draft = noisy_pair
+    out = tmp_path_factory.mktemp("synthetic-sweep")
+    cfg = SweepConfig(targets=[target], draft=draft, ctx_lens=[0], concurrencies=[2], ks=[3], n_predict=24,
+                      warmup=0, repeats=2, max_repeats=2, threads=1, gpu_layers=TEST_NGL, out_dir=out,
+                      synthetic=synthetic.parse_profiles("0.3,rates:0.95/0.9/0.8,len:3.5"))
+    run_sweep(cfg)
+    from specnative.report.summary import write_report
+    write_report(out)
+    return out
+
+
+def test_synthetic_rows_have_their_own_verdict_and_columns(synthetic_sweep):
+    from specnative.record import schema
+    frame = schema.read_traces(synthetic_sweep / "traces.csv")
+    synth = schema.synthetic_rows(frame)
+    real = schema.real_rows(frame)
+    assert len(real) == 2 and sorted(real["spec_decode"]) == ["off", "on"] and real["lossless_ok"].all()
+    assert sorted(synth["synthetic_acceptance"]) == sorted(["0.3", "rates:0.95/0.9/0.8", "len:3.5"])
+    assert (synth["verdict"] == "synthetic").all() and synth["lossless_ok"].isna().all()
+    assert (synth["spec_decode"] == "on").all() and (synth["k"] == 3).all()
+    assert synth["cell_id"].str.endswith(tuple(f"|k3|synthetic={t}" for t in synth["synthetic_acceptance"])).all()
+    row = synth[synth["synthetic_acceptance"] == "rates:0.95/0.9/0.8"].iloc[0]
+    assert row["synthetic_rates"] == "0.9500;0.9000;0.8000"
+    assert row["synthetic_alpha"] > 0.9 and row["speedup_ci_low"] <= row["speedup"] <= row["speedup_ci_high"]
+    assert synth.set_index("synthetic_acceptance").loc["0.3", "synthetic_alpha"] == pytest.approx(0.3)
+    # paired with the cell's own off runs: the same tps_baseline as the real on row
+    assert (synth["tps_baseline"] == real[real["spec_decode"] == "on"]["tps_baseline"].iloc[0]).all()
+
+
+def test_the_report_keeps_synthetic_rows_out_of_verdicts_and_gives_the_break_even(synthetic_sweep):
+    import pandas as pd
+    summary = (synthetic_sweep / "summary.md").read_text()
+    answer = summary.split("## The answer", 1)[1].split("\n## ", 1)[0]
+    assert "Lossless verdicts of the 1 speculative cells: 1 exact" in answer or "1 speculative cell" in answer
+    assert "Which alpha would pay (synthetic acceptance; never lossless" in answer
+    assert "## Which alpha would pay: break-even per regime" in summary
+    advice = pd.read_csv(synthetic_sweep / "advice.csv")
+    assert len(advice) == 1  # one regime: the synthetic rows are no regimes of their own
+    assert advice["alpha_star"].notna().all() and advice["real_alpha"].between(0, 1).all()  # beside the decision
+    table = pd.read_csv(synthetic_sweep / "break_even.csv")
+    assert len(table) == 1 and table["points"].iloc[0] == 3 and table["repeats"].iloc[0] == 2
+    row = table.iloc[0]
+    assert row["alpha_star"] == pytest.approx(theory.break_even_alpha(3, row["c"])) or math.isinf(row["alpha_star"])
+    assert 0 <= row["real_alpha"] <= 1
+    assert (synthetic_sweep / "break_even.png").is_file()
+
+
+def test_a_run_without_the_axis_says_how_to_ask_for_it(noisy_pair, tmp_path):
+    from specnative.report import break_even
+    from specnative.report.summary import write_report
+    from specnative.sweep import SweepConfig, run_sweep
+    target, draft = noisy_pair
+    cfg = SweepConfig(targets=[target], draft=draft, ctx_lens=[0], concurrencies=[1], ks=[2], n_predict=8,
+                      warmup=0, repeats=1, max_repeats=1, threads=1, out_dir=tmp_path / "run", report=False)
+    run_sweep(cfg)
+    summary = write_report(tmp_path / "run").read_text()
+    assert break_even.HOW_TO_ASK in summary and not (tmp_path / "run" / "break_even.csv").exists()
+
+
+def test_the_closed_form_break_even_inverts_the_expected_tokens():
+    for k, c in ((4, 1.3), (2, 0.2), (8, 3.0)):
+        a = theory.break_even_alpha(k, c)
+        assert theory.predicted_speedup(a, k, c) == pytest.approx(1.0, abs=1e-8)
+    assert theory.break_even_alpha(4, 4.5) == math.inf  # even alpha 1 gives 5 < 5.5 tokens per round
+    assert theory.break_even_alpha(4, -0.1) == 0.0
+    reach = [1.0, 0.5, 0.25]
+    a = theory.break_even_alpha(3, 0.6, reach)
+    assert theory.predicted_speedup_lengths(a, reach, 0.6) == pytest.approx(1.0, abs=1e-8)
+
+
+def test_sweep_and_serve_flags_refuse_bad_profiles(capsys):
+    from specnative.cli import main
+    for argv in (["sweep", "--synthetic-acceptance", "0.5,1.5"], ["serve", "--synthetic-acceptance", "rates:0.2/0.5"],
+                 ["sweep", "-k", "4", "--synthetic-acceptance", "rates:0.9/0.8"]):
+        with pytest.raises(SystemExit) as refused:
+            main(argv)
+        said = capsys.readouterr().err + str(refused.value.code)  # argparse prints; the flag checks raise
+        assert "synthetic acceptance" in said, said
+
+
+def test_the_llama_server_peer_gets_the_same_per_position_rates():
+    import argparse
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from peerkit import serve_table
+    from peerkit import server as srv
+    a = argparse.Namespace(threads=1, n_batch=512, flash_attn="off", ngl=0)
+    serve = {"drafter": "model", "k": 3, "max_concurrency": 2, "synthetic_acceptance": ["0.5"]}
+    on = serve_table.replay_cmd({srv.NAME: "/opt/llama-server"}, {"target": "t.gguf", "draft": "d.gguf"}, serve, True,
+                                1024, a)
+    off = serve_table.replay_cmd({srv.NAME: "/opt/llama-server"}, {"target": "t.gguf", "draft": "d.gguf"}, serve, False,
+                                 1024, a)
+    assert on[on.index("--spec-synth-rates") + 1] == "0.5,0.25,0.125" and "--spec-synth-rates" not in off
+
+
+def test_serve_replays_each_level_with_the_profiles_and_reports_alpha_star_per_rate(noisy_pair, tmp_path):
+    from specnative.cli import main
+    from specnative.record import schema
+    target, draft = noisy_pair
+    out = tmp_path / "serve"
+    argv = ["serve", "-m", str(target), "-md", str(draft), "--request-rate", "inf", "--max-concurrency", "2",
+            "--num-requests", "4", "-r", "2", "-n", "8", "-k", "3", "-t", "1", "--synthetic-acceptance", "0.5,0.9",
+            "-o", str(out)]
+    assert main(argv) == 0
+    rows = schema.read_traces(out / "traces.csv")
+    synth, real = schema.synthetic_rows(rows), schema.real_rows(rows)
+    assert len(real) == 2 * 2 and len(synth) == 2 * 2  # seeds x (off, on) and seeds x profiles
+    assert (synth["verdict"] == "synthetic").all() and synth["lossless_ok"].isna().all() and real["lossless_ok"].all()
+    assert synth["cell_id"].str.contains("/synthetic=").all()
+    for _, row in synth.iterrows():  # paired with the same trace's off run
+        off = real[(real["seed"] == row["seed"]) & (real["spec_decode"] == "off")].iloc[0]
+        assert row["tps_baseline"] == pytest.approx(off["tps"]) and row["trace_sha256"] == off["trace_sha256"]
+    summary = (out / "summary.md").read_text()
+    section = summary.split("## Which alpha would pay under load", 1)[1].split("\n## ", 1)[0]
+    assert "| inf |" in section and "alpha*" in section

@@ -96,8 +96,10 @@ def ours_runner(engine, cfg) -> Callable[[bool, list], dict]:
     from specnative.engine.engine import decoding_ms
     from specnative.serving.runner import replay
 
+    profile = cfg.synthetic[0] if getattr(cfg, "synthetic", []) else None  # the spec-on side kept at random
+
     def run(spec: bool, trace: list) -> dict:
-        r = replay(engine, trace, cfg, spec)
+        r = replay(engine, trace, cfg, spec, synthetic=profile if spec else None)
         decoding = decoding_ms(r.times)
         drafted, accepted = (int(r.totals["drafted"]), int(r.totals["accepted"])) if r.speculative else (0, 0)
         return {**r.summary, "drafted": drafted, "accepted": accepted,

@@ -184,6 +184,9 @@ def comparable(cfg):
         raise SystemExit("error: the draft model's comparison needs -md/--draft (or an n-gram --drafter)")
     if cfg.drafter in HIDDEN and cfg.drafter != "mtp" and cfg.draft is None:
         raise SystemExit(f"error: the {cfg.drafter} comparison needs its drafter file as -md/--draft")
+    if len(getattr(cfg, "synthetic", [])) > 1 or (getattr(cfg, "synthetic", []) and cfg.drafter != "model"):
+        raise SystemExit("error: the comparison takes one --synthetic-acceptance profile, with the draft model "
+                         "(llama-server's --spec-synth-rates holds one per-position profile of k rates)")
     if cfg.placement:
         raise SystemExit(f"error: placement flags ({', '.join(cfg.placement)}) are not passed to llama-server; "
                          f"compare with the defaults")
@@ -193,7 +196,8 @@ def comparable(cfg):
 def server_record(cfg) -> dict:
     """What replay_cmd needs of the serving settings (provenance.json's 'serve' names)."""
     return {"drafter": cfg.drafter, "k": cfg.k, "max_concurrency": cfg.max_concurrency,
-            "drafter_options": dict(cfg.drafter_options)}
+            "drafter_options": dict(cfg.drafter_options),
+            "synthetic_acceptance": [p.text for p in getattr(cfg, "synthetic", [])]}
 
 
 # llama.cpp's hidden-state drafters, served by llama-server with --spec-type draft-<name>
@@ -250,6 +254,15 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
     drafter and the options it ran with, passed under llama.cpp's own flag names. For ngram-simple
     the draft length is its size-m (llama.cpp's n-gram drafters ignore --spec-draft-n-max; it is
     passed for the record, as k)."""
+    cmd = _replay_cmd(tools, models, serve, spec, n_ctx, a)
+    if spec and serve.get("synthetic_acceptance"):  # the same per-position rates, llama.cpp's benchmarking mode
+        from specnative.engine import synthetic
+        rates = synthetic.parse_profile(serve["synthetic_acceptance"][0]).rates(int(serve["k"]))
+        cmd += ["--spec-synth-rates", ",".join(f"{r:.6g}" for r in rates)]
+    return cmd
+
+
+def _replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a) -> list:
     drafter, k, n_par = serve.get("drafter", "model"), serve["k"], serve["max_concurrency"]
     # swa_full: our engine keeps the whole SWA cache (rollback); a no-op on models without SWA
     if not spec or drafter == "model":
@@ -277,7 +290,8 @@ def replay_cmd(tools: dict, models: dict, serve: dict, spec: bool, n_ctx: int, a
 # The run
 # ---------------------------------------------------------------------------------------------
 def default_out(cfg, backend: str) -> Path:
-    return RESULTS / "serving-parity" / f"{cfg.target.stem}-{cfg.drafter}-{backend.lower()}"
+    tag = "-synthetic" if getattr(cfg, "synthetic", []) else ""
+    return RESULTS / "serving-parity" / f"{cfg.target.stem}-{cfg.drafter}{tag}-{backend.lower()}"
 
 
 def measure_both(cfg, replays: list, tools: dict, a, out: Path) -> dict:

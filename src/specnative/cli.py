@@ -166,7 +166,7 @@ def models_main(argv: list[str] | None = None) -> int:
 
 
 def project_main(argv: list[str] | None = None) -> int:
-    from specnative.projection import cli
+    from specnative.report.projection import cli
 
     return cli.main(argv)
 

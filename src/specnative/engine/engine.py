@@ -13,7 +13,8 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from specnative import _core, synthetic
+from specnative import _core
+from specnative.engine import synthetic
 from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
 from specnative.engine.draft_shape import DraftShape
@@ -386,7 +387,7 @@ class Engine:
         context's length (the sweep passes ctx_len); each sequence's own prompt is then prefilled on
         every call, even where one sequence's whole prompt is the common prefix. None: the prompts'
         whole common prefix.
-        synthetic (spec only): a synthetic acceptance profile (specnative.synthetic: a Profile or its
+        synthetic (spec only): a synthetic acceptance profile (specnative.engine.synthetic: a Profile or its
         text, e.g. "0.7", "rates:0.9/0.7/0.5/0.3", "len:2.5"): the drafter drafts and the target
         verifies as usual, but each draft is kept by a seeded draw at the profile's rate instead of
         by the rule; the first rejected position emits the target's own token there. Benchmarking

@@ -2,6 +2,8 @@
 of every measured cell."""
 from __future__ import annotations
 
+import math
+
 from specnative.lossless.noise import SAFETY
 from specnative.lossless.verdicts import VERDICTS
 
@@ -23,4 +25,8 @@ def record_noise(summary: dict, target_name: str, backend: str, on_rows: list[di
         entry["flips"] += int(row["noise_flips"])
         entry["cells"] += 1
         entry["verdicts"][row["verdict"]] = entry["verdicts"].get(row["verdict"], 0) + 1
-    entry["tolerance"] = SAFETY * entry["max_spread"]
+        used = float(row.get("noise_tolerance") or 0.0)  # a verdict's own, floored (noise.float_floor)
+        if math.isfinite(used):
+            entry["max_verdict_tolerance"] = max(entry.get("max_verdict_tolerance", 0.0), used)
+    # never shown below what a verdict used: a control of 0 leaves the float floor, not 0
+    entry["tolerance"] = max(SAFETY * entry["max_spread"], entry.get("max_verdict_tolerance", 0.0))

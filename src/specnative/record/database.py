@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -236,6 +237,8 @@ def _connect(db_path, create: bool, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.
     try:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                _create_complete(path, timeout)
         # isolation_level None: transactions are begun and ended here, explicitly
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
     except (sqlite3.Error, OSError) as error:
@@ -267,6 +270,30 @@ def _connect(db_path, create: bool, timeout: float = BUSY_TIMEOUT_S) -> sqlite3.
         if isinstance(error, DatabaseError):
             raise
         raise DatabaseError(f"{path}: not a readable SQLite database ({error})") from None
+
+
+def _create_complete(path: Path, timeout: float) -> None:
+    """A new database appears whole or not at all: its schema is built in a hidden file beside it and
+    linked into place. A writer killed while creating it then never leaves an empty file behind, which
+    readers would refuse as not a results database."""
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.new")
+    conn = sqlite3.connect(scratch, timeout=timeout, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        _ensure_schema(conn, path)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    try:
+        os.link(scratch, path)
+    except FileExistsError:
+        pass  # another writer created it first, just as complete
+    except OSError:
+        pass  # no hard links on this file system: the connection below creates it in place
+    finally:
+        for leftover in (scratch, *(scratch.with_name(scratch.name + s) for s in COMPANION_SUFFIXES)):
+            leftover.unlink(missing_ok=True)
 
 
 def _check_version(conn: sqlite3.Connection, path) -> int | None:

@@ -169,10 +169,11 @@ def models_summary(provenance: dict) -> str:
 
 
 def base_cell(cell_id: str) -> str:
-    """The measured cell a row belongs to: sweep on rows end in |k<k>, serve rows in /on or /off."""
+    """The measured cell a row belongs to: sweep on rows end in |k<k> (a synthetic row's in
+    |k<k>|synthetic=<profile>), serve rows in /on or /off."""
     if cell_id.startswith("serve/"):
         return cell_id.rsplit("/", 1)[0]
-    return re.sub(r"\|k\d+$", "", cell_id)
+    return re.sub(r"\|k\d+(\|synthetic=[^|]*)?$", "", cell_id)
 
 
 def row_verdict(verdict, lossless_ok) -> str:

@@ -118,7 +118,8 @@ COLUMNS: tuple[Column, ...] = (
     # --- the lossless verdict (lossless.py) -----------------------------------------------------
     Column("verdict", "str", "exact (token-identical, per seed when sampling), numeric (every divergence within "
            "the measured noise on forced replay), exact-dist (rejection rule: distributed as the target's p, and its "
-           "match proxy passed) or fail (a bug: no number); lossless_ok = not fail (on rows)"),
+           "match proxy passed) or fail (a bug: no number); lossless_ok = not fail (on rows); synthetic: a "
+           "synthetic acceptance row (never lossless, lossless_ok empty; synthetic_acceptance)"),
     Column("verdict_reason", "str", "where and by how much, in words (on rows)"),
     Column("mismatches", "int", "replayed positions whose emitted token is not the baseline rule's pick (on rows)"),
     Column("max_mismatch_gap", "float", "largest logit[pick] - logit[emitted] among the mismatches (on rows)"),
@@ -276,6 +277,13 @@ COLUMNS: tuple[Column, ...] = (
            "PIT in the residual, before Bonferroni; on rows)"),
     Column("dist_decided_by", "str", "rejection cells: the distributional test's statistic with the smallest p-value "
            "(target, draft, bonus, decisions, acceptances, residuals: lossless.distribution.STATISTICS; on rows)"),
+    # --- synthetic acceptance (--synthetic-acceptance): drafts kept at random, verdict "synthetic" ------
+    Column("synthetic_acceptance", "str", "synthetic rows: the requested profile as given (a per-token alpha a, "
+           "rates:r1/r2/... or len:L; specnative.engine.synthetic); empty on real rows"),
+    Column("synthetic_rates", "str", "synthetic rows: the requested unconditional acceptance rate of draft positions "
+           "1..k, ';'-separated (realised: accept_at_pos)"),
+    Column("synthetic_alpha", "float", "synthetic rows: the requested per-token alpha, the constant one with the "
+           "profile's expected tokens per round at k (realised: token_accept_rate)"),
     # --- draft trees (--draft-shape; empty on chain rows) ----------------------------------------
     Column("draft_shape", "str", "a draft tree's shape, e.g. tree:topk=4,depth=5,budget=8 or "
            "tree:branches=4,p_split=0.1,budget=8 (empty: a chain of k); k is then its node budget, drafted "
@@ -297,7 +305,8 @@ DRAFT_ONLY: tuple[str, ...] = (
     "draft_reach",
     "verify_ms_by_len", "draft_ms_per_pos", "predicted_speedup_by_k", "recommended_k", "recommended_speedup",
     "check_k", "check_k_speedup", "draft_p_min", "draft_ingest_ms", "settings_step_ms", "settings_step_cost",
-    "drafter_kind", "draft_shape", "nodes_per_round", "accept_at_rank")
+    "drafter_kind", "synthetic_acceptance", "synthetic_rates", "synthetic_alpha", "draft_shape", "nodes_per_round",
+    "accept_at_rank")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 
@@ -477,3 +486,18 @@ def serve_rows(traces: pd.DataFrame) -> pd.DataFrame:
 
 def is_serve_run(traces: pd.DataFrame) -> bool:
     return not serve_rows(traces).empty
+
+
+def synthetic_rows(traces: pd.DataFrame) -> pd.DataFrame:
+    """The synthetic acceptance rows (synthetic_acceptance set): never lossless, kept out of the
+    verdicts, the advice about real drafters and compare's gates."""
+    if "synthetic_acceptance" not in traces:
+        return traces.iloc[0:0]
+    return traces[traces["synthetic_acceptance"].notna()]
+
+
+def real_rows(traces: pd.DataFrame) -> pd.DataFrame:
+    """Every row but the synthetic acceptance ones (what the verdicts and the advice are about)."""
+    if "synthetic_acceptance" not in traces:
+        return traces
+    return traces[traces["synthetic_acceptance"].isna()]

@@ -92,9 +92,11 @@ class Verdict:
 # --------------------------------------------------------------------------------------------
 # Loading and pairing on-cells with their baselines
 
-def load_traces(source) -> pd.DataFrame:
+def load_traces(source, synthetic: bool = False) -> pd.DataFrame:
     """traces.csv (a path, a run directory, or a DataFrame) with every schema column present;
-    a cell written twice (a resumed sweep) keeps its last row."""
+    a cell written twice (a resumed sweep) keeps its last row. The synthetic acceptance rows (never
+    lossless: report/break_even.py) only with `synthetic`: every verdict, advice and gate is about
+    real drafters."""
     if isinstance(source, pd.DataFrame):
         frame = source.copy()
     else:
@@ -103,6 +105,7 @@ def load_traces(source) -> pd.DataFrame:
     frame = schema.with_all_columns(frame)
     keyed = frame["cell_id"].notna()
     frame = pd.concat([frame[keyed].drop_duplicates("cell_id", keep="last"), frame[~keyed]])
+    frame = frame if synthetic else schema.real_rows(frame)
     return with_p_min(frame.sort_index().reset_index(drop=True))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specnative.record.schema import is_serve_run
-from specnative.report import factorial, levers
+from specnative.report import break_even, factorial, levers
 from specnative.report.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
 from specnative.report.cells import speedup_slope, theory_table
 from specnative.report.compare_runs import write_compare
@@ -55,7 +55,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     if not run_dir.is_dir():
         raise ReportInputError(f"{run_dir}: not a directory (give the sweep's run directory)")
     prov = load_provenance(run_dir)
-    traces = load_traces(run_dir / "traces.csv")
+    with_synthetic = load_traces(run_dir / "traces.csv", synthetic=True)
+    traces = load_traces(with_synthetic)  # the real rows: every verdict and advice is about them
     if traces.empty:
         raise ReportInputError(f"{run_dir / 'traces.csv'}: a header but no rows: nothing was measured")
     if is_serve_run(traces):  # specnative report hands these to serving.report
@@ -76,11 +77,18 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
     if has_k_prediction(traces):
         figures["which_k"] = plot_which_k(traces, note)
+    break_even_rows = break_even.break_even_table(with_synthetic, float(traces["ci_level"].dropna().iloc[0])
+                                                  if traces["ci_level"].notna().any() else 0.95)
+    if not break_even_rows.empty:
+        figures["break_even"] = break_even.plot_break_even(with_synthetic, break_even_rows, note)
     out = {}
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
-    verdicts.to_csv(out["advice.csv"], index=False)
+    break_even.with_break_even(verdicts, break_even_rows).to_csv(out["advice.csv"], index=False)
+    if not break_even_rows.empty:
+        out["break_even.csv"] = run_dir / "break_even.csv"
+        break_even_rows.to_csv(out["break_even.csv"], index=False)
     levers = write_factorial(traces, run_dir, note, out, figures)
     sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
     if has_several_drafters(traces):
@@ -91,6 +99,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.insert(4, ("Draft stop rule (p_min) against fixed k", p_min_md(traces, thresholds or Thresholds())))
     if (public := category_table.section_md(traces)) is not None:
         sections.insert(4, ("Public set by category (Spec-Bench's shape)", public))
+    sections.insert(3, ("Which alpha would pay: break-even per regime", break_even.section_md(break_even_rows)))
     if (own_time := sweep_time_md((prov or {}).get("sweep_timing") or [])) is not None:
         sections.append(("Where the sweep's time went", own_time))
     if compare is not None:
@@ -101,6 +110,9 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     if has_trees(all_traces):
         sections.insert(0, ("Trees or chains?", trees_md(all_traces)))
     answer = "\n\n".join([*unfinished_md(prov or {}, traces), answer])  # an unfinished grid: said first
+    if not break_even_rows.empty:  # what alpha each regime needs, beside what the drafters reach
+        answer += ("\n\nWhich alpha would pay (synthetic acceptance; never lossless, not in the verdicts above):\n\n"
+                   + "\n".join(break_even.answer_lines(break_even_rows)))
     if levers is not None:  # right after the answer: the question the run's factors can answer
         sections.insert(0, ("Do the levers add?", levers))
     out["summary.md"].write_text(_render(prov, answer, sections, list(figures)))
@@ -144,6 +156,7 @@ FIGURE_TITLES = {"speedup_curve": "Speedup against concurrency and context",
                  "by_task": "Acceptance and speedup by task category",
                  "by_drafter": "Which drafter pays, by task",
                  "which_k": "Which k: verify-cost curve and predicted speedup",
+                 "break_even": "Which alpha would pay: speedup against alpha per regime",
                  "interactions": "Do the levers add? Speculation's speedup against every other factor"}
 
 

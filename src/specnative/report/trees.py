@@ -46,6 +46,8 @@ def comparisons(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     on["regime"] = on["cell_id"].map(_regime)
     trees = on[is_tree_row(on)]
     chains = on[~is_tree_row(on)]
+    if "synthetic_acceptance" in chains:  # synthetic rows are no chain's measurement of the rule
+        chains = chains[chains["synthetic_acceptance"].isna()]
     out = []
     for _, tree in trees.iterrows():
         same = chains[chains["regime"] == tree["regime"]]

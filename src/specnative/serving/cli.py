@@ -55,6 +55,7 @@ def add_serving_flags(p: argparse.ArgumentParser) -> None:
                          help=f"requests per trace (default {DEFAULT_REQUESTS})")
     serving.add_argument("--burstiness", type=float, default=None,
                          help=f"gamma shape of the arrival gaps (1: Poisson; default {DEFAULT_BURSTINESS:g})")
+    options.add_synthetic_flag(serving)
     serving.add_argument("--slo", default=None, metavar="ttft:MS,tpot:MS", help="goodput targets (also e2el:MS)")
     serving.add_argument("--trace", type=Path, default=None, metavar="FILE",
                          help="replay this trace file (JSON lines: arrival_s, prompt token ids, output_len) -r "
@@ -167,7 +168,8 @@ def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
         prompts_source=sweep_cfg.prompts_source, dataset=sweep_cfg.dataset, trace_file=args.trace, trace=trace,
         out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset, command=sweep_cfg.command,
         dist_positions=sweep_cfg.dist_positions, max_kv_gib=sweep_cfg.max_kv_gib, placement=sweep_cfg.placement,
-        resume=sweep_cfg.resume, ctx_len=sweep_cfg.ctx_lens[0], prefix_caches=args.prefix_cache)
+        resume=sweep_cfg.resume, ctx_len=sweep_cfg.ctx_lens[0], prefix_caches=args.prefix_cache,
+        synthetic=sweep_cfg.synthetic)
 
 
 def describe(cfg: ServeConfig) -> str:

@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from specnative.record.schema import serve_rows
+from specnative.report import break_even
 from specnative.report.advisor import load_traces
 from specnative.report.figures import save
 from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md, unfinished_md
@@ -176,8 +177,10 @@ def _json_safe(value):
     return value
 
 
-def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
-    """Figures, advice.json and summary.md of a load sweep; returns {file name: path}."""
+def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict, with_synthetic: pd.DataFrame | None = None
+                       ) -> dict:
+    """Figures, advice.json and summary.md of a load sweep; returns {file name: path}. with_synthetic:
+    the rows with the synthetic acceptance replays too (their break-even alpha per rate)."""
     run_dir = Path(run_dir)
     all_rows = levers.with_modes(serve_rows(traces))
     # the crossover and the advice per load band: one prefix-cache mode (off, where both were served)
@@ -201,6 +204,8 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict) -> dict:
              "## Where speculation stops paying" + (f" (prefix cache {main_mode})" if all_rows["prefix_cache"].nunique() > 1
                                                     else ""), crossover_md(table, crosses),
              *(["## Do the levers add under load?", section] if (section := levers.section_md(all_rows)) else []),
+             "## Which alpha would pay under load", break_even.serve_section_md(
+                 break_even.serve_table(with_synthetic if with_synthetic is not None else traces)),
              "## Per load level (means over the seeded traces)",
              "Latencies in ms. TTFT counts the queueing delay; TPOT is the mean time per output token after the "
              "first, per request; ITL the gaps between emissions: a speculative round emits its accepted drafts and "
@@ -223,7 +228,8 @@ def write_report(run_dir) -> Path:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ReportInputError(f"{run_dir}: not a directory (give the serve run's directory)")
-    traces = load_traces(run_dir / "traces.csv")
+    with_synthetic = load_traces(run_dir / "traces.csv", synthetic=True)
+    traces = load_traces(with_synthetic)
     if traces.empty:
         raise ReportInputError(f"{run_dir / 'traces.csv'}: a header but no rows: nothing was measured")
-    return write_serve_report(run_dir, traces, load_provenance(run_dir))["summary.md"]
+    return write_serve_report(run_dir, traces, load_provenance(run_dir), with_synthetic)["summary.md"]

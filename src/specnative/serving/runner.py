@@ -41,6 +41,7 @@ from specnative.serving.verdict import (
     serving_verdict,
 )
 from specnative.sweep import hidden_drafters
+from specnative.sweep.rows import synthetic_columns
 
 
 @dataclass
@@ -82,6 +83,9 @@ class ServeConfig:
     placement: dict = field(default_factory=dict)  # Engine keyword arguments (-sm, -ts, -dev, --rpc, ...)
     resume: bool = False
     mtp: bool = False           # --drafter mtp: the target loaded with its nextn (MTP) layers
+    # --synthetic-acceptance: profiles (specnative.engine.synthetic) replayed spec on beside each level, drafts
+    # kept at random at that acceptance (rows with verdict "synthetic", paired with the level's off run)
+    synthetic: list = field(default_factory=list)
     out_dir: Path = Path("runs/serve")
     report: bool = True
     preset: str | None = None
@@ -232,11 +236,11 @@ def engine_for(cfg: ServeConfig, traces: list) -> Engine:
 
 
 def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool, accept_rule: str | None = None,
-           prefix_cache: bool = False) -> ServeRun:
+           prefix_cache: bool = False, synthetic=None) -> ServeRun:
     return serve(engine, trace, max_concurrency=cfg.max_concurrency, spec=spec, k=cfg.k,
                  temperature=cfg.temperature, seed=cfg.seed, accept_rule=accept_rule or cfg.accept_rule,
                  drafter=cfg.drafter, drafter_options=cfg.drafter_options or None, slo=cfg.slo,
-                 prefix_cache=prefix_cache)
+                 prefix_cache=prefix_cache, synthetic=synthetic)
 
 
 def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
@@ -272,7 +276,9 @@ def level_cell_ids(cfg: ServeConfig, rate: float, seed: int) -> list[str]:
     base = f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}/k={cfg.k}/{cfg.drafter}"
     if cfg.ctx_len:
         base += f"/ctx={cfg.ctx_len}"
-    return [base + ("/prefix=on" if prefix else "") + f"/{spec}" for prefix in cfg.prefix_caches for spec in ("off", "on")]
+    return ([base + ("/prefix=on" if prefix else "") + f"/{spec}" for prefix in cfg.prefix_caches for spec in ("off", "on")]
+            + [base + ("/prefix=on" if prefix else "") + f"/synthetic={p.text}/on" for prefix in cfg.prefix_caches
+               for p in cfg.synthetic])
 
 
 def run_settings(cfg: ServeConfig) -> dict:
@@ -304,6 +310,8 @@ def serve_record(cfg: ServeConfig, replays: list) -> dict:
                                            if cfg.accept_rule == "rejection" else "alone-seed"]}
     if trace is not None:
         record["trace"] = checks.trace_summary(trace)
+    if cfg.synthetic:  # only when set: older run folders still resume
+        record["synthetic_acceptance"] = [p.text for p in cfg.synthetic]
     return record
 
 
@@ -404,6 +412,15 @@ def run_serve_sweep(cfg: ServeConfig) -> Path:
                     lines += request_lines(run, trace, row)
                 for off_on in zip(rows[::2], rows[1::2]):
                     pair_rows(*off_on)
+                synthetic_ids = level_cell_ids(cfg, rate, seed)[len(modes):]
+                for (prefix, profile), cell_id in zip([(pc, p) for pc in cfg.prefix_caches for p in cfg.synthetic],
+                                                      synthetic_ids):
+                    run = replay(engine, trace, cfg, True, prefix_cache=prefix, synthetic=profile)
+                    row = {**identity, **level_row(run, trace, rate, seed, cfg), "cell_id": cell_id,
+                           **synthetic_columns(profile, cfg.k)}
+                    pair_rows(rows[2 * cfg.prefix_caches.index(prefix)], row)  # that mode's off run
+                    rows.append(row)
+                    lines += request_lines(run, trace, row)
                 append_requests(requests_path, lines)  # first: a level's rows are its commit point
                 schema.append_rows(traces_path, rows)
                 if cfg.db is not None:  # derived from the folder, after the level is whole in it

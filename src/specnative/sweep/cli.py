@@ -10,7 +10,14 @@ from specnative.record import shards
 from specnative.report import write_report
 from specnative.sweep import options
 from specnative.sweep.config import SweepConfig
-from specnative.sweep.options import config_from_args, draft_shape_list, float_list, int_list, on_off_list
+from specnative.sweep.options import (
+    add_synthetic_flag,
+    config_from_args,
+    draft_shape_list,
+    float_list,
+    int_list,
+    on_off_list,
+)
 from specnative.sweep.resume_args import resume_argv, resume_command
 from specnative.sweep.runner import run_sweep
 
@@ -41,6 +48,7 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                       help="on: the shared context is prefilled once, its cells shared by the sequences and kept "
                            "between runs; off: every sequence prefills its own copy every run (a server without "
                            "prompt caching); both: one cell each")
+    add_synthetic_flag(grid)
 
 
 def add_measuring_flags(p: argparse.ArgumentParser, runs: argparse._ArgumentGroup) -> None:

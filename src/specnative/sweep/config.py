@@ -71,6 +71,9 @@ class SweepConfig:
     drafter_files: dict = field(default_factory=dict)
     # --prefix-cache on,off: a grid axis (True: the shared context's cells computed once and shared)
     prefix_caches: list = field(default_factory=lambda: [True])
+    # --synthetic-acceptance: profiles (specnative.engine.synthetic) each drafter is also timed with, drafts
+    # kept at random at that acceptance (rows with verdict "synthetic"; empty: off)
+    synthetic: list = field(default_factory=list)
     # the results database the run folder is synced into after every cell (record/database.py); None: none
     db: Path | None = None
     # --draft-shape: what the draft model's on rows draft: "chain" (every --k) and draft trees by
@@ -139,7 +142,12 @@ class Cell:
         keeps no per-sequence state from each sequence's own prefill (hidden-state drafters do)."""
         return self.prefix_cache and self.drafter not in HIDDEN_DRAFTERS
 
-    def key(self, target_sha: str, rule: str, k: int | None = None) -> str:
+    def key(self, target_sha: str, rule: str, k: int | None = None, synthetic: str | None = None) -> str:
+        """The cell id; with k an on row's, with `synthetic` (a profile's text) a synthetic row's."""
+        base = self._key(target_sha, rule, k)
+        return base if synthetic is None else f"{base}|synthetic={synthetic}"
+
+    def _key(self, target_sha: str, rule: str, k: int | None = None) -> str:
         base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
                 f"|task={self.task}")
         if self.drafter != "model":  # draft-model keys stay as before (--resume of older runs)

@@ -14,6 +14,7 @@ from specnative.sweep.rows import (
     pooled_steady,
     spec_row,
     steady_rate,
+    synthetic_columns,
     tree_columns,
 )
 from specnative.sweep.which_k import add_k_columns
@@ -23,6 +24,11 @@ from specnative.workloads import category_table
 def policy_of(cfg: SweepConfig) -> stats.Policy:
     return stats.Policy(min_repeats=cfg.repeats, max_repeats=cfg.max_repeats, level=cfg.ci_level,
                         rel_width=cfg.ci_width, max_warmup=cfg.warmup, settle_tol=cfg.warmup_tol)
+
+
+def synthetic_kind(profile, k: int) -> tuple:
+    """The timed runs' key of a synthetic profile at draft length k (beside "off" and each k)."""
+    return ("synthetic", profile.text, k)
 
 
 def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
@@ -43,13 +49,23 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
     policy = policy_of(cfg)
     kinds = list(cfg.ks) if kinds is None else kinds
 
+    def with_synthetic(pair: dict) -> dict:
+        """The same drafter with its drafts kept at random, beside the pair (off by default)."""
+        for k in cfg.ks:
+            for profile in cfg.synthetic:
+                if synthetic_kind(profile, k) not in pair:
+                    pair[synthetic_kind(profile, k)] = engine.generate(
+                        prompts, spec=True, k=k, accept_rule=cfg.accept_rule, synthetic=profile, **common)
+        return pair
+
     def one_repeat() -> dict:
         pair = {"off": engine.generate(prompts, **common)}
         for kind in kinds:
             pair[kind] = engine.generate(prompts, spec=True, accept_rule=cfg.accept_rule, **kind_args(kind), **common)
-        return pair
+        return with_synthetic(pair)
 
     warmups, shown = 0, ""
+    real = ["off", *kinds]  # the kinds that decide warm-up and repeats (synthetic runs ride along)
 
     def warm_up_run() -> dict:
         nonlocal warmups
@@ -66,15 +82,17 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
     if warm and previous is not None and policy.max_warmup > 0:
         first, warmup_used, settled = previous, 0, True
     else:
-        first, warmup_used, settled = stats.warm_up(warm_up_run, lambda pair: [steady_rate(run) for run in pair.values()],
+        first, warmup_used, settled = stats.warm_up(warm_up_run,
+                                                    lambda pair: [steady_rate(pair[kind]) for kind in real],
                                                     policy, previous)
+    first = with_synthetic(dict(first)) if cfg.synthetic and first is not None else first
     pairs, reason = stats.repeat_until_decided(
         one_repeat, decide, policy, first,
         on_repeat=lambda n: on_progress(f"repeat {n}/{policy.max_repeats} {shown}"))
-    runs = {kind: [p[kind] for p in pairs] for kind in ["off", *kinds]}
+    runs = {kind: [p[kind] for p in pairs] for kind in pairs[0]}
     measuring = {"repeats_used": len(pairs), "warmup_used": warmup_used, "warmup_settled": settled,
                  "stop_reason": reason, "ci_level": policy.level,
-                 "speedup_intervals": _speedup_intervals(pairs, kinds, policy.level),
+                 "speedup_intervals": _speedup_intervals(pairs, [kind for kind in runs if kind != "off"], policy.level),
                  "outlier_threshold": policy.outlier_mads}
     return runs, measuring
 
@@ -114,6 +132,7 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
             rows[-1]["draft_p_min"] = cell.draft_p_min
         if isinstance(k, str):  # a draft tree: its shape and counts (chain rows as before)
             rows[-1].update(tree_columns(runs[k], k, off["step_ms"]))
+    rows += synthetic_rows(runs, off, cfg, cell, measuring)
     # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
     # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
     if cell.drafter == "model" and cell.draft_p_min == 0 and (cfg.which_k or cfg.check_k):
@@ -126,4 +145,19 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
         settings = hidden_drafters.settings_step_columns(engine, prompts, common, cfg.repeats, off["step_ms"])
         for row in rows[1:]:
             row.update(settings)
+    return rows
+
+
+def synthetic_rows(runs: dict, off: dict, cfg: SweepConfig, cell: Cell, measuring: dict) -> list[dict]:
+    """One on row per synthetic profile and k: timed beside the cell's own runs (paired with the same
+    off runs), counted exactly, never lossless (verdict "synthetic", no lossless check)."""
+    rows = []
+    for k in cfg.ks:
+        for profile in cfg.synthetic:
+            kind = synthetic_kind(profile, k)
+            row = {"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[kind], off, k),
+                   **interval_columns(runs, kind, measuring), **synthetic_columns(profile, k)}
+            if cell.drafter == "model":
+                row["draft_p_min"] = cell.draft_p_min
+            rows.append(row)
     return rows

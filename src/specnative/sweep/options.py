@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from specnative import workloads
+from specnative.engine import synthetic
 from specnative.engine import (
     ACCEPT_RULES,
     DRAFTERS,
@@ -109,6 +110,35 @@ def add_sampling_flags(p: argparse.ArgumentParser, axis: bool) -> None:
                        + ("; one cell each" if axis else ""))
     group.add_argument("--accept-rule", choices=ACCEPT_RULES, default=None,
                        help="acceptance rule (default: greedy at temperature 0, else rejection)")
+
+
+def synthetic_list(text: str) -> list:
+    """argparse type for --synthetic-acceptance: comma-separated profiles (specnative.engine.synthetic)."""
+    try:
+        return synthetic.parse_profiles(text)
+    except synthetic.ProfileError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_synthetic_flag(group) -> None:
+    """--synthetic-acceptance: the synthetic acceptance axis (sweep and serve; off by default)."""
+    group.add_argument("--synthetic-acceptance", type=synthetic_list, default=None, metavar="A,A,...",
+                       help="also measure each drafter with drafts kept at random at these acceptances, to find "
+                            "the break-even alpha: a plain a is a constant per-token rate (position i kept with "
+                            "probability a^i), rates:r1/r2/... unconditional per-position rates, len:L a mean "
+                            "acceptance length with the target token (llama.cpp's --spec-synth-rates / "
+                            "--spec-synth-len); e.g. 0.3,0.5,0.7,0.9 (off by default; never lossless)")
+
+
+def synthetic_problem(profiles: list | None, ks: list) -> str | None:
+    """Why a profile cannot run at one of the draft lengths (too few rates, a length over k + 1), or None."""
+    for profile in profiles or []:
+        for k in ks:
+            try:
+                profile.conditional(k)
+            except synthetic.ProfileError as error:
+                return f"--synthetic-acceptance: {error}"
+    return None
 
 
 def add_workload_flags(p: argparse.ArgumentParser, context: bool = True) -> None:
@@ -363,6 +393,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--draft-p-min has duplicates")
     if any(p > 0 for p in args.draft_p_min) and "model" not in args.drafter:
         errors.append("--draft-p-min applies to the draft model: add --drafter model")
+    if problem := synthetic_problem(getattr(args, "synthetic_acceptance", None), args.k):
+        errors.append(problem)
     trees = [shape for shape in getattr(args, "draft_shape", ["chain"]) if shape != "chain"]  # serve: chains
     if trees and "model" not in args.drafter:
         errors.append("--draft-shape: draft trees are drafted by the draft model: add --drafter model")
@@ -406,7 +438,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
         draft_shapes=getattr(args, "draft_shape", ["chain"]),
         dist_positions=args.dist_positions,
-        drafter_files=drafter_files,
+        drafter_files=drafter_files, synthetic=getattr(args, "synthetic_acceptance", None) or [],
         command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
 
 

@@ -6,6 +6,7 @@ import math
 import statistics
 
 from specnative import stats, theory
+from specnative.engine import synthetic
 from specnative.engine import decoding_ms, engine_own_time, native
 
 
@@ -141,6 +142,19 @@ def interval_columns(runs: dict, kind, measuring: dict) -> dict:
 def repeats_text(values: list[float]) -> str | None:
     """Every repeat's value, ';'-separated, at full precision (paired statistics are taken on them)."""
     return ";".join(f"{v:.6g}" for v in values) or None
+
+
+SYNTHETIC_REASON = ("synthetic acceptance: drafts kept at random at the requested rates, so the output is not the "
+                    "target's; a measurement of what that acceptance would pay, never a lossless result")
+
+
+def synthetic_columns(profile, k: int) -> dict:
+    """A synthetic row's own columns: the requested profile (its text, per-position rates at k and
+    its per-token alpha; the realised ones are accept_at_pos and token_accept_rate) and its verdict,
+    which is neither lossless nor a failure."""
+    return {"synthetic_acceptance": profile.text, "synthetic_rates": synthetic.rates_text(profile.rates(k)),
+            "synthetic_alpha": profile.alpha(k), "lossless_ok": None, "lossless_method": "synthetic",
+            "verdict": "synthetic", "verdict_reason": SYNTHETIC_REASON}
 
 
 def tree_columns(results, spelling: str, step_ms: float) -> dict:

@@ -53,7 +53,8 @@ def resume_plan(cfg: SweepConfig, out: Path, traces: Path, cells: list,
     keys = {}
     for cell in cells:
         sha = sha256_file(cell.target)
-        keys[cell] = [cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in on_kinds(cfg, cell.drafter)]
+        keys[cell] = ([cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in on_kinds(cfg, cell.drafter)]
+                      + [cell.key(sha, cfg.accept_rule, k, p.text) for k in cfg.ks for p in cfg.synthetic])
     return rundir.plan_resume(traces, keys), recorded
 
 
@@ -101,7 +102,8 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
             row.update(draft_model=None, draft_type=None, draft_sha256=None,
                        drafter_options=drafter_options_text(cell.drafter, drafter_options_of(cfg, cell.drafter)))
         row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
-                                  row.get("draft_shape") or row["k"] if row["spec_decode"] == "on" else None)
+                                  (row.get("draft_shape") or row["k"]) if row["spec_decode"] == "on" else None,
+                                  row.get("synthetic_acceptance"))
     append_rows(traces, rows)
     progress.finish(cell, rows)
     provenance["sweep_timing"] = progress.timing_record()
@@ -130,8 +132,9 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     env = environment()
     backend = env["backend"] + (f" ngl={cfg.gpu_layers}" if cfg.gpu_layers else "") + placement_tag(cfg)
     cells = shard_cells(cfg)
+    synthetic_runs = len(cfg.synthetic) * len(cfg.ks) * (cfg.repeats + 1)  # per cell, beside its own (estimate)
     progress = progress_display.SweepProgress(cells, progress_display.works_of(cells, cfg.n_predict,
-                                                                               extra_runs=lambda c: dist_runs(cfg, c)))
+                                                                               extra_runs=lambda c: dist_runs(cfg, c) + synthetic_runs))
     provenance = {**env, "date": now_iso(), "run_id": run_id, "command": cfg.command,
                   "preset": cfg.preset, "warmup": cfg.warmup, "repeats": cfg.repeats,
                   "max_repeats": cfg.max_repeats, "ci_level": cfg.ci_level, "ci_width": cfg.ci_width,
@@ -155,6 +158,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
         provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
     if list(cfg.draft_shapes) != ["chain"]:  # only when set: older run directories still resume
         provenance["grid"]["draft_shape"] = list(cfg.draft_shapes)
+    if cfg.synthetic:  # only when set: older run directories still resume
+        provenance["grid"]["synthetic_acceptance"] = [p.text for p in cfg.synthetic]
     if cfg.placement:  # only when set: older run directories still resume
         provenance["placement"] = cfg.placement
     if cfg.shard is not None:

@@ -107,7 +107,9 @@ def check_options(o: Options) -> None:
         raise ValueError("give a budget: --budget-minutes, --max-tokens or --epochs")
     if o.budget_minutes is not None and not 0 < o.budget_minutes < math.inf:  # NaN passes a "<= 0" test
         raise ValueError(f"--budget-minutes must be a finite number > 0, not {o.budget_minutes:g}")
-    for flag, value in (("--max-tokens", o.max_tokens), ("--epochs", o.epochs), ("-t/--threads", o.threads),
+    if o.max_tokens is not None and o.max_tokens < 0:  # 0: the initialization written untrained, a baseline
+        raise ValueError(f"--max-tokens must be >= 0 (0 writes the untrained initialization), not {o.max_tokens}")
+    for flag, value in (("--epochs", o.epochs), ("-t/--threads", o.threads),
                         ("--max-prompt-tokens", o.max_prompt_tokens), ("--n-embd", o.n_embd)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be at least 1, not {value}")

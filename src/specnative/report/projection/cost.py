@@ -2,7 +2,7 @@
 over a KV cache of n_kv cells, as a sum of per-operation rooflines plus fixed costs.
 
 Per forward, for each group of weights of one role and type:
-    time = max(bytes / bandwidth, 2 x elements x rows / rate(class, rows))
+    time = max(bytes / bandwidth, 2 x elements x rows / rate(class, rows))   (GPU; a CPU: the sum)
 the layer matrices multiply every row (N x n), the LM head only the rows that ask for logits.
 Attention without flash attention (the engine's default) multiplies every row with all n_kv cached
 positions (a masked product: llama.cpp's unified cache computes the scores of every cell):
@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specnative.projection.device import Device, type_class
-from specnative.projection.shape import ModelShape
+from specnative.report.projection.device import Device, type_class
+from specnative.report.projection.shape import ModelShape
 
 SCORE_BYTES = 4.0   # F32 attention scores: written, read by softmax and written, read by the V product
 SCORE_PASSES = 3.0
@@ -35,6 +35,12 @@ class Forward:
     @property
     def total_s(self) -> float:
         return self.weights_s + self.attention_s + self.fixed_s
+
+
+def _combine(device: Device, memory_s: float, compute_s: float) -> float:
+    """A GPU overlaps an operation's memory traffic with its arithmetic (the roofline's max); a CPU
+    thread streams the weights and computes its dot products one after the other (their sum)."""
+    return memory_s + compute_s if device.backend == "cpu" else max(memory_s, compute_s)
 
 
 def kv_cells(ctx: int, n_seq: int, n_tokens: int, own: int = 0) -> int:
@@ -65,11 +71,12 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
             continue
         if r == 0:
             continue
-        weights += max(w.n_bytes / bw, 2.0 * w.n_elements * r / device.rate(type_class(w.type_name), r))
+        weights += _combine(device, w.n_bytes / device.weight_bandwidth(r),
+                            2.0 * w.n_elements * r / device.rate(type_class(w.type_name), r, w.type_name))
     heads = shape.n_head * (shape.head_dim_k + shape.head_dim_v)
     attn_flops = 2.0 * shape.n_layer * heads * n_kv * rows
     attn_bytes = n_kv * shape.kv_bytes_per_token + SCORE_PASSES * SCORE_BYTES * shape.n_layer * shape.n_head * n_kv * rows
-    attention = max(attn_bytes / bw, attn_flops / device.rate("float", rows))
+    attention = _combine(device, attn_bytes / bw, attn_flops / device.rate("float", rows))
     fixed = (device.overhead_forward_us + shape.n_layer * device.overhead_layer_us) * 1e-6
     return Forward(weights, attention, fixed)
 

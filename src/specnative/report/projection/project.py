@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative.projection import cost
-from specnative.projection.device import Device
-from specnative.projection.shape import ModelShape, from_gguf
+from specnative.report.projection import cost
+from specnative.report.projection.device import Device
+from specnative.report.projection.shape import ModelShape, from_gguf
 
 LABEL = "[projected]"
 BOOTSTRAP = 2000
@@ -65,16 +65,16 @@ def tau_interval(hist, level: float = 0.95, seed: int = 0) -> tuple:
 
 def acceptance_rows(traces):
     """The on rows that carry alpha by position, and why any others were left out."""
+    from specnative.record import schema
+
     if "spec_decode" not in traces or "accept_len_hist" not in traces:
         raise ProjectionError("the run records no acceptance by position (no accept_len_hist column): nothing to project")
     on = traces[traces["spec_decode"].astype(str) == "on"]
     notes = []
-    synthetic = [c for c in on.columns if "synthetic" in c.lower()]
-    for col in synthetic:
-        flagged = on[col].notna() & (on[col].astype(str).str.strip().isin(["", "0", "False", "false", "nan"]) == False)  # noqa: E712
-        if flagged.any():
-            notes.append(f"{int(flagged.sum())} synthetic-acceptance row(s) left out: their acceptance is set, not measured")
-            on = on[~flagged]
+    synthetic = schema.synthetic_rows(on).index
+    if len(synthetic):
+        notes.append(f"{len(synthetic)} synthetic-acceptance row(s) left out: their acceptance is set, not measured")
+        on = on.drop(index=synthetic)
     if "lossless_ok" in on:
         bad = on["lossless_ok"].astype(str).str.lower().isin(["false", "0"])
         if bad.any():
@@ -147,7 +147,7 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
     if not traces_path.is_file():
         raise ProjectionError(f"{run_dir} has no traces.csv: not a run folder")
     try:
-        traces = load_traces(traces_path)
+        traces = load_traces(traces_path, synthetic=True)  # to say which synthetic rows are left out
     except TracesError as error:
         raise ProjectionError(str(error)) from None
     on, notes = acceptance_rows(traces)
@@ -174,7 +174,8 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
 
 COLUMNS = ["label", "device", "backend", "target_model", "quant_bits", "drafter", "k", "temperature", "concurrency",
            "ctx_len", "accept_at_pos", "tau", "tau_lo", "tau_hi", "step_ms", "verify_ms", "draft_ms", "c", "c_draft",
-           "speedup", "speedup_lo", "speedup_hi", "cost_error", "measured_speedup_here"]
+           "speedup", "speedup_lo", "speedup_hi", "cost_error", "measured_step_ms_here", "measured_c_here",
+           "measured_speedup_here"]
 
 
 def table(projections: list):
@@ -191,7 +192,8 @@ def table(projections: list):
                      "tau": p.tau[0], "tau_lo": p.tau[1], "tau_hi": p.tau[2], "step_ms": p.costs.step_s * 1e3,
                      "verify_ms": p.costs.verify_s * 1e3, "draft_ms": p.costs.draft_s * 1e3, "c": p.costs.c,
                      "c_draft": p.costs.c_draft, "speedup": p.speedup, "speedup_lo": lo, "speedup_hi": hi,
-                     "cost_error": p.cost_error, "measured_speedup_here": p.row.get("speedup")})
+                     "cost_error": p.cost_error, "measured_step_ms_here": p.row.get("step_ms"),
+                     "measured_c_here": p.row.get("verify_cost_c"), "measured_speedup_here": p.row.get("speedup")})
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -204,13 +206,17 @@ def figure(df, stem: Path) -> list:
     groups = list(df.groupby(["target_model", "drafter", "k", "temperature"], dropna=False))
     fig = Figure(figsize=(6.4, 4.2 * max(len(groups), 1)))
     axes = fig.subplots(max(len(groups), 1), 1, squeeze=False)[:, 0]
+    devices = list(dict.fromkeys(df["device"]))
+    contexts = sorted(set(df["ctx_len"]))
+    styles = ["-", "--", ":", "-."]
     for ax, ((target, drafter, k, temp), g) in zip(axes, groups):
         for (device, ctx), line in g.groupby(["device", "ctx_len"]):
+            style = dict(color=f"C{devices.index(device) % 10}", ls=styles[contexts.index(ctx) % len(styles)])
             line = line.groupby("concurrency", as_index=False)[["speedup", "speedup_lo", "speedup_hi"]].median()
             x = line["concurrency"].to_numpy(float)
             s = line["speedup"].to_numpy(float)
             err = np.vstack([np.clip(s - line["speedup_lo"], 0, None), np.clip(line["speedup_hi"] - s, 0, None)])
-            ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=f"{device}, ctx {ctx}")
+            ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=f"{device}, ctx {ctx}", **style)
         ax.axhline(1.0, color="grey", lw=0.8, ls="--")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")

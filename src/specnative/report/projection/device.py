@@ -44,30 +44,42 @@ class Device:
     compute_efficiency: float = 1.0   # share of the peak matrix rate its batched products reach
     overhead_forward_us: float = 0.0  # fixed cost of one llama_decode (graph build, sync, sampling setup)
     overhead_layer_us: float = 0.0    # fixed cost per layer (kernel launches, thread barriers)
-    threads: int = 1                  # CPU: threads the rates are multiplied by
+    threads: int = 1                  # CPU: threads the rates (and the bandwidth) are multiplied by
+    batched_bw_efficiency: float = 1.0  # CPU: bandwidth share of a product of >= 2 rows (GEMM paths)
     vector_tflops: float = 0.0        # CUDA: the CUDA-core rate of the matrix-vector kernels (MMVQ/MMVF)
     source: str = ""
     extra: dict = field(default_factory=dict)
 
-    def rate(self, cls: str, n_rows: int) -> float:
-        """FLOP/s of a matrix product of one weight class over n_rows activation rows."""
+    def rate(self, cls: str, n_rows: int, type_name: str = "") -> float:
+        """FLOP/s of a matrix product of one weight class (or, where the device gives one, of that
+        weight type: a CPU's Q4_0 and Q8_0 have kernels of their own) over n_rows activation rows."""
         if self.backend == "cuda" and n_rows <= CUDA_MMVQ_MAX_BATCH and self.vector_tflops > 0:
             # MMVQ / MMVF below the switch: CUDA cores, no tensor cores; a quantized dot product runs
             # on dp4a (4 int8 multiply-adds per instruction)
             peak = self.vector_tflops * (1 if cls == "float" else 4)
         else:
-            peak = self.tflops.get(cls) or self.tflops.get("float")
+            peak = self.tflops.get(type_name.upper()) or self.tflops.get(cls) or self.tflops.get("float")
         scale = self.threads if self.backend == "cpu" else 1
         return peak * 1e12 * scale * self.compute_efficiency
 
     @property
     def bandwidth(self) -> float:
-        """Bytes/s reached."""
-        return self.mem_bw_gbs * 1e9 * self.bw_efficiency
+        """Bytes/s reached (a CPU's bandwidth is per thread: one thread streams its share of each
+        matrix while it computes)."""
+        scale = self.threads if self.backend == "cpu" else 1
+        return self.mem_bw_gbs * 1e9 * self.bw_efficiency * scale
+
+    def weight_bandwidth(self, n_rows: int) -> float:
+        """Bytes/s at which a matrix product over n_rows activation rows streams its weights: llama.cpp's
+        CPU backend takes a matrix-vector path for one row and tiled matrix-matrix paths (llamafile's
+        sgemm, repacked kernels) from two rows on, which re-stream the weights."""
+        if self.backend == "cpu" and n_rows >= 2:
+            return self.bandwidth * self.batched_bw_efficiency
+        return self.bandwidth
 
     def with_threads(self, threads: int) -> "Device":
-        """The same CPU at another thread count: matrix rates scale with threads, bandwidth and
-        the fixed costs do not (the model's assumption; validated at 1 thread from a fit at 2)."""
+        """The same CPU at another thread count: per-thread rates and bandwidth scale with threads,
+        the fixed costs do not (the model's assumption; tested at 2 threads from a fit at 1)."""
         if self.backend != "cpu":
             raise DeviceError(f"{self.name} is not a CPU: threads apply to CPUs only")
         return replace(self, name=f"{self.name}@t{threads}", threads=int(threads))
@@ -78,18 +90,25 @@ class Device:
 CUDA_MMVQ_MAX_BATCH = 8
 
 
+def _is_type(name: str) -> bool:
+    from gguf.constants import GGMLQuantizationType
+
+    return name.upper() in GGMLQuantizationType.__members__
+
+
 def _device(name: str, entry: dict, where: str) -> Device:
     try:
         backend = entry["backend"]
         if backend not in BACKENDS:
             raise DeviceError(f"{where}: device {name!r}: backend must be one of {', '.join(BACKENDS)}")
         tflops = {k: float(v) for k, v in dict(entry["tflops"]).items()}
-        unknown = set(tflops) - set(CLASSES)
+        unknown = {k for k in tflops if k not in CLASSES and not _is_type(k)}
         if unknown or "float" not in tflops:
             raise DeviceError(f"{where}: device {name!r}: tflops needs 'float' (and optionally "
-                              f"'legacy', 'kquant'), not {sorted(unknown)}")
+                              f"'legacy', 'kquant' or GGML type names), not {sorted(unknown)}")
         known = {"label", "backend", "mem_bw_gbs", "tflops", "bw_efficiency", "compute_efficiency",
-                 "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source"}
+                 "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source",
+                 "batched_bw_efficiency"}
         values = {k: entry[k] for k in known - {"tflops", "backend"} if k in entry}
         device = Device(name=name, backend=backend, tflops=tflops, label=str(values.pop("label", name)),
                         mem_bw_gbs=float(values.pop("mem_bw_gbs")), source=str(values.pop("source", "")),
@@ -102,7 +121,7 @@ def _device(name: str, entry: dict, where: str) -> Device:
             raise
         raise DeviceError(f"{where}: device {name!r}: {error}") from None
     if device.mem_bw_gbs <= 0 or min(tflops.values()) <= 0 or not 0 < device.bw_efficiency <= 1 \
-            or not 0 < device.compute_efficiency <= 1:
+            or not 0 < device.compute_efficiency <= 1 or not 0 < device.batched_bw_efficiency <= 1:
         raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies in (0, 1]")
     return device
 

@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from specnative.projection.device import Device
+from specnative.report.projection.device import Device
 
-EFFICIENCIES = ("bw_efficiency", "compute_efficiency")
+EFFICIENCIES = ("bw_efficiency", "compute_efficiency", "batched_bw_efficiency")
 
 
 @dataclass

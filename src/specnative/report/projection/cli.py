@@ -8,9 +8,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from specnative.projection.device import DeviceError, from_gpu_name, load_devices, resolve
-from specnative.projection.project import LABEL, ProjectionError, write
-from specnative.projection.shape import ShapeError
+from specnative.report.projection.device import DeviceError, from_gpu_name, load_devices, resolve
+from specnative.report.projection.project import LABEL, ProjectionError, write
+from specnative.report.projection.shape import ShapeError
 
 
 def build_parser() -> argparse.ArgumentParser:
