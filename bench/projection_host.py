@@ -3,8 +3,9 @@
 measure: the engine's cost curve (Engine cost_curve: median wall ms of one target decode with 1..9
 positions per sequence, interleaved repeats) on
   calibration: synthetic random-weight llama files generated here (8 layers, width 512 and 1024;
-               F16, Q8_0, Q4_K_M, Q4_0 and Q5_0 from one F16 file each, and a 4-layer width-256
-               Q8_0) at ctx 0 (and 2048 for the F16 files), concurrency 1 and 4, 1 thread;
+               F16, Q8_0, Q4_K_M, Q4_0 and Q5_0 from one F16 file each, a 4-layer width-256 Q8_0,
+               and width-32 F16 files of 2 and 8 layers whose forward is all fixed cost) at ctx 0
+               (and 2048 for the F16 files), concurrency 1 and 4, 1 thread;
   validation:  the real models of the cache (tiny, Gemma 3 270M, the Qwen2.5-Coder pair, SmolLM2)
                at ctx 0 and concurrency 1 / 4 / 8, the tiny pair at an 8k context, and a subset at
                2 threads (a second "hardware").
@@ -23,6 +24,7 @@ analyze: per cell, the median over passes of the wall curve and of the CPU curve
 
     python bench/projection_host.py measure --out bench/results/projection/host
     python bench/projection_host.py analyze --out bench/results/projection/host
+    python bench/projection_host.py measure --only cal-fixed-l2,cal-fixed-l8 --out ...  (add cells)
 """
 from __future__ import annotations
 
@@ -71,6 +73,13 @@ def calibration_models(scratch: Path) -> dict:
         write_tiny_llama(f16, n_embd=256, n_layer=4, n_head=4, n_head_kv=1, n_ff=768, dtype="f16")
         quantize(f16, small, "Q8_0")
     out = {"cal-small-Q8_0": small}
+    # two files whose bytes and FLOPs are negligible (width 32): their forward is the fixed cost, the
+    # 2-layer file's per forward and the difference to the 8-layer file's per layer
+    for n_layer in (2, 8):
+        fixed = scratch / f"cal-w32-l{n_layer}-F16.gguf"
+        if not fixed.exists():
+            write_tiny_llama(fixed, n_embd=32, n_layer=n_layer, n_head=2, n_head_kv=2, n_ff=64, dtype="f16")
+        out[f"cal-fixed-l{n_layer}"] = fixed
     for width, n_ff, n_head, tag in ((512, 1536, 8, "cal"), (1024, 2816, 16, "cal1k")):
         base = scratch / f"cal-w{width}-l8-F16.gguf"
         if not base.exists():
@@ -117,7 +126,13 @@ def measure(args) -> int:
     paths = {**models, **cal}
     args.out.mkdir(parents=True, exist_ok=True)
     log = args.out / "curves.jsonl"
-    log.write_text("")
+    if args.only:  # measure only these models' cells and add them to the curves already there
+        wanted = set(args.only.split(","))
+        models = {k: v for k, v in models.items() if k in wanted}
+        cal = {k: v for k, v in cal.items() if k in wanted}
+        paths = {**models, **cal}
+    else:
+        log.write_text("")
     engines, cells = {}, []
     try:
         for name, ctx, concs, threads, role in plan(models, cal):
@@ -187,12 +202,15 @@ def host_device(threads: int = CAL_THREADS):
     from specnative.report.projection.device import Device
 
     return Device(name="host", label="this host", backend="cpu", mem_bw_gbs=10.0, threads=threads,
-                  batched_bw_efficiency=0.5,
+                  batched_bw_efficiency=0.5, serial_share=0.5,
                   tflops={"float": 0.03, "legacy": 0.03, "kquant": 0.03, "Q4_0": 0.03, "Q8_0": 0.03},
                   overhead_forward_us=200.0,
                   overhead_layer_us=20.0, source="fit")
 
 
+FIT_PARAMS = [(None, "tflops.float"), (None, "tflops.legacy"), (None, "tflops.kquant"), (None, "tflops.Q4_0"),
+              (None, "tflops.Q8_0"), (None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
+              (None, "overhead_forward_us"), (None, "overhead_layer_us")]
 TIMINGS = {"cpu": "process CPU time per thread", "wall": "wall time"}
 SLICES = (("real models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] == 0) & ~u["model"].str.startswith("tiny")),
           ("tiny models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] == 0) & u["model"].str.startswith("tiny")),
@@ -218,10 +236,7 @@ def evaluate(cells: list, shapes: dict, timing: str):
 
     cal_obs = [fit.Observation("host", predictor(r, n), ms / 1e3, {"row": r, "n": n})
                for r in cells if r["role"] == "calibration" for n, ms in enumerate(r[curve], start=1)]
-    params = [(None, "tflops.float"), (None, "tflops.legacy"), (None, "tflops.kquant"), (None, "tflops.Q4_0"),
-              (None, "tflops.Q8_0"), (None, "mem_bw_gbs"),
-              (None, "batched_bw_efficiency"), (None, "overhead_forward_us"), (None, "overhead_layer_us")]
-    fitted, _ = fit.fit({"host": host_device()}, params, cal_obs)
+    fitted, _ = fit.fit({"host": host_device()}, FIT_PARAMS, cal_obs)
     dev = fitted["host"]
     by_key = {(r["model"], r["ctx"], r["concurrency"], r["threads"]): r for r in cells}
     out = []
@@ -285,7 +300,8 @@ def analyze(args) -> int:
         lines += ["", f"Fitted on the calibration curves only ({TIMINGS[timing]}; synthetic models, {CAL_THREADS} thread): "
                   f"matrix rate per thread (GFLOP/s) {rates}; bandwidth per thread {dev.mem_bw_gbs:.1f} GB/s; overhead "
                   f"{dev.overhead_forward_us:.0f} us per forward + {dev.overhead_layer_us:.1f} us per layer; products of 2 or more "
-                  f"rows stream weights at {dev.batched_bw_efficiency:.2f} of the one-row bandwidth."]
+                  f"rows stream weights at {dev.batched_bw_efficiency:.2f} of the one-row bandwidth; the shorter of an operation's "
+                  f"streaming and arithmetic adds {dev.serial_share:.2f} of itself (1: their sum, 0: their max)."]
     lines += ["", "Median and max |error| % per quantity, calibration vs unseen cells:", "",
               "| timing | cells | quantity | k | n | median | max |", "|---|---|---|---|---|---|---|"]
     for (t, s, q, k), g in df.groupby(["timing", "set", "quantity", "k"], sort=True):
@@ -305,7 +321,7 @@ def analyze(args) -> int:
     (args.out / "fitted_device.toml").write_text(
         f"[epyc-vm-1t]\nlabel = \"AMD EPYC VM (this project's 2-core host), 1 thread\"\nbackend = \"cpu\"\n"
         f"mem_bw_gbs = {dev.mem_bw_gbs:.2f}\ntflops = {{ {rates} }}\nthreads = {CAL_THREADS}\n"
-        f"batched_bw_efficiency = {dev.batched_bw_efficiency:.3f}\noverhead_forward_us = {dev.overhead_forward_us:.1f}\n"
+        f"batched_bw_efficiency = {dev.batched_bw_efficiency:.3f}\nserial_share = {dev.serial_share:.3f}\noverhead_forward_us = {dev.overhead_forward_us:.1f}\n"
         f"overhead_layer_us = {dev.overhead_layer_us:.2f}\ncost_error = {unseen_c.median() / 100:.2f}\n")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -316,6 +332,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("verb", choices=("measure", "analyze"))
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--only", default="", help="measure: only these models (comma-separated), appended to curves.jsonl")
     ap.add_argument("--scratch", type=Path, default=Path.home() / ".cache" / "specnative" / "projection-calibration")
     args = ap.parse_args(argv)
     return measure(args) if args.verb == "measure" else analyze(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -170,6 +171,19 @@ def test_cpu_rates_by_type_and_the_gemv_to_gemm_switch():
     one, two = cost.forward(shape, cpu, 1), cost.forward(shape, cpu, 2)
     assert two.weights_s > 3 * one.weights_s  # from two rows on, the tiled paths re-stream the weights
     assert cpu.with_threads(2).bandwidth == 2 * cpu.bandwidth  # per-thread streaming
+
+
+def test_cpu_serial_share_spans_the_sum_and_the_roofline_max(tmp_path):
+    shape = from_config(LLAMA_7B, "Q4_0")
+    base = Device("cpu", "cpu", "cpu", 10.0, {"float": 0.01, "legacy": 0.01}, threads=1)
+    times = [cost.forward(shape, replace(base, serial_share=s), 1).weights_s for s in (1.0, 0.5, 1e-9)]
+    assert times[0] > times[1] > times[2]  # less serial work, less time
+    gpu_like = cost.forward(shape, replace(base, backend="metal"), 1).weights_s
+    assert times[2] == pytest.approx(gpu_like, rel=1e-6)  # no serial share: the roofline's max
+    f = tmp_path / "dev.toml"
+    f.write_text('[c]\nbackend = "cpu"\nmem_bw_gbs = 10\ntflops = { float = 0.01 }\nserial_share = 1.5\n')
+    with pytest.raises(DeviceError, match="serial_share"):
+        load_devices(f)
 
 
 def test_project_leaves_out_synthetic_acceptance_rows(tmp_path, tiny_models, capsys):

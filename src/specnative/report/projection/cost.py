@@ -2,7 +2,8 @@
 over a KV cache of n_kv cells, as a sum of per-operation rooflines plus fixed costs.
 
 Per forward, for each group of weights of one role and type:
-    time = max(bytes / bandwidth, 2 x elements x rows / rate(class, rows))   (GPU; a CPU: the sum)
+    time = max(bytes / bandwidth, 2 x elements x rows / rate(class, rows))   (GPU)
+    time = max(...) + serial_share x min(...)                                    (CPU)
 the layer matrices multiply every row (N x n), the LM head only the rows that ask for logits.
 Attention without flash attention (the engine's default) multiplies every row with all n_kv cached
 positions (a masked product: llama.cpp's unified cache computes the scores of every cell):
@@ -38,9 +39,12 @@ class Forward:
 
 
 def _combine(device: Device, memory_s: float, compute_s: float) -> float:
-    """A GPU overlaps an operation's memory traffic with its arithmetic (the roofline's max); a CPU
-    thread streams the weights and computes its dot products one after the other (their sum)."""
-    return memory_s + compute_s if device.backend == "cpu" else max(memory_s, compute_s)
+    """A GPU overlaps an operation's memory traffic with its arithmetic (the roofline's max). A CPU
+    thread's hardware prefetcher streams the next weights while it computes, but not all of the
+    time: the shorter of the two adds serial_share of itself (1: their sum, 0: the max)."""
+    if device.backend == "cpu":
+        return max(memory_s, compute_s) + device.serial_share * min(memory_s, compute_s)
+    return max(memory_s, compute_s)
 
 
 def kv_cells(ctx: int, n_seq: int, n_tokens: int, own: int = 0) -> int:

@@ -46,6 +46,7 @@ class Device:
     overhead_layer_us: float = 0.0    # fixed cost per layer (kernel launches, thread barriers)
     threads: int = 1                  # CPU: threads the rates (and the bandwidth) are multiplied by
     batched_bw_efficiency: float = 1.0  # CPU: bandwidth share of a product of >= 2 rows (GEMM paths)
+    serial_share: float = 1.0         # CPU: share of an op's shorter part (streaming or arithmetic) not overlapped
     vector_tflops: float = 0.0        # CUDA: the CUDA-core rate of the matrix-vector kernels (MMVQ/MMVF)
     source: str = ""
     extra: dict = field(default_factory=dict)
@@ -108,7 +109,7 @@ def _device(name: str, entry: dict, where: str) -> Device:
                               f"'legacy', 'kquant' or GGML type names), not {sorted(unknown)}")
         known = {"label", "backend", "mem_bw_gbs", "tflops", "bw_efficiency", "compute_efficiency",
                  "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source",
-                 "batched_bw_efficiency"}
+                 "batched_bw_efficiency", "serial_share"}
         values = {k: entry[k] for k in known - {"tflops", "backend"} if k in entry}
         device = Device(name=name, backend=backend, tflops=tflops, label=str(values.pop("label", name)),
                         mem_bw_gbs=float(values.pop("mem_bw_gbs")), source=str(values.pop("source", "")),
@@ -121,8 +122,9 @@ def _device(name: str, entry: dict, where: str) -> Device:
             raise
         raise DeviceError(f"{where}: device {name!r}: {error}") from None
     if device.mem_bw_gbs <= 0 or min(tflops.values()) <= 0 or not 0 < device.bw_efficiency <= 1 \
-            or not 0 < device.compute_efficiency <= 1 or not 0 < device.batched_bw_efficiency <= 1:
-        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies in (0, 1]")
+            or not 0 < device.compute_efficiency <= 1 or not 0 < device.batched_bw_efficiency <= 1 \
+            or not 0 < device.serial_share <= 1:
+        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies and serial_share in (0, 1]")
     return device
 
 

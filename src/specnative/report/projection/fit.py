@@ -15,7 +15,7 @@ import numpy as np
 
 from specnative.report.projection.device import Device
 
-EFFICIENCIES = ("bw_efficiency", "compute_efficiency", "batched_bw_efficiency")
+EFFICIENCIES = ("bw_efficiency", "compute_efficiency", "batched_bw_efficiency", "serial_share")
 
 
 @dataclass
