@@ -36,6 +36,13 @@ enum class Fault {
     accept_always,    // accept every draft
     skip_draft_trim,  // a hidden-state drafter's cache keeps its draft cells after a draft (a
                       // drafter-quality bug: changes acceptance, never the output)
+    // Draft trees' own mistakes (tree_acceptor.h; a chain runs the correct rule under them):
+    tree_residual_stale,    // the residual is not updated after a rejected sibling (each sibling
+                            // judged against p, the last draw from p)
+    tree_sibling_twice,     // after a rejected sibling the walk tries the same one again, never the last
+    tree_bonus_wrong_node,  // the bonus token after a fully accepted path comes from its parent's row
+    tree_branch_kv_kept,    // after a round the other branches keep their own cells up to the
+                            // accepted depth (a rejected branch's KV stays beside the accepted one)
 };
 constexpr double kSlowAcceptMs = 2.0;
 

@@ -41,6 +41,8 @@ py::dict counts_dict(const SeqCounts& c) {
     d["drafted_at"] = to_numpy(c.drafted_at);
     d["accepted_at"] = to_numpy(c.accepted_at);
     d["accept_len_hist"] = to_numpy(c.accept_len_hist);
+    d["offered_rank"] = to_numpy(c.offered_rank);    // draft trees: nodes with a child of rank r
+    d["accepted_rank"] = to_numpy(c.accepted_rank);  // and walks that moved on to it
     return d;
 }
 
@@ -86,7 +88,9 @@ Fault parse_fault(const std::string& name) {
         {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept},
         {"residual_from_p", Fault::residual_from_p}, {"accept_q_over_p", Fault::accept_q_over_p},
         {"q_prev_position", Fault::q_prev_position}, {"accept_always", Fault::accept_always},
-        {"skip_draft_trim", Fault::skip_draft_trim}};
+        {"skip_draft_trim", Fault::skip_draft_trim}, {"tree_residual_stale", Fault::tree_residual_stale},
+        {"tree_sibling_twice", Fault::tree_sibling_twice}, {"tree_bonus_wrong_node", Fault::tree_bonus_wrong_node},
+        {"tree_branch_kv_kept", Fault::tree_branch_kv_kept}};
     for (const auto& [fault_name, fault] : faults) {
         if (name == fault_name) return fault;
     }
@@ -168,6 +172,24 @@ GenerateParams decoding_params(int n_predict, float temperature, uint64_t seed, 
     return p;
 }
 
+// A draft tree's shape from its kind ("none", "topk", "split") and numbers by name (the
+// spelling is parsed and checked in Python: engine/draft_shape.py; ranges again in the engine).
+TreeShape tree_shape(const std::string& kind, const std::map<std::string, double>& values) {
+    TreeShape t;
+    if (kind == "none") return t;
+    if (kind != "topk" && kind != "split") throw std::invalid_argument("tree kind must be 'none', 'topk' or 'split'");
+    t.kind = kind == "topk" ? TreeShape::Kind::topk : TreeShape::Kind::split;
+    for (const auto& [name, value] : values) {
+        if (name == "topk") t.topk = static_cast<int>(value);
+        else if (name == "depth") t.depth = static_cast<int>(value);
+        else if (name == "budget") t.budget = static_cast<int>(value);
+        else if (name == "branches") t.branches = static_cast<int>(value);
+        else if (name == "p_split") t.p_split = static_cast<float>(value);
+        else throw std::invalid_argument("unknown tree parameter '" + name + "'");
+    }
+    return t;
+}
+
 // Checked every iteration; Python's signal handlers (which need the GIL, ~2 us: a fifth of a
 // tiny model's round overhead) at most every kSignalPollMs.
 std::function<bool()> stop_poll(GuardedEngine& engine) {
@@ -185,9 +207,11 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
                         bool stop_at_eog, bool record_margins, const std::string& drafter,
                         const std::map<std::string, std::string>& drafter_options, float draft_p_min,
                         float draft_temperature, bool drafter_settings, bool record_pit, int prefix_limit, bool prefix_cache,
-                        const std::vector<double>& synthetic) {
+                        const std::vector<double>& synthetic, const std::string& tree_kind,
+                        const std::map<std::string, double>& tree) {
     GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
                                        drafter, drafter_options, draft_p_min);
+    p.tree = tree_shape(tree_kind, tree);
     if (draft_temperature != 0.0f) {
         check_temperature(draft_temperature);
         if (temperature <= 0.0f || drafter != "model") {
@@ -466,7 +490,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("record_margins"), py::arg("drafter") = "model",
              py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
              py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false,
-             py::arg("prefix_limit") = -1, py::arg("prefix_cache") = true, py::arg("synthetic") = std::vector<double>{})
+             py::arg("prefix_limit") = -1, py::arg("prefix_cache") = true, py::arg("synthetic") = std::vector<double>{},
+             py::arg("tree_kind") = "none", py::arg("tree") = std::map<std::string, double>{})
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "acceptor.h"
+#include "tree_acceptor.h"
 #include "drafter.h"
 #include "phase_clock.h"
 #include "sampling.h"
@@ -31,17 +32,6 @@ int shared_prefix_length(const std::vector<std::vector<int32_t>>& prompts) {
     return static_cast<int>(n);
 }
 
-// Accounts one engine iteration for the steady-state window: `active` sequences took part,
-// `emitted` tokens came out, `ms` it took (the sum of the step buckets it was charged to).
-void count_iteration(GenerateResult& r, int active, int64_t emitted, double ms) {
-    r.steps += 1;
-    r.active_sum += active;
-    if (active == r.n_seq) {
-        r.steady_steps += 1;
-        r.steady_tokens += emitted;
-        r.steady_ms += ms;
-    }
-}
 
 int64_t generated(const std::vector<Engine::Sequence>& seqs) {
     int64_t n = 0;
@@ -55,12 +45,6 @@ int active(const std::vector<Engine::Sequence>& seqs) {
     return n;
 }
 
-// Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
-std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
-    return [&p, n_vocab, norm = SoftmaxNorm()](Engine::Sequence& seq, const float* logits) mutable {
-        seq.out.push_back(sample_target(logits, n_vocab, p, seq.key, 0, seq.margins, norm));
-    };
-}
 
 }  // namespace
 
@@ -68,6 +52,25 @@ std::function<void(Engine::Sequence&, const float*)> sample_first_token(const Ge
 // ---------------------------------------------------------------------------------------------
 // Pieces shared with serving (engine_internal.h)
 // ---------------------------------------------------------------------------------------------
+// Accounts one engine iteration for the steady-state window: `active` sequences took part,
+// `emitted` tokens came out, `ms` it took (the sum of the step buckets it was charged to).
+void count_iteration(GenerateResult& r, int active, int64_t emitted, double ms) {
+    r.steps += 1;
+    r.active_sum += active;
+    if (active == r.n_seq) {
+        r.steady_steps += 1;
+        r.steady_tokens += emitted;
+        r.steady_ms += ms;
+    }
+}
+
+// Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
+std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab) {
+    return [&p, n_vocab, norm = SoftmaxNorm()](Engine::Sequence& seq, const float* logits) mutable {
+        seq.out.push_back(sample_target(logits, n_vocab, p, seq.key, 0, seq.margins, norm));
+    };
+}
+
 int32_t sample_target(const float* logits, int n_vocab, const GenerateParams& p, uint64_t key, int64_t index,
                       std::vector<float>& margins, SoftmaxNorm& norm) {
     if (p.record_margins) margins.push_back(argmax_with_margin(logits, n_vocab).margin);
@@ -126,7 +129,8 @@ Placement draft_placement(const EngineParams& params) {
 }  // namespace
 
 Engine::Engine(const std::string& target_path, const std::string& draft_path, const EngineParams& params)
-    : params_(params), target_path_(target_path), draft_path_(draft_path), acceptor_(make_acceptor(Fault::none)) {
+    : params_(params), target_path_(target_path), draft_path_(draft_path), acceptor_(make_acceptor(Fault::none)),
+      tree_acceptor_(make_tree_acceptor(Fault::none)) {
     if (params.n_ctx < 16) throw std::invalid_argument("n_ctx must be at least 16");
     if (params.n_batch < 1) throw std::invalid_argument("n_batch must be at least 1");
     if (params.n_threads < 1) throw std::invalid_argument("n_threads must be at least 1");
@@ -185,7 +189,10 @@ Engine::Engine(const std::string& target_path, const std::string& draft_path, co
 
 Engine::~Engine() { close(); }
 
-void Engine::inject_fault(Fault fault) { acceptor_ = make_acceptor(fault); }
+void Engine::inject_fault(Fault fault) {
+    acceptor_ = make_acceptor(fault);
+    tree_acceptor_ = make_tree_acceptor(fault);
+}
 
 // Loads a DFlash/DSpark/EAGLE-3 file (its context is made once the target's exists), or marks
 // the target itself as the MTP drafter's model.
@@ -320,6 +327,11 @@ int Engine::validate_params(const GenerateParams& p, int n_seq) const {
     if (is_hidden_drafter(p.drafter.type)) check_hidden_drafter(p.drafter.type);
     const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
     if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
+    if (p.tree.on()) {
+        validate_tree(p, n_seq);
+        // the tree's cells before the rollback (a topk draft feeds up to topk nodes per level)
+        return std::max(p.tree.max_nodes(), p.tree.kind == TreeShape::Kind::topk ? p.tree.topk * p.tree.depth : 0) + 1;
+    }
     if (p.k < 1) throw std::invalid_argument("k must be at least 1");
     if (!(p.draft_p_min >= 0.0f && p.draft_p_min < 1.0f)) {  // NaN fails too
         throw std::invalid_argument("draft_p_min must be in [0, 1) (0 = off), got " + std::to_string(p.draft_p_min));
@@ -517,8 +529,9 @@ GenerateResult Engine::generate(const std::vector<std::vector<int32_t>>& prompts
         seqs[s].n_past_draft = static_cast<int32_t>(prompts[s].size());
     }
     const int64_t fed_before = target_prompt_tokens_fed_;
-    GenerateResult result = p.spec ? run_speculative(seqs, shared, p, should_stop)
-                                   : run_baseline(seqs, shared, p, should_stop);
+    GenerateResult result = !p.spec        ? run_baseline(seqs, shared, p, should_stop)
+                            : p.tree.on() ? run_tree(seqs, shared, p, should_stop)
+                                          : run_speculative(seqs, shared, p, should_stop);
     result.prefill_tokens = target_prompt_tokens_fed_ - fed_before;
     result.kv_prompt_cells = shared;
     for (const Sequence& seq : seqs) result.kv_prompt_cells += static_cast<int64_t>(seq.prompt.size()) - shared;
@@ -976,6 +989,8 @@ SeqCounts sum_counts(const std::vector<SeqCounts>& counts) {
         add(sum.drafted_at, c.drafted_at);
         add(sum.accepted_at, c.accepted_at);
         add(sum.accept_len_hist, c.accept_len_hist);
+        add(sum.offered_rank, c.offered_rank);
+        add(sum.accepted_rank, c.accepted_rank);
     }
     return sum;
 }

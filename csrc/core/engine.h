@@ -2,6 +2,7 @@
 // sequences together, either one target token per step (baseline) or draft/verify/accept rounds.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -56,6 +57,31 @@ struct DrafterParams {
     std::map<std::string, std::string> options;  // llama.cpp CLI names, e.g. spec-ngram-mod-n-min
 };
 
+// A draft tree instead of a chain (tree_loop.cpp, drafters/model_tree.cpp): the draft model
+// proposes a tree whose nodes are all verified in one target batch. none: a chain of k tokens.
+struct TreeShape {
+    enum class Kind { none, topk, split };
+    Kind kind = Kind::none;
+    // topk (EAGLE-2 / SGLang's dynamic tree): every expanded node gets `topk` children, the topk
+    // nodes of each depth with the largest cumulative draft probability are expanded, `depth`
+    // levels, and the `budget` best nodes are verified.
+    int topk = 4, depth = 5, budget = 8;
+    // split (llama.cpp's examples/speculative): a branch splits when a further candidate's draft
+    // probability exceeds p_split, at most `branches` branches; drafting stops once the tree holds
+    // `budget` nodes (its n_draft; also the depth cap).
+    int branches = 4;
+    float p_split = 0.1f;
+    bool on() const { return kind != Kind::none; }
+    int max_depth() const { return kind == Kind::topk ? depth : budget; }
+    // Nodes one round may verify at most (split: the last step may pass the budget by a branch's siblings).
+    int max_nodes() const { return kind == Kind::topk ? budget : budget + branches - 1; }
+    // Sequence ids one sequence's tree uses (one per branch: a leaf of the verified tree, a
+    // frontier node of the draft), its own id included.
+    int ids_per_seq() const { return kind == Kind::topk ? std::max(topk, budget) : branches; }
+    // Siblings a node can have (the per-rank counts' length).
+    int max_siblings() const { return kind == Kind::topk ? topk : std::min(branches, 8); }
+};
+
 struct GenerateParams {
     int n_predict = 32;
     float temperature = 0.0f;
@@ -92,6 +118,7 @@ struct GenerateParams {
     // target settings that drafter asks for (layer-input or nextn extraction), to measure what
     // they cost the target's step. The honest baseline runs without them.
     bool drafter_settings = false;
+    TreeShape tree;  // spec with the draft model only; k is ignored when on
     // Synthetic acceptance (synthetic.h; benchmarking only): the probability each draft position is
     // kept with, given the earlier ones were (one per position, at least k); empty: the rule decides.
     std::vector<double> synthetic;
@@ -107,6 +134,10 @@ struct SeqCounts {
     std::vector<int64_t> drafted_at;   // [k]: rounds that drafted position j+1
     std::vector<int64_t> accepted_at;  // [k]: rounds that accepted position j+1
     std::vector<int64_t> accept_len_hist;  // [k+1]: rounds that accepted exactly m drafts
+    // Draft trees only (empty for chains): at every node the acceptance walk reached, its children
+    // by sibling rank (draw order, 0 first): offered[r] nodes had a child of rank r, accepted_rank[r]
+    // walks moved on to it. (drafted counts every verified node; drafted_at and accepted_at depth.)
+    std::vector<int64_t> offered_rank, accepted_rank;
 };
 
 // alpha, Leviathan's per-token alpha and tau from counts: the one definition of each (the sweep
@@ -264,6 +295,9 @@ struct CostCurve {
 
 
 class Acceptor;        // acceptor.h
+class TreeAcceptor;    // tree_acceptor.h
+class TreeDrafter;     // tree_drafter.h
+struct DraftTree;      // tree_drafter.h
 enum class Fault;      // acceptor.h
 class Drafter;         // drafter.h
 struct AcceptScratch;  // engine_internal.h
@@ -390,6 +424,14 @@ private:
     int validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& params) const;
     GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                    const std::function<bool()>& should_stop);
+    // Draft trees (tree_loop.cpp): the round loop with a tree per sequence, verified in one batch.
+    void validate_tree(const GenerateParams& p, int n_seq) const;
+    GenerateResult run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
+                            const std::function<bool()>& should_stop);
+    void judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows, const GenerateParams& p,
+                    TreeDrafter& drafter, AcceptScratch& scratch, int n_seq);
+    void record_tree_pit(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
+                         const std::vector<int>& path, int32_t last, const GenerateParams& p, AcceptScratch& scratch);
 
     EngineParams params_;
     std::string target_path_, draft_path_;
@@ -408,6 +450,7 @@ private:
     std::vector<int32_t> last_n_past_;   // per sequence: tokens in the target KV after the run
     std::vector<int32_t> last_pending_pos_;  // where the pending token goes (prompt + emitted - 1)
     std::unique_ptr<Acceptor> acceptor_;  // the correct rule; a planted fault in tests
+    std::unique_ptr<TreeAcceptor> tree_acceptor_;  // the same for draft trees
 };
 
 }  // namespace specnative

@@ -2,6 +2,7 @@
 // replay.cpp: teacher-forced passes for the lossless verdict). Not part of the public API.
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -59,7 +60,7 @@ struct Engine::Context {
                                      std::to_string(p.n_ctx) + "): " + last_llama_errors());
         }
         n_batch = p.n_batch;
-        batch = llama_batch_init(n_batch, 0, 1);
+        batch = llama_batch_init(n_batch, 0, p.n_seq_max);  // a draft tree's tokens carry several ids
         vocab = llama_model_get_vocab(model);
         n_vocab = llama_vocab_n_tokens(vocab);
     }
@@ -78,6 +79,18 @@ struct Engine::Context {
         batch.pos[i] = pos;
         batch.n_seq_id[i] = 1;
         batch.seq_id[i][0] = seq;
+        batch.logits[i] = logits;
+        return i;
+    }
+
+    // Appends a token shared by the sequences ids[0..n) (a draft tree's node: one id per branch
+    // through it; the first decides what it attends to, so every id must hold its path).
+    int add_shared(int32_t token, int32_t pos, const int* ids, int n, bool logits) {
+        const int i = batch.n_tokens++;
+        batch.token[i] = token;
+        batch.pos[i] = pos;
+        batch.n_seq_id[i] = n;
+        for (int j = 0; j < n; ++j) batch.seq_id[i][j] = ids[j];
         batch.logits[i] = logits;
         return i;
     }
@@ -167,6 +180,11 @@ bool finished(const Engine::Sequence& seq, const GenerateParams& p, const llama_
 void reset_counts(SeqCounts& counts, int k);
 // Busy-waits `ms` (engine work that llama.cpp never sees; a planted slowdown, acceptor.h).
 void spin_for_ms(double ms);
+// Accounts one engine iteration for the steady-state window: `active` sequences took part,
+// `emitted` tokens came out, `ms` it took (the sum of the step buckets it was charged to).
+void count_iteration(GenerateResult& r, int active, int64_t emitted, double ms);
+// Prefill callback that samples each sequence's first token (index 0) from its last prompt logits.
+std::function<void(Engine::Sequence&, const float*)> sample_first_token(const GenerateParams& p, int n_vocab);
 
 // Scratch of the acceptance walk, reused across rounds and sequences.
 struct AcceptScratch {

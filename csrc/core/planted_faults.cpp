@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "acceptor.h"
+#include "tree_acceptor.h"
 #include "engine_internal.h"
 
 namespace specnative {
@@ -68,7 +69,35 @@ struct SkipDraftTrim final : Acceptor {
     bool trims_draft_cache() const override { return false; }
 };
 
+// ---- draft trees (tree_acceptor.h) ------------------------------------------------------------
+
+struct TreeResidualStale final : TreeAcceptor {
+    void update_residual(std::vector<float>&, const std::vector<float>&, double, const int32_t*, int) const override {}
+};
+
+struct TreeSiblingTwice final : TreeAcceptor {
+    int sibling_at(int i) const override { return i > 0 ? i - 1 : 0; }
+};
+
+struct TreeBonusWrongNode final : TreeAcceptor {
+    int bonus_node(int leaf, int parent) const override { return parent >= 0 ? parent : leaf; }
+};
+
+struct TreeBranchKvKept final : TreeAcceptor {
+    bool drops_branch_cells() const override { return false; }
+};
+
 }  // namespace
+
+std::unique_ptr<TreeAcceptor> make_tree_acceptor(Fault fault) {
+    switch (fault) {
+        case Fault::tree_residual_stale: return std::make_unique<TreeResidualStale>();
+        case Fault::tree_sibling_twice: return std::make_unique<TreeSiblingTwice>();
+        case Fault::tree_bonus_wrong_node: return std::make_unique<TreeBonusWrongNode>();
+        case Fault::tree_branch_kv_kept: return std::make_unique<TreeBranchKvKept>();
+        default: return std::make_unique<TreeAcceptor>();  // a chain's fault: trees judge correctly
+    }
+}
 
 std::unique_ptr<Acceptor> make_acceptor(Fault fault) {
     switch (fault) {
@@ -84,6 +113,10 @@ std::unique_ptr<Acceptor> make_acceptor(Fault fault) {
         case Fault::q_prev_position: return std::make_unique<QPrevPosition>();
         case Fault::accept_always: return std::make_unique<AcceptAlways>();
         case Fault::skip_draft_trim: return std::make_unique<SkipDraftTrim>();
+        case Fault::tree_residual_stale:
+        case Fault::tree_sibling_twice:
+        case Fault::tree_bonus_wrong_node:
+        case Fault::tree_branch_kv_kept: return std::make_unique<Acceptor>();  // a tree's fault: chains judge correctly
     }
     throw std::invalid_argument("unknown fault");
 }

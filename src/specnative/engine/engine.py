@@ -17,6 +17,8 @@ from specnative import _core
 from specnative.engine import synthetic
 from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
+from specnative.engine.draft_shape import DraftShape
+from specnative.engine.draft_shape import parse as parse_draft_shape
 
 ACCEPT_RULES = ("greedy", "match", "rejection")
 Prompt = Union[str, Sequence[int], np.ndarray]
@@ -350,7 +352,7 @@ class Engine:
                  drafter_options: dict | None = None, draft_p_min: float = 0.0,
                  draft_temperature: float | None = None, drafter_settings: bool = False,
                  record_pit: bool = False, prefix_cache: bool = True, synthetic=None,
-                 prefix_limit: int | None = None) -> GenerationResult:
+                 prefix_limit: int | None = None, draft_shape=None) -> GenerationResult:
         """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
@@ -389,7 +391,13 @@ class Engine:
         text, e.g. "0.7", "rates:0.9/0.7/0.5/0.3", "len:2.5"): the drafter drafts and the target
         verifies as usual, but each draft is kept by a seeded draw at the profile's rate instead of
         by the rule; the first rejected position emits the target's own token there. Benchmarking
-        only: the output is not the target's."""
+        only: the output is not the target's.
+        draft_shape (draft model only): "chain" (None, the default: k tokens in a line) or a tree,
+        e.g. "tree:topk=4,depth=5,budget=8" (EAGLE-2 / SGLang) or "tree:branches=4,p_split=0.1,
+        budget=8" (llama.cpp's examples/speculative); k is then unused (engine/draft_shape.py). All
+        nodes are verified in one target batch; the engine needs n_seq_max >= sequences x
+        DraftShape.ids_per_sequence. Counts then also hold offered_rank/accepted_rank (siblings by
+        rank), and drafted counts every verified node."""
         draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
         if accept_rule not in ACCEPT_RULES:
             raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
@@ -416,6 +424,9 @@ class Engine:
                                          or not isinstance(prefix_limit, (int, np.integer)) or prefix_limit < 0):
             raise ValueError(f"prefix_limit must be an integer >= 0 (None: the whole common prefix), "
                              f"not {prefix_limit!r}")
+        shape = parse_draft_shape(draft_shape)
+        if shape.is_tree and spec and drafter != "model":
+            raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model'), not {drafter!r}")
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
@@ -425,7 +436,8 @@ class Engine:
                                   draft_temperature=float(draft_temperature),
                                   drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
                                   prefix_cache=bool(prefix_cache), synthetic=synthetic_probs,
-                                  prefix_limit=-1 if prefix_limit is None else _c_int(prefix_limit, "prefix_limit"))
+                                  prefix_limit=-1 if prefix_limit is None else _c_int(prefix_limit, "prefix_limit"),
+                                  **(shape.core_args() if spec else DraftShape().core_args()))
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,

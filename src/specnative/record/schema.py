@@ -284,6 +284,15 @@ COLUMNS: tuple[Column, ...] = (
            "1..k, ';'-separated (realised: accept_at_pos)"),
     Column("synthetic_alpha", "float", "synthetic rows: the requested per-token alpha, the constant one with the "
            "profile's expected tokens per round at k (realised: token_accept_rate)"),
+    # --- draft trees (--draft-shape; empty on chain rows) ----------------------------------------
+    Column("draft_shape", "str", "a draft tree's shape, e.g. tree:topk=4,depth=5,budget=8 or "
+           "tree:branches=4,p_split=0.1,budget=8 (empty: a chain of k); k is then its node budget, drafted "
+           "counts every verified node, accept_at_pos is by depth, predicted_speedup is empty (the closed form "
+           "is a chain's) and c_draft is per draft decode (on rows)"),
+    Column("nodes_per_round", "float", "draft trees: tree nodes verified per round (drafted / rounds; the pending "
+           "token comes on top) (on rows)"),
+    Column("accept_at_rank", "str", "draft trees: by sibling rank 0, 1, ... (draw order), the share of the walk's "
+           "visits to a node with a child of that rank that moved on to it, ';'-separated (on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -296,7 +305,8 @@ DRAFT_ONLY: tuple[str, ...] = (
     "draft_reach",
     "verify_ms_by_len", "draft_ms_per_pos", "predicted_speedup_by_k", "recommended_k", "recommended_speedup",
     "check_k", "check_k_speedup", "draft_p_min", "draft_ingest_ms", "settings_step_ms", "settings_step_cost",
-    "drafter_kind", "synthetic_acceptance", "synthetic_rates", "synthetic_alpha")
+    "drafter_kind", "synthetic_acceptance", "synthetic_rates", "synthetic_alpha", "draft_shape", "nodes_per_round",
+    "accept_at_rank")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 

@@ -39,6 +39,7 @@ from specnative.report.record_md import (
     unfinished_md,
 )
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
+from specnative.report.trees import has_trees, is_tree_row, trees_md
 from specnative.report.verdict_block import verdict_block
 from specnative.workloads import category_table
 
@@ -61,6 +62,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     if is_serve_run(traces):  # specnative report hands these to serving.report
         raise ReportInputError(f"{run_dir}: a serve run (specnative serve); its report is specnative report's "
                                f"serving report")
+    tree_rows = is_tree_row(traces)  # their own section; every other section reads the chains
+    all_traces, traces = traces, traces[~tree_rows].reset_index(drop=True)
     cells = pair_cells(traces)
     verdicts = verdicts_frame(advise(traces, thresholds))
     note = f"Self-measured on {hardware(prov)}." if prov else "Hardware not recorded."
@@ -104,6 +107,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
                                                     thresholds, out)))
     out["summary.md"] = run_dir / "summary.md"
     answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None)
+    if has_trees(all_traces):
+        sections.insert(0, ("Trees or chains?", trees_md(all_traces)))
     answer = "\n\n".join([*unfinished_md(prov or {}, traces), answer])  # an unfinished grid: said first
     if not break_even_rows.empty:  # what alpha each regime needs, beside what the drafters reach
         answer += ("\n\nWhich alpha would pay (synthetic acceptance; never lossless, not in the verdicts above):\n\n"

@@ -6,7 +6,7 @@ import dataclasses
 import math
 
 from specnative import lossless
-from specnative.sweep.config import Cell, SweepConfig, drafter_options_of
+from specnative.sweep.config import Cell, SweepConfig, drafter_options_of, kind_args, kind_budget
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,20 +40,20 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     elif prefix_limit is not None:
         common["prefix_limit"] = prefix_limit
     base = engine.generate(prompts, seed=cfg.seed, **common)  # plain: in a warm engine also a timed run
-    spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, k=k,
+    spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, **kind_args(k),
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
                            draft_p_min=draft_p_min, **common)
-    on_progress(f"noise control k={k}")
+    on_progress(f"noise control {k}")
     if runs_out is not None:
         runs_out.update({"off": base, k: spec})
     verdict, control = lossless.verdict_after_run(engine, prompts, base.tokens, spec.tokens, temperature,
-                                                  cfg.seed, k, drafter)
+                                                  cfg.seed, kind_budget(k), drafter)
     index, margin = first_divergence(base, spec)
     if index >= 0:  # the baseline's top-2 margin where the outputs part: one more run, only then
         index, margin = first_divergence(engine.generate(prompts, seed=cfg.seed, record_margins=True, **common), spec)
     columns = {}
     if method == "distribution":
-        on_progress(f"distribution test k={k}")
+        on_progress(f"distribution test {k}")
         verdict, columns = distribution_verdict(engine, prompts, cfg, k, temperature, verdict,
                                                 drafter=drafter, draft_p_min=draft_p_min)
     return {**columns, "lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
@@ -70,7 +70,7 @@ def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature:
     """A rejection cell's verdict: the distributional test (lossless.rejection_distribution) over at
     least cfg.dist_positions emitted tokens, and the match proxy's verdict beside it (it also checks
     the KV state, which no distribution can). Either failing fails the cell."""
-    spec = dict(n_predict=cfg.n_predict, k=k, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter))
+    spec = dict(n_predict=cfg.n_predict, **kind_args(k), drafter=drafter, drafter_options=drafter_options_of(cfg, drafter))
     if draft_p_min > 0:
         spec["draft_p_min"] = draft_p_min
     dist = lossless.rejection_distribution(engine, prompts, temperature, cfg.seed + cfg.check_seed_offset,

@@ -10,7 +10,14 @@ from specnative.record import shards
 from specnative.report import write_report
 from specnative.sweep import options
 from specnative.sweep.config import SweepConfig
-from specnative.sweep.options import add_synthetic_flag, config_from_args, float_list, int_list, on_off_list
+from specnative.sweep.options import (
+    add_synthetic_flag,
+    config_from_args,
+    draft_shape_list,
+    float_list,
+    int_list,
+    on_off_list,
+)
 from specnative.sweep.resume_args import resume_argv, resume_command
 from specnative.sweep.runner import run_sweep
 
@@ -31,6 +38,12 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                            "position whose top draft probability is below P (llama.cpp's --spec-draft-p-min; 0: "
                            "always k). Cells with P > 0 get no which-k prediction (their drafts are not "
                            "fixed-length)")
+    grid.add_argument("--draft-shape", dest="draft_shape", type=draft_shape_list, default=["chain"],
+                      metavar="chain,tree:...",
+                      help="what the draft model's on rows draft: chain (every --k) and draft trees verified in "
+                           "one batch, e.g. tree:topk=4,depth=5,budget=8 (EAGLE-2 / SGLang) or "
+                           "tree:branches=4,p_split=0.1,budget=8 (llama.cpp's examples/speculative); each an on "
+                           "row of the same cell, timed in the same repeats (docs/trees.md)")
     grid.add_argument("--prefix-cache", type=on_off_list, default=[True], metavar="on,off",
                       help="on: the shared context is prefilled once, its cells shared by the sequences and kept "
                            "between runs; off: every sequence prefills its own copy every run (a server without "

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnative import workloads
-from specnative.engine import HIDDEN_DRAFTERS, default_threads, native
+from specnative.engine import HIDDEN_DRAFTERS, default_threads, native, parse_draft_shape
 from specnative.record import shards
 
 
@@ -76,6 +76,10 @@ class SweepConfig:
     synthetic: list = field(default_factory=list)
     # the results database the run folder is synced into after every cell (record/database.py); None: none
     db: Path | None = None
+    # --draft-shape: what the draft model's on rows draft: "chain" (every --k) and draft trees by
+    # their spelling (engine/draft_shape.py), each an on row of the same cell, timed in the same
+    # repeats as the chains (paired intervals)
+    draft_shapes: list = field(default_factory=lambda: ["chain"])
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
@@ -83,6 +87,41 @@ def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
     belong to it (none for the draft model; drafter_options_problem refuses the others)."""
     return {} if drafter == "model" else {name: value for name, value in cfg.drafter_options.items()
                                           if native.drafter_of_option(name) == drafter}
+
+
+def on_kinds(cfg: SweepConfig, drafter: str) -> list:
+    """A cell's on rows, in order: every k of the chain (an int), then every draft tree's spelling
+    (a str; the draft model only). Without "chain" among the draft shapes only the trees run."""
+    trees = [s for s in cfg.draft_shapes if s != "chain"] if drafter == "model" else []
+    chains = list(cfg.ks) if "chain" in cfg.draft_shapes or not trees else []
+    return chains + trees
+
+
+def tree_ids_per_sequence(cfg: SweepConfig) -> int:
+    """KV sequence ids one sequence needs for the grid's largest draft tree (1: chains only)."""
+    return max([parse_draft_shape(s).ids_per_sequence for s in cfg.draft_shapes], default=1)
+
+
+def lookahead(cfg: SweepConfig) -> int:
+    """KV cells a round holds beyond the pending token at most: the largest k or tree (a split
+    tree's last step may pass its budget by a branch's siblings; a topk tree's draft feeds up to
+    topk nodes per level)."""
+    trees = [parse_draft_shape(s) for s in cfg.draft_shapes if s != "chain"]
+    return max([*cfg.ks] + [max(t.budget + t.branches - 1, t.budget) if t.kind == "split" else max(t.budget, t.topk * t.depth)
+                            for t in trees])
+
+
+def kind_args(kind) -> dict:
+    """generate()'s arguments for an on row's kind: k for a chain, draft_shape for a tree."""
+    return {"draft_shape": kind} if isinstance(kind, str) else {"k": kind}
+
+
+def kind_budget(kind) -> int:
+    """Tokens an on row's kind verifies per round at most beside the pending one: k, or the
+    tree's node budget (the noise control's chunk and the k column)."""
+    if isinstance(kind, str):
+        return parse_draft_shape(kind).budget
+    return kind
 
 
 @dataclass(frozen=True)
@@ -119,4 +158,6 @@ class Cell:
             base += f"|batch={self.batch}"
         if not self.prefix_cache:  # prefix-cached keys are unchanged (older runs resume)
             base += "|prefix=off"
+        if isinstance(k, str):  # a draft tree's on row
+            return f"{base}|shape={k}"
         return base if k is None else f"{base}|k{k}"

@@ -11,7 +11,7 @@ from specnative.engine import gguf_checks
 from specnative.record import shards
 from specnative.record.provenance import sha256_file
 from specnative.sweep import gridcheck, hidden_drafters
-from specnative.sweep.config import Cell, SweepConfig
+from specnative.sweep.config import Cell, SweepConfig, lookahead
 from specnative.sweep.prompts import workload_for
 
 
@@ -57,7 +57,7 @@ def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens
                     shared: bool = True) -> int:
     """own_tokens: the longest sequence's own prompt after the shared context (workloads).
     shared=False: every sequence holds its own copy of the context (a hidden-state drafter's run)."""
-    per_sequence = own_tokens + cfg.n_predict + max(cfg.ks) + 1  # own prompt + generation + look-ahead
+    per_sequence = own_tokens + cfg.n_predict + lookahead(cfg) + 1  # own prompt + generation + look-ahead
     return ctx_len + concurrency * per_sequence if shared else concurrency * (ctx_len + per_sequence)
 
 
@@ -99,7 +99,7 @@ def kv_refusal(cells: int, shapes: list[dict], max_kv_gib: float) -> str | None:
 def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict],
             own_tokens: int = 64, shared: bool = True) -> str | None:
     """Why a cell cannot run with these models (target and draft shapes), or None."""
-    return (context_refusal(ctx_len + own_tokens + cfg.n_predict + max(cfg.ks) + 1, shapes,
+    return (context_refusal(ctx_len + own_tokens + cfg.n_predict + lookahead(cfg) + 1, shapes,
                             f"ctx_len {ctx_len} + prompt + n_predict + k + 1")
             or kv_refusal(kv_cells_needed(cfg, ctx_len, concurrency, own_tokens, shared), shapes, cfg.max_kv_gib))
 

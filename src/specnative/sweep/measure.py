@@ -5,10 +5,18 @@ from __future__ import annotations
 from specnative import stats
 from specnative.sweep import hidden_drafters
 from specnative.sweep.checks import lossless_check
-from specnative.sweep.config import Cell, SweepConfig, drafter_options_of
+from specnative.sweep.config import Cell, SweepConfig, drafter_options_of, kind_args, kind_budget, on_kinds
 from specnative.sweep.prompts import build_prompts
-from specnative.sweep.rows import (interval_columns, interval_or_empty, median_row, pooled_steady, spec_row,
-                                   steady_rate, synthetic_columns)
+from specnative.sweep.rows import (
+    interval_columns,
+    interval_or_empty,
+    median_row,
+    pooled_steady,
+    spec_row,
+    steady_rate,
+    synthetic_columns,
+    tree_columns,
+)
 from specnative.sweep.which_k import add_k_columns
 from specnative.workloads import category_table
 
@@ -29,15 +37,17 @@ def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
 
 
 def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, previous: dict | None = None,
-               warm: bool = False) -> tuple[dict, dict]:
+               warm: bool = False, kinds: list | None = None) -> tuple[dict, dict]:
     """Warm-up until the timings settle, then timed repeats until every k's speedup interval
     decides (stats.Policy). Each repeat runs spec off, then spec on for every k, right beside
     each other: the speedup interval is over these pairs, so load that hits both cancels.
     `previous`: a pair made already (the lossless check's, same rule and seed): the first warm-up
     run, or with `warm` (the engine measured a cell just before: nothing left to warm) the first
     timed run, no warm-up run at all.
-    Returns the timed runs by kind ("off", k, ...) and how the measuring went."""
+    Returns the timed runs by kind ("off", k, ..., a tree's spelling, ...) and how the measuring went.
+    `kinds`: the on rows (config.on_kinds; None: every k of the chain)."""
     policy = policy_of(cfg)
+    kinds = list(cfg.ks) if kinds is None else kinds
 
     def with_synthetic(pair: dict) -> dict:
         """The same drafter with its drafts kept at random, beside the pair (off by default)."""
@@ -50,12 +60,12 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
 
     def one_repeat() -> dict:
         pair = {"off": engine.generate(prompts, **common)}
-        for k in cfg.ks:
-            pair[k] = engine.generate(prompts, spec=True, k=k, accept_rule=cfg.accept_rule, **common)
+        for kind in kinds:
+            pair[kind] = engine.generate(prompts, spec=True, accept_rule=cfg.accept_rule, **kind_args(kind), **common)
         return with_synthetic(pair)
 
     warmups, shown = 0, ""
-    real = ["off", *cfg.ks]  # the kinds that decide warm-up and repeats (synthetic runs ride along)
+    real = ["off", *kinds]  # the kinds that decide warm-up and repeats (synthetic runs ride along)
 
     def warm_up_run() -> dict:
         nonlocal warmups
@@ -65,7 +75,7 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
 
     def decide(pairs: list) -> str | None:
         nonlocal shown
-        intervals = _speedup_intervals(pairs, cfg.ks, policy.level)
+        intervals = _speedup_intervals(pairs, kinds, policy.level)
         shown = " ".join(f"[{iv.low:.2f},{iv.high:.2f}]" for iv in intervals.values())
         return stats.combined_reason([stats.stop_reason(iv, policy) for iv in intervals.values()])
 
@@ -99,30 +109,34 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     else:  # only the shared context is shared and kept from run to run; each sequence's own prompt is
         common["prefix_limit"] = cell.ctx_len  # prefilled on every run (at ctx_len 0: the whole prompt)
     checks, check_pair = {}, {}
-    for k in cfg.ks:
-        on_progress(f"lossless check k={k}")
+    kinds = on_kinds(cfg, cell.drafter)
+    for k in kinds:
+        on_progress(f"lossless check {'k=' + str(k) if isinstance(k, int) else k}")
         checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
                                    on_progress=on_progress, runs_out=check_pair, prefix_cache=cell.shares_prefix,
                                    prefix_limit=cell.ctx_len)
     # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
     # is checked through its match proxy) at the timed seed
     same_runs = (cell.temperature == 0 or cfg.accept_rule == "match") and cfg.check_seed_offset == 0
-    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None, warm)
+    runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None, warm,
+                                 kinds)
     off = median_row(runs["off"])
     off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
     off["tps_baseline"] = off["tps"]
     rows = [{"spec_decode": "off", **off, **interval_columns(runs, "off", measuring)}]
-    for k in cfg.ks:
-        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[k], off, k), **checks[k],
-                     **interval_columns(runs, k, measuring)})
+    for k in kinds:
+        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[k], off, kind_budget(k)),
+                     **checks[k], **interval_columns(runs, k, measuring)})
         if cell.drafter == "model":
             rows[-1]["draft_p_min"] = cell.draft_p_min
+        if isinstance(k, str):  # a draft tree: its shape and counts (chain rows as before)
+            rows[-1].update(tree_columns(runs[k], k, off["step_ms"]))
     rows += synthetic_rows(runs, off, cfg, cell, measuring)
     # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
     # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
     if cell.drafter == "model" and cell.draft_p_min == 0 and (cfg.which_k or cfg.check_k):
-        add_k_columns(engine, prompts, cfg, common, runs, rows, on_progress)
+        add_k_columns(engine, prompts, cfg, common, runs, [r for r in rows if "draft_shape" not in r], on_progress)
     copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
     for row in rows:
         row["prompt_copy_share"] = copy_share

@@ -25,6 +25,7 @@ from specnative.engine import (
     drafter_name,
     drafter_options_problem,
     native,
+    parse_draft_shapes,
     placement_args,
 )
 from specnative.models import smollm2
@@ -394,6 +395,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--draft-p-min applies to the draft model: add --drafter model")
     if problem := synthetic_problem(getattr(args, "synthetic_acceptance", None), args.k):
         errors.append(problem)
+    trees = [shape for shape in getattr(args, "draft_shape", ["chain"]) if shape != "chain"]  # serve: chains
+    if trees and "model" not in args.drafter:
+        errors.append("--draft-shape: draft trees are drafted by the draft model: add --drafter model")
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
@@ -432,9 +436,18 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
         context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
         check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
+        draft_shapes=getattr(args, "draft_shape", ["chain"]),
         dist_positions=args.dist_positions,
         drafter_files=drafter_files, synthetic=getattr(args, "synthetic_acceptance", None) or [],
         command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
+
+
+def draft_shape_list(text: str) -> list[str]:
+    """--draft-shape chain,tree:... -> their spellings; a bad shape is an argparse error naming it."""
+    try:
+        return [shape.spelling for shape in parse_draft_shapes(text)]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def on_off_list(text: str) -> list[bool]:

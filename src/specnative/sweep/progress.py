@@ -248,7 +248,7 @@ def summary_of(rows: list[dict]) -> str:
     """A finished cell in one line: baseline rate, and per k speedup, alpha and the verdict."""
     base = rows[0].get("tps") if rows else None
     on = [r for r in rows if r.get("spec_decode") == "on"]
-    parts = ", ".join(f"k={r['k']} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f} {r.get('verdict') or ''}"
+    parts = ", ".join(f"{r.get('draft_shape') or 'k=' + str(r['k'])} speedup {r['speedup']:.2f} alpha {r['draft_accept_rate']:.2f} {r.get('verdict') or ''}"
                       .rstrip() + ("" if r.get("lossless_ok", True) in (None, True) else " LOSSY") for r in on)
     return f"base {base:.1f} t/s; {parts}" if base is not None else parts
 

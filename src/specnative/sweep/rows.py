@@ -155,3 +155,23 @@ def synthetic_columns(profile, k: int) -> dict:
     return {"synthetic_acceptance": profile.text, "synthetic_rates": synthetic.rates_text(profile.rates(k)),
             "synthetic_alpha": profile.alpha(k), "lossless_ok": None, "lossless_method": "synthetic",
             "verdict": "synthetic", "verdict_reason": SYNTHETIC_REASON}
+
+
+def tree_columns(results, spelling: str, step_ms: float) -> dict:
+    """A draft tree's on row beside spec_row's: its shape, nodes per round, acceptance by sibling
+    rank, c_draft per draft decode (one per level of the deepest tree; step_ms: the baseline's
+    T_step) and no chain closed form."""
+    from specnative.engine import parse_draft_shape
+
+    shape = parse_draft_shape(spelling)
+    drafted = sum(r.totals["drafted"] for r in results)
+    rounds = sum(r.totals["rounds"] for r in results)
+    offered = sum(r.totals["offered_rank"] for r in results)
+    accepted = sum(r.totals["accepted_rank"] for r in results)
+    engine_rounds = sum(r.steps for r in results)
+    levels = shape.depth if shape.kind == "topk" else shape.budget
+    return {"draft_shape": shape.spelling,
+            "nodes_per_round": drafted / rounds if rounds else math.nan,
+            "accept_at_rank": ";".join(f"{a / o:.4f}" if o else "" for a, o in zip(accepted, offered)),
+            "predicted_speedup": math.nan,
+            "c_draft": theory.draft_cost_ratio(sum(r.times["draft"] for r in results) / engine_rounds, levels, step_ms)}

@@ -16,7 +16,7 @@ from specnative.record.schema import append_rows
 from specnative.sweep import hidden_drafters
 from specnative.sweep import progress as progress_display
 from specnative.sweep.checks import dist_runs
-from specnative.sweep.config import Cell, SweepConfig, drafter_options_of
+from specnative.sweep.config import Cell, SweepConfig, drafter_options_of, on_kinds, tree_ids_per_sequence
 from specnative.sweep.grid import (
     by_ctx_len,
     cells_of,
@@ -53,7 +53,7 @@ def resume_plan(cfg: SweepConfig, out: Path, traces: Path, cells: list,
     keys = {}
     for cell in cells:
         sha = sha256_file(cell.target)
-        keys[cell] = ([cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in cfg.ks]
+        keys[cell] = ([cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in on_kinds(cfg, cell.drafter)]
                       + [cell.key(sha, cfg.accept_rule, k, p.text) for k in cfg.ks for p in cfg.synthetic])
     return rundir.plan_resume(traces, keys), recorded
 
@@ -65,7 +65,7 @@ def engine_for(cfg: SweepConfig, target: Path, cells: list[Cell], own_tokens: in
     draft, mtp = hidden_drafters.engine_draft(cells[0].drafter, cfg.draft, cfg.drafter_files)
     try:
         return Engine(target, draft, n_ctx=n_ctx, n_batch=cfg.n_batch, n_threads=cfg.threads,
-                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies),
+                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.concurrencies) * tree_ids_per_sequence(cfg),
                       flash_attn=cfg.flash_attn, kv_unified=True, mtp=mtp, **cfg.placement)
     except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
         raise SystemExit(f"error: cannot load {target} with draft {draft}: {error}") from None
@@ -102,7 +102,8 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
             row.update(draft_model=None, draft_type=None, draft_sha256=None,
                        drafter_options=drafter_options_text(cell.drafter, drafter_options_of(cfg, cell.drafter)))
         row["cell_id"] = cell.key(target_rec["sha256"], cfg.accept_rule,
-                                  row["k"] if row["spec_decode"] == "on" else None, row.get("synthetic_acceptance"))
+                                  (row.get("draft_shape") or row["k"]) if row["spec_decode"] == "on" else None,
+                                  row.get("synthetic_acceptance"))
     append_rows(traces, rows)
     progress.finish(cell, rows)
     provenance["sweep_timing"] = progress.timing_record()
@@ -155,6 +156,8 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
         provenance["grid"]["prefix_cache"] = ["on" if on else "off" for on in cfg.prefix_caches]
     if list(cfg.draft_p_mins) != [0.0]:  # only when set: older run directories still resume
         provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
+    if list(cfg.draft_shapes) != ["chain"]:  # only when set: older run directories still resume
+        provenance["grid"]["draft_shape"] = list(cfg.draft_shapes)
     if cfg.synthetic:  # only when set: older run directories still resume
         provenance["grid"]["synthetic_acceptance"] = [p.text for p in cfg.synthetic]
     if cfg.placement:  # only when set: older run directories still resume
