@@ -13,11 +13,11 @@
 # on the same (still warm) machine copied what did not fit one call (bench/prepare_device_carry.sh
 # prints those calls); the Gemma rows run when the model's chunks are there.
 # Env: PREBUILT_NAME (cuda; cpu for the dry run), CARRY_DIR, PYTHON (python3), FA (on), WORKDIR
-#      (/tmp/specnative-gpu-check), step time limits T_BUILD T_TESTS T_SWEEP T_PEERS (seconds).
+#      (/tmp/specnative-gpu-check), step time limits T_BUILD T_TESTS T_SWEEP T_PEERS T_CELL (seconds).
 # Outputs in OUT_DIR (argument, else $OUT, else bench/results/gpu-check), at most 8 plain files:
 #   gpu_check.log (every step and table), build.log, pytest.log, results.tar.gz (sweeps, peers).
-# Each step has a time limit (400 s together) so that the run, machine start included, stays
-# within ~8 minutes of GPU-machine time even when a step hangs.
+# Each step has a time limit (the sweeps share T_SWEEP, the new-path cells T_CELL) so that the run stays
+# within one 600 s call even when a step hangs (each sweep here takes seconds on a GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT_DIR=${1:-${OUT:-bench/results/gpu-check}}
@@ -28,7 +28,7 @@ PYTHON=${PYTHON:-python3}
 case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
 FA=${FA:-on}
 WORKDIR=${WORKDIR:-/tmp/specnative-gpu-check}
-T_BUILD=${T_BUILD:-120} T_TESTS=${T_TESTS:-120} T_SWEEP=${T_SWEEP:-100} T_PEERS=${T_PEERS:-60}
+T_BUILD=${T_BUILD:-120} T_TESTS=${T_TESTS:-120} T_SWEEP=${T_SWEEP:-100} T_PEERS=${T_PEERS:-60} T_CELL=${T_CELL:-30}
 LOG="$OUT_DIR/gpu_check.log"
 : > "$LOG"
 exec > >(tee -a "$LOG") 2>&1
@@ -117,10 +117,17 @@ step "projection against measurement: the GPU run just measured, projected to th
   || echo "project exit $?"
 pack
 
-step "synthetic acceptance: the break-even alpha per regime on the GPU, tiny preset (limit ${T_SWEEP}s)"
-timeout "$T_SWEEP" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0 -np 1,8 -ngl -1 -fa "$FA" --drafter model \
+step "synthetic acceptance: the break-even alpha per regime on the GPU, tiny preset (limit ${T_CELL}s)"
+timeout "$T_CELL" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0 -np 1,8 -ngl -1 -fa "$FA" --drafter model \
   --synthetic-acceptance 0.3,0.5,0.7,0.9 -r 3 --max-repeats 3 -o "$RESULTS/sweep-synthetic" | tail -12
 sed -n '/^## Which alpha would pay/,/^## [A-Z]/p' "$RESULTS/sweep-synthetic/summary.md" | head -30
+pack
+
+step "trees or chains: draft trees beside chains at equal verify budget, tiny preset, -ngl -1 (limit ${T_CELL}s)"
+timeout "$T_CELL" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0 -np 1,4 -ngl -1 -fa "$FA" -k 8 \
+  --draft-shape chain,tree:topk=4,depth=5,budget=8,tree:branches=4,p_split=0.1,budget=8 -r 3 --max-repeats 3 \
+  -o "$RESULTS/sweep-trees" | tail -12
+sed -n '/^## Trees or chains/,/^## [A-Z]/p' "$RESULTS/sweep-trees/summary.md" | head -30
 pack
 
 step "results database and compare: the run against itself (no decided change expected), runs listed"
