@@ -83,7 +83,8 @@ def _finish(acc: dict) -> dict:
                 "tau": acc["emitted"] / rounds,
                 "ms_per_round": {key: round(acc["times_ms"][key] / rounds, 3) for key in ("draft", "draft_ingest",
                                                                                           "verify")},
-                "times_ms": {key: round(v, 1) for key, v in acc["times_ms"].items()}, "wall_s": round(acc["wall_s"], 1)})
+                "times_ms": {key: round(v, 1) for key, v in acc["times_ms"].items()},
+                "wall_s": round(acc["wall_s"], 1)})
     return out
 
 
@@ -182,7 +183,8 @@ def main(argv=None) -> int:
     Path(args.out).write_text(json.dumps(out, indent=1))
     for c in out["configs"]:
         print(f"{c['drafter']:<13} k={c['k']:<2} alpha by position {c['alpha_by_position'][:8]} tau {c['tau']:.3f} "
-              f"draft {c['ms_per_round']['draft']:.2f} ms + ingest {c['ms_per_round']['draft_ingest']:.2f} ms per round, "
+              f"draft {c['ms_per_round']['draft']:.2f} ms + ingest {c['ms_per_round']['draft_ingest']:.2f} ms "
+              f"per round, "
               f"verify {c['ms_per_round']['verify']:.1f} ms; verdicts {c['verdicts']}")
     return 0
 

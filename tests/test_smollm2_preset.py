@@ -131,6 +131,7 @@ def test_models_fetch_heads_builds_both_drafters_ahead(monkeypatch, tmp_path, ca
     monkeypatch.setattr(smollm2, "head_file", lambda path, kind="eagle3": built.append(kind) or tmp_path / kind)
     assert models_cli.main(["fetch", "smollm2", "--heads"]) == 0
     assert built == ["eagle3", "dflash"]
-    assert capsys.readouterr().out.splitlines()[-2:] == [f"eagle3  {tmp_path / 'eagle3'}", f"dflash  {tmp_path / 'dflash'}"]
+    printed = capsys.readouterr().out.splitlines()[-2:]
+    assert printed == [f"eagle3  {tmp_path / 'eagle3'}", f"dflash  {tmp_path / 'dflash'}"]
     with pytest.raises(SystemExit, match="only the smollm2 preset"):
         models_cli.main(["fetch", "tiny", "--heads"])

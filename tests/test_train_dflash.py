@@ -75,7 +75,8 @@ def test_the_file_is_what_llama_cpps_dflash_loader_reads(trained):
     assert mask == report["training"]["mask_token"] == 0  # the tiny vocabulary's <unk>: no free control token
     assert {"fc.weight", "enc.output_norm.weight", "output.weight", "output_norm.weight", "d2t",
             "blk.0.attn_q_norm.weight", "blk.0.attn_k_norm.weight", "blk.0.ffn_down.weight"} <= names
-    assert "token_embd.weight" not in names and "selector_hidden.weight" not in names  # plain DFlash, borrowed embeddings
+    # plain DFlash (no DFlash2 selector), the target's embeddings borrowed
+    assert "token_embd.weight" not in names and "selector_hidden.weight" not in names
     d2t = next(t for t in reader.tensors if t.name == "d2t")
     assert d2t.tensor_type == gguf.GGMLQuantizationType.I64 and len(np.unique(d2t.data)) == 512
     assert report["kind"] == "dflash" and report["head"]["block_size"] == BLOCK

@@ -291,7 +291,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     args.max_repeats = args.max_repeats if args.max_repeats is not None else preset_defaults.get("max_repeats", 10)
     args.drafter = args.drafter or preset_defaults.get("drafters", ["model"])
     if preset_name == "smollm2" and "model" in args.drafter:
-        errors.append("the smollm2 preset has no draft model: --drafter eagle3, dflash and the n-gram drafters run on it")
+        errors.append("the smollm2 preset has no draft model: --drafter eagle3, dflash and the n-gram drafters "
+                      "run on it")
     if args.preset and (args.target or args.draft):
         errors.append("--preset cannot be combined with -m/--target or -md/--draft")
     needs_draft = hidden_drafters.needs_draft_file(args.drafter, args.drafter_file)
