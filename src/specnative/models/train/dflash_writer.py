@@ -20,6 +20,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from specnative.models.train.writer import add_decoder_header
+
 MASK_KEY = "tokenizer.ggml.mask_token_id"
 _LAYER_NAMES = {"attn_norm": "attn_norm", "wq": "attn_q", "wk": "attn_k", "wv": "attn_v", "wo": "attn_output",
                 "q_norm": "attn_q_norm", "k_norm": "attn_k_norm", "ffn_norm": "ffn_norm", "ffn_gate": "ffn_gate",
@@ -57,16 +59,7 @@ def write_dflash(path, *, head, d2t, target_reader: gguf.GGUFReader, target_info
     try:
         w = gguf.GGUFWriter(tmp, "dflash")
         w.add_name(name)
-        w.add_file_type(gguf.LlamaFileType.ALL_F32)
-        w.add_context_length(target_info.n_ctx_train)
-        w.add_embedding_length(cfg.n_embd)
-        w.add_block_count(cfg.n_layer)
-        w.add_feed_forward_length(cfg.n_ff)
-        w.add_head_count(cfg.n_head)
-        w.add_head_count_kv(cfg.n_head_kv)
-        w.add_rope_dimension_count(cfg.d_head)
-        w.add_rope_freq_base(cfg.rope_base)
-        w.add_layer_norm_rms_eps(cfg.rms_eps)
+        add_decoder_header(w, cfg, target_info, n_layer=cfg.n_layer)
         w.add_key_value("dflash.target_layers", [int(i) for i in layers], gguf.GGUFValueType.ARRAY,
                         sub_type=gguf.GGUFValueType.INT32)
         w.add_uint32("dflash.block_size", int(cfg.block_size))

@@ -28,6 +28,21 @@ def _copy_tokenizer(w: gguf.GGUFWriter, reader: gguf.GGUFReader) -> None:
         w.add_key_value(key, field.contents(), vtype, sub_type=sub_type)
 
 
+def add_decoder_header(w: gguf.GGUFWriter, cfg, target_info, n_layer: int) -> None:
+    """The float32 decoder keys a trained drafter file shares (EAGLE-3 head and DFlash drafter alike):
+    the target's training context, the drafter's widths, heads, RoPE and norm epsilon."""
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(target_info.n_ctx_train)
+    w.add_embedding_length(cfg.n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(cfg.n_ff)
+    w.add_head_count(cfg.n_head)
+    w.add_head_count_kv(cfg.n_head_kv)
+    w.add_rope_dimension_count(cfg.d_head)
+    w.add_rope_freq_base(cfg.rope_base)
+    w.add_layer_norm_rms_eps(cfg.rms_eps)
+
+
 def write_head(path, *, tensors: dict, d2t, target_reader: gguf.GGUFReader, target_info, cfg, layers,
                name: str = "specnative-eagle3-head") -> Path:
     """Write `tensors` ({gguf name: float32 array in (out, in) order}) and `d2t` (None: the full
@@ -37,16 +52,7 @@ def write_head(path, *, tensors: dict, d2t, target_reader: gguf.GGUFReader, targ
     try:
         w = gguf.GGUFWriter(tmp, "eagle3")
         w.add_name(name)
-        w.add_file_type(gguf.LlamaFileType.ALL_F32)
-        w.add_context_length(target_info.n_ctx_train)
-        w.add_embedding_length(cfg.n_embd)
-        w.add_block_count(1)
-        w.add_feed_forward_length(cfg.n_ff)
-        w.add_head_count(cfg.n_head)
-        w.add_head_count_kv(cfg.n_head_kv)
-        w.add_rope_dimension_count(cfg.d_head)
-        w.add_rope_freq_base(cfg.rope_base)
-        w.add_layer_norm_rms_eps(cfg.rms_eps)
+        add_decoder_header(w, cfg, target_info, n_layer=1)
         w.add_key_value("eagle3.target_layers", [int(i) for i in layers], gguf.GGUFValueType.ARRAY,
                         sub_type=gguf.GGUFValueType.INT32)
         w.add_uint32("eagle3.target_hidden_size", int(target_info.n_embd))
