@@ -210,7 +210,7 @@ def host_device(threads: int = CAL_THREADS):
 
 FIT_PARAMS = [(None, "tflops.float"), (None, "tflops.legacy"), (None, "tflops.kquant"), (None, "tflops.Q4_0"),
               (None, "tflops.Q8_0"), (None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
-              (None, "overhead_forward_us"), (None, "overhead_layer_us")]
+              (None, "overhead_forward_us"), (None, "overhead_layer_us"), (None, "attention_score_ns"), (None, "attention_score_batched_ns"), (None, "dot_ns")]
 TIMINGS = {"cpu": "process CPU time per thread", "wall": "wall time"}
 SLICES = (("real models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] == 0) & ~u["model"].str.startswith("tiny")),
           ("tiny models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREADS) & (u["ctx"] == 0) & u["model"].str.startswith("tiny")),
@@ -301,7 +301,10 @@ def analyze(args) -> int:
                   f"matrix rate per thread (GFLOP/s) {rates}; bandwidth per thread {dev.mem_bw_gbs:.1f} GB/s; overhead "
                   f"{dev.overhead_forward_us:.0f} us per forward + {dev.overhead_layer_us:.1f} us per layer; products of 2 or more "
                   f"rows stream weights at {dev.batched_bw_efficiency:.2f} of the one-row bandwidth; the shorter of an operation's "
-                  f"streaming and arithmetic adds {dev.serial_share:.2f} of itself (1: their sum, 0: their max)."]
+                  f"streaming and arithmetic adds {dev.serial_share:.2f} of itself (1: their sum, 0: their max); "
+                  f"{dev.attention_score_ns:.2f} ns per attention score (row x cached position x head x layer) in a one-row "
+                  f"forward and {dev.attention_score_batched_ns:.2f} ns in forwards of two or more rows, "
+                  f"{dev.dot_ns:.2f} ns per dot product of a weight row with an activation row."]
     lines += ["", "Median and max |error| % per quantity, calibration vs unseen cells:", "",
               "| timing | cells | quantity | k | n | median | max |", "|---|---|---|---|---|---|---|"]
     for (t, s, q, k), g in df.groupby(["timing", "set", "quantity", "k"], sort=True):
@@ -322,7 +325,7 @@ def analyze(args) -> int:
         f"[epyc-vm-1t]\nlabel = \"AMD EPYC VM (this project's 2-core host), 1 thread\"\nbackend = \"cpu\"\n"
         f"mem_bw_gbs = {dev.mem_bw_gbs:.2f}\ntflops = {{ {rates} }}\nthreads = {CAL_THREADS}\n"
         f"batched_bw_efficiency = {dev.batched_bw_efficiency:.3f}\nserial_share = {dev.serial_share:.3f}\noverhead_forward_us = {dev.overhead_forward_us:.1f}\n"
-        f"overhead_layer_us = {dev.overhead_layer_us:.2f}\ncost_error = {unseen_c.median() / 100:.2f}\n")
+        f"overhead_layer_us = {dev.overhead_layer_us:.2f}\nattention_score_ns = {dev.attention_score_ns:.3f}\nattention_score_batched_ns = {dev.attention_score_batched_ns:.3f}\ndot_ns = {dev.dot_ns:.3f}\ncost_error = {unseen_c.median() / 100:.2f}\n")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -15,6 +15,7 @@ rotates from repeat to repeat), and the paired intervals compare the two speedup
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import platform
 import subprocess
@@ -109,8 +110,9 @@ def report(results: list, args, command: str, commit: str, seconds: float) -> st
              "Speedups are paired geometric-mean ratios with 95 % t intervals over the repeats "
              "(specnative.stats.speedup_interval); synthetic / real is paired the same way and should contain 1.",
              "", f"Command: `{command}`", "", f"Commit: `{commit}`", "",
-             f"Host: {cpu_model()}, {args.threads} threads on 2 cores; other jobs were running on the host "
-             f"(shared machine), which widens the intervals. Wall time {seconds:.0f} s.", "",
+             f"Host: {cpu_model()}, {os.cpu_count()} cores, {args.threads} threads; load average {args.loads[0]:.1f} "
+             f"at the start and {args.loads[1]:.1f} at the end (other jobs on the host widen the intervals). "
+             f"Wall time {seconds:.0f} s.", "",
              "| target | drafter | np | k | requested rates (real, calibration) | realised real | realised synthetic "
              "| alpha real / synthetic | speedup real | speedup synthetic | synthetic / real | contains 1 |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -157,6 +159,7 @@ def main(argv=None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     t0 = time.time()
+    start_load = os.getloadavg()[0]
     results = []
     cfg = SweepConfig(targets=[target], draft=draft, n_predict=args.n_predict, threads=args.threads)
     with Engine(target, draft, n_ctx=8192, n_batch=512, n_threads=args.threads,
@@ -170,6 +173,7 @@ def main(argv=None) -> int:
                 results.append(r)
                 if "skipped" not in r:
                     print(f"  synthetic / real {fmt_iv(r['synthetic_over_real'])}", file=sys.stderr)
+    args.loads = (start_load, os.getloadavg()[0])
     text = report(results, args, command, commit, time.time() - t0)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

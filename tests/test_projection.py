@@ -186,6 +186,30 @@ def test_cpu_serial_share_spans_the_sum_and_the_roofline_max(tmp_path):
         load_devices(f)
 
 
+def test_cpu_per_dot_and_per_score_costs_follow_rows_and_cached_positions(tmp_path, tiny_models):
+    shape = from_config(LLAMA_7B, "Q4_0")
+    assert shape.weights and sum(w.n_rows for w in shape.weights if w.role == "layer") == 32 * (5 * 4096 + 2 * 11008)  # q k v o down, gate up
+    gguf_shape = from_gguf(tiny_models / "pt.gguf")  # rows from each tensor's inner length
+    assert sum(w.n_rows for w in gguf_shape.weights if w.role == "layer") == 4 * (5 * 64 + 2 * 128)
+    base = Device("cpu", "cpu", "cpu", 10.0, {"float": 0.01, "legacy": 0.01}, threads=1)
+    dots = replace(base, dot_ns=2.0)
+    extra = cost.forward(shape, dots, 3, 2).weights_s - cost.forward(shape, base, 3, 2).weights_s
+    rows = sum(w.n_rows for w in shape.weights if w.role in ("layer", "output"))
+    assert extra == pytest.approx(rows * 6 * 2e-9, rel=1e-9)  # every weight row meets every activation row
+    assert cost.forward(shape, dots.with_threads(2), 3, 2).weights_s < cost.forward(shape, dots, 3, 2).weights_s
+    scores = replace(base, attention_score_ns=1.0)
+    added = [cost.forward(shape, scores, 1, 1, n_kv).attention_s - cost.forward(shape, base, 1, 1, n_kv).attention_s
+             for n_kv in (1000, 2000)]
+    assert added[1] == pytest.approx(2 * added[0], rel=1e-9)  # linear in the cached positions
+    assert added[0] == pytest.approx(32 * 32 * 1000 * 1e-9, rel=1e-9)
+    assert cost.forward(shape, replace(base, backend="metal", attention_score_ns=1.0, dot_ns=1.0), 1, 1, 1000).total_s \
+        == pytest.approx(cost.forward(shape, replace(base, backend="metal"), 1, 1, 1000).total_s)  # CPU terms only
+    f = tmp_path / "dev.toml"
+    f.write_text('[c]\nbackend = "cpu"\nmem_bw_gbs = 10\ntflops = { float = 0.01 }\ndot_ns = -1\n')
+    with pytest.raises(DeviceError, match="dot_ns"):
+        load_devices(f)
+
+
 def test_project_leaves_out_synthetic_acceptance_rows(tmp_path, tiny_models, capsys):
     rows = grid_rows()
     rows += [dict(r, synthetic_acceptance="0.9", lossless_ok="", cell_id=r["cell_id"] + "-synthetic")

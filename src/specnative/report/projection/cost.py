@@ -9,7 +9,11 @@ Attention without flash attention (the engine's default) multiplies every row wi
 positions (a masked product: llama.cpp's unified cache computes the scores of every cell):
     bytes = n_kv x KV bytes per position + 3 x 4 x n_head x n_kv x rows x n_layer (F32 scores),
     FLOPs = 2 x n_layer x n_head x (head_k + head_v) x n_kv x rows, at the float rate,
-and every forward adds overhead_forward + n_layer x overhead_layer.
+on a CPU each dot product of a weight row with an activation row adds dot_ns and each score (row x
+cached position x head x layer) adds attention_score_ns (one row: the matrix-vector path) or
+attention_score_batched_ns (two or more rows: the tiled path) (its short dot
+product, scale, mask and exponential are per-score work that bytes and FLOPs do not count), and
+every forward adds overhead_forward + n_layer x overhead_layer.
 
 The quantities speculation needs follow from it (`step_costs`): the baseline step (one token per
 sequence), the verify of k+1 tokens, the draft step, and prefill (chunks of n_batch).
@@ -77,10 +81,16 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
             continue
         weights += _combine(device, w.n_bytes / device.weight_bandwidth(r),
                             2.0 * w.n_elements * r / device.rate(type_class(w.type_name), r, w.type_name))
+        if device.backend == "cpu":  # one dot product per weight row and activation row
+            weights += w.n_rows * r * device.dot_ns * 1e-9 / device.threads
     heads = shape.n_head * (shape.head_dim_k + shape.head_dim_v)
     attn_flops = 2.0 * shape.n_layer * heads * n_kv * rows
     attn_bytes = n_kv * shape.kv_bytes_per_token + SCORE_PASSES * SCORE_BYTES * shape.n_layer * shape.n_head * n_kv * rows
     attention = _combine(device, attn_bytes / bw, attn_flops / device.rate("float", rows))
+    if device.backend == "cpu":  # per score: a head_dim-long dot product, scale, mask and exp, each its own call
+        scores = float(shape.n_layer) * shape.n_head * n_kv * rows
+        per_score = device.attention_score_ns if rows == 1 else device.attention_score_batched_ns
+        attention += scores * per_score * 1e-9 / device.threads
     fixed = (device.overhead_forward_us + shape.n_layer * device.overhead_layer_us) * 1e-6
     return Forward(weights, attention, fixed)
 

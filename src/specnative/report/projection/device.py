@@ -48,6 +48,15 @@ class Device:
     batched_bw_efficiency: float = 1.0  # CPU: bandwidth share of a product of >= 2 rows (GEMM paths)
     serial_share: float = 1.0         # CPU: share of an op's shorter part (streaming or arithmetic) not overlapped
     vector_tflops: float = 0.0        # CUDA: the CUDA-core rate of the matrix-vector kernels (MMVQ/MMVF)
+    # CPU: time per attention score (one row x one cached cell x one head x one layer) beyond its bytes
+    # and FLOPs: the score's own short dot product, its scale and mask, and softmax's exponential. A
+    # forward of one row takes the matrix-vector path (a call per score); two or more rows take the
+    # tiled path, which shares that work among the rows (attention_score_batched_ns)
+    attention_score_ns: float = 0.0
+    attention_score_batched_ns: float = 0.0
+    # CPU: time per dot product of one weight row with one activation row beyond its bytes and FLOPs
+    # (the kernel's per-row setup, horizontal sum and store): narrow matrices pay it more per byte
+    dot_ns: float = 0.0
     source: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -109,7 +118,7 @@ def _device(name: str, entry: dict, where: str) -> Device:
                               f"'legacy', 'kquant' or GGML type names), not {sorted(unknown)}")
         known = {"label", "backend", "mem_bw_gbs", "tflops", "bw_efficiency", "compute_efficiency",
                  "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source",
-                 "batched_bw_efficiency", "serial_share"}
+                 "batched_bw_efficiency", "serial_share", "attention_score_ns", "attention_score_batched_ns", "dot_ns"}
         values = {k: entry[k] for k in known - {"tflops", "backend"} if k in entry}
         device = Device(name=name, backend=backend, tflops=tflops, label=str(values.pop("label", name)),
                         mem_bw_gbs=float(values.pop("mem_bw_gbs")), source=str(values.pop("source", "")),
@@ -123,8 +132,8 @@ def _device(name: str, entry: dict, where: str) -> Device:
         raise DeviceError(f"{where}: device {name!r}: {error}") from None
     if device.mem_bw_gbs <= 0 or min(tflops.values()) <= 0 or not 0 < device.bw_efficiency <= 1 \
             or not 0 < device.compute_efficiency <= 1 or not 0 < device.batched_bw_efficiency <= 1 \
-            or not 0 < device.serial_share <= 1:
-        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies and serial_share in (0, 1]")
+            or not 0 < device.serial_share <= 1 or min(device.attention_score_ns, device.attention_score_batched_ns, device.dot_ns) < 0:
+        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies and serial_share in (0, 1], attention_score_ns, attention_score_batched_ns and dot_ns >= 0")
     return device
 
 

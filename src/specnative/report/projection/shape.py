@@ -22,11 +22,13 @@ class ShapeError(ValueError):
 
 @dataclass(frozen=True)
 class Weights:
-    """All matrices of one role and one storage type: elements and bytes."""
+    """All matrices of one role and one storage type: elements, bytes and rows (a matrix product does
+    one dot product per weight row and activation row)."""
     role: str
     type_name: str
     n_elements: int
     n_bytes: int
+    n_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,10 @@ def _role(name: str, n_dims: int, has_output: bool) -> str:
 
 def _group(rows) -> tuple:
     sums: dict = {}
-    for role, type_name, n_el, n_b in rows:
-        e, b = sums.get((role, type_name), (0, 0))
-        sums[(role, type_name)] = (e + n_el, b + n_b)
-    return tuple(Weights(r, t, e, b) for (r, t), (e, b) in sorted(sums.items()))
+    for role, type_name, n_el, n_b, n_rows in rows:
+        e, b, n = sums.get((role, type_name), (0, 0, 0))
+        sums[(role, type_name)] = (e + n_el, b + n_b, n + n_rows)
+    return tuple(Weights(r, t, e, b, n) for (r, t), (e, b, n) in sorted(sums.items()))
 
 
 def from_gguf(path) -> ModelShape:
@@ -131,7 +133,8 @@ def from_gguf(path) -> ModelShape:
         role = _role(t.name, len(t.shape), has_output)
         if role == "output":
             n_vocab = n_vocab or int(max(t.shape))
-        rows.append((role, t.tensor_type.name, int(t.n_elements), int(t.n_bytes)))
+        inner = int(t.shape[0]) if len(t.shape) >= 2 else int(t.n_elements)  # ne0: the length of one row
+        rows.append((role, t.tensor_type.name, int(t.n_elements), int(t.n_bytes), int(t.n_elements) // max(inner, 1)))
     return ModelShape(path.name, arch, int(n_layer), int(n_embd), int(n_head), int(n_head_kv), int(head_k),
                       int(head_v), int(n_vocab), _group(rows))
 
@@ -169,12 +172,13 @@ def from_config(path, weight_type: str) -> ModelShape:
         return (n + block - 1) // block * size
 
     per_layer = (n_embd * n_head * head * 2 + n_embd * n_head_kv * head * 2 + 3 * n_embd * n_ff)
+    rows_per_layer = n_head * head + 2 * n_head_kv * head + n_embd + 2 * n_ff + n_embd  # q, k, v, o, gate, up, down
     n_out = n_vocab * n_embd
-    rows = [("layer", layer_type, n_layer * per_layer, n_layer * stored(layer_type, per_layer)),
-            ("output", out_type, n_out, stored(out_type, n_out)),
-            ("other", "F32", n_layer * 2 * n_embd + n_embd, 4 * (n_layer * 2 * n_embd + n_embd))]
+    rows = [("layer", layer_type, n_layer * per_layer, n_layer * stored(layer_type, per_layer), n_layer * rows_per_layer),
+            ("output", out_type, n_out, stored(out_type, n_out), n_vocab),
+            ("other", "F32", n_layer * 2 * n_embd + n_embd, 4 * (n_layer * 2 * n_embd + n_embd), 0)]
     if not cfg.get("tie_word_embeddings", False):
-        rows.append(("embedding", layer_type, n_out, stored(layer_type, n_out)))
+        rows.append(("embedding", layer_type, n_out, stored(layer_type, n_out), n_vocab))
     name = f"{cfg.get('_name_or_path') or path.parent.name or 'model'} ({weight_type})"
     return ModelShape(name, str(cfg.get("model_type", "llama")), n_layer, n_embd, n_head, n_head_kv, head, head,
                       n_vocab, _group(rows))
