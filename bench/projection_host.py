@@ -90,7 +90,41 @@ def calibration_models(scratch: Path) -> dict:
             if not dst.exists():
                 quantize(base, dst, t)
             out[f"{tag}-{t}"] = dst
+        q4_1 = scratch / f"cal-w{width}-l8-Q4_1.gguf"  # SmolLM2's type, which specnative's quantizer lacks
+        if not q4_1.exists():
+            requantize_with_gguf(base, q4_1, "Q4_1")
+        out[f"{tag}-Q4_1"] = q4_1
     return out
+
+
+def requantize_with_gguf(src: Path, dst: Path, type_name: str) -> None:
+    """Every matrix of an F16 file stored as `type_name` by the gguf package's own quantizer (for a type
+    specnative's llama.cpp quantizer does not offer); metadata and vectors as they are."""
+    import gguf
+    import numpy as np
+
+    qtype = gguf.GGMLQuantizationType[type_name]
+    reader = gguf.GGUFReader(str(src))
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(str(dst), arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        value = field.contents()
+        if field.name == "general.file_type":
+            value = int(getattr(gguf.LlamaFileType, f"MOSTLY_{type_name}"))
+        sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, value, field.types[0], sub_type=sub)
+    for t in reader.tensors:
+        data = np.asarray(t.data)
+        if len(t.shape) == 2:
+            writer.add_tensor(t.name, gguf.quants.quantize(data.astype(np.float32), qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(t.name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 # (model, ctx, concurrencies, threads, role). Calibrated at 1 thread: on a shared, oversubscribed
@@ -203,13 +237,13 @@ def host_device(threads: int = CAL_THREADS):
 
     return Device(name="host", label="this host", backend="cpu", mem_bw_gbs=10.0, threads=threads,
                   batched_bw_efficiency=0.5, serial_share=0.5,
-                  tflops={"float": 0.03, "legacy": 0.03, "kquant": 0.03, "Q4_0": 0.03, "Q8_0": 0.03},
+                  tflops={"float": 0.03, "legacy": 0.03, "kquant": 0.03, "Q4_0": 0.03, "Q8_0": 0.03, "Q4_1": 0.03},
                   overhead_forward_us=200.0,
                   overhead_layer_us=20.0, source="fit")
 
 
 FIT_PARAMS = [(None, "tflops.float"), (None, "tflops.legacy"), (None, "tflops.kquant"), (None, "tflops.Q4_0"),
-              (None, "tflops.Q8_0"), (None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
+              (None, "tflops.Q8_0"), (None, "tflops.Q4_1"), (None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
               (None, "overhead_forward_us"), (None, "overhead_layer_us"), (None, "attention_score_ns"), (None, "attention_score_batched_ns"), (None, "dot_ns")]
 FIXED_PARAMS = [(None, "overhead_forward_us"), (None, "overhead_layer_us")]
 FIXED_COST_FILES = ("cal-fixed-l2", "cal-fixed-l8")
