@@ -426,6 +426,7 @@ private:
                                    const std::function<bool()>& should_stop);
     // Draft trees (tree_loop.cpp): the round loop with a tree per sequence, verified in one batch.
     void validate_tree(const GenerateParams& p, int n_seq) const;
+    std::unique_ptr<TreeDrafter> make_tree_drafter(const GenerateParams& p, int n_seq);
     GenerateResult run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                             const std::function<bool()>& should_stop);
     void judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows, const GenerateParams& p,

@@ -1,5 +1,5 @@
-// The round loop with draft trees (GenerateParams::tree): per round the draft model proposes one
-// tree per sequence (drafters/model_tree.cpp), every node of every sequence's tree goes through
+// The round loop with draft trees (GenerateParams::tree): per round the draft model or an EAGLE-3
+// head proposes one tree per sequence (drafters/model_tree.cpp, eagle3_tree.cpp), every node of every sequence's tree goes through
 // the target in ONE llama_decode, the acceptance rule walks each tree from its root
 // (tree_acceptor.h), and the KV caches keep the accepted path only.
 //
@@ -102,9 +102,9 @@ void node_decisions(const float* logits, int n_vocab, float temperature, const s
 
 void Engine::validate_tree(const GenerateParams& p, int n_seq) const {
     const TreeShape& t = p.tree;
-    if (p.drafter.type != "model") {
-        throw std::invalid_argument("draft trees are drafted by the draft model (drafter 'model'), not '" +
-                                    p.drafter.type + "'");
+    if (p.drafter.type != "model" && p.drafter.type != "eagle3") {
+        throw std::invalid_argument("draft trees are drafted by the draft model (drafter 'model') or an EAGLE-3 head "
+                                    "(drafter 'eagle3'), not '" + p.drafter.type + "'");
     }
     if (!p.synthetic.empty()) {
         throw std::invalid_argument("synthetic acceptance applies to chains; a draft tree is judged by its rule");
@@ -142,6 +142,15 @@ void Engine::validate_tree(const GenerateParams& p, int n_seq) const {
     }
 }
 
+// The tree drafter of a run: the draft model, or the engine's EAGLE-3 head.
+std::unique_ptr<TreeDrafter> Engine::make_tree_drafter(const GenerateParams& p, int n_seq) {
+    if (p.drafter.type == "eagle3") return make_eagle3_tree_drafter(*hidden_, *target_, p, n_seq);
+    auto prefill_draft = [this, reuse = p.reuse_prompts](std::vector<Sequence>& ss, int shared) {
+        prefill(*draft_, ss, shared, {}, {}, reuse);
+    };
+    return make_model_tree_drafter(*draft_, prefill_draft, p, target_->n_vocab, n_seq);
+}
+
 GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop) {
     GenerateResult r;
@@ -150,12 +159,20 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
     Context& t = *target_;
     const int n_seq = static_cast<int>(seqs.size());
     const int per = p.tree.ids_per_seq();
-    auto prefill_draft = [this, reuse = p.reuse_prompts](std::vector<Sequence>& ss, int shared) {
-        prefill(*draft_, ss, shared, {}, {}, reuse);
-    };
-    std::unique_ptr<TreeDrafter> drafter = make_model_tree_drafter(*draft_, prefill_draft, p, t.n_vocab, n_seq);
+    std::unique_ptr<TreeDrafter> drafter = make_tree_drafter(p, n_seq);
     clock.charge(r.times.prefill_draft);
-    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab), {}, p.reuse_prompts);
+    // A drafter that reads the target's hidden states ingests every prefill chunk (its draft's prefill).
+    double ingest_in_prefill = 0;
+    const bool reads = drafter->reads_target();
+    Engine::AfterDecode ingest;
+    if (reads) {
+        ingest = [&](const llama_batch& batch) {
+            const ScopedMs timer(ingest_in_prefill);
+            drafter->after_target_decode(batch);
+        };
+    }
+    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab), ingest, p.reuse_prompts && !reads);
+    if (reads) t.forget_prompts();  // cells made under the drafter's settings
     for (const Sequence& seq : seqs) {  // every branch id holds its sequence's prompt
         for (int j = 1; j < per; ++j) {
             const int id = branch_id(seq.id, j, n_seq, per);
@@ -170,11 +187,13 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
         seq.counts.accepted_rank.assign(p.tree.max_siblings(), 0);
     }
     clock.charge(r.times.prefill_target);
+    r.times.prefill_target -= ingest_in_prefill;
+    r.times.prefill_draft += ingest_in_prefill;
     drafter->begin(seqs, shared_prefix);
     clock.charge(r.times.prefill_draft);
-    const auto llama_now = [&] { return t.llama_ms + draft_->llama_ms; };
+    const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + drafter->library_ms(); };
     const double llama_before = llama_now();
-    const auto removal_now = [&] { return t.kv_removal_ms + draft_->kv_removal_ms; };
+    const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0) + drafter->kv_ms(); };
     const double removal_before = removal_now();
 
     std::vector<int> cap(n_seq);
@@ -188,7 +207,7 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
         if (should_stop && should_stop()) throw Interrupted();
         const int active_now = active_count(seqs);
         const int64_t tokens_before = generated_count(seqs);
-        const double ms_before = r.times.draft + r.times.verify + r.times.resample;
+        const double ms_before = r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample;
         bool any = false;
         for (int s = 0; s < n_seq; ++s) {
             const Sequence& seq = seqs[s];
@@ -228,8 +247,10 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
             if (!seqs[s].done) judge_tree(seqs[s], trees[s], rows[s], p, *drafter, scratch, n_seq);
         }
         clock.charge(r.times.resample);
+        drafter->after_verify();  // a hidden-state head reads the accepted paths' features
+        clock.charge(r.times.draft_ingest);
         count_iteration(r, active_now, generated_count(seqs) - tokens_before,
-                             r.times.draft + r.times.verify + r.times.resample - ms_before);
+                        r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample - ms_before);
     }
     r.times.llama = llama_now() - llama_before;
     r.times.kv_removal = removal_now() - removal_before;
@@ -314,7 +335,7 @@ void Engine::judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<
         }
     }
     seq.n_past_target = n_keep;
-    drafter.accept(seq, tree, path, stopped_on_eog ? -1 : correction);
+    drafter.accept(seq, tree, rows, path, stopped_on_eog ? -1 : correction);
     if (stopped_on_eog) {
         seq.done = true;
         return;

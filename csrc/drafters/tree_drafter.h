@@ -66,6 +66,10 @@ class TreeDrafter {
 public:
     virtual ~TreeDrafter() = default;
     virtual int n_vocab() const = 0;  // q's length (p is zero-padded alike)
+    // A drafter that reads the target's hidden states ingests every target decode: the prefill's
+    // (after_target_decode, called with each prefill batch) and the verify's (after_verify).
+    virtual bool reads_target() const { return false; }
+    virtual void after_target_decode(const llama_batch& /*batch*/) {}
     // After the target's prefill: every prompt into the draft cache, every branch id a copy.
     virtual void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) = 0;
     // A tree for every sequence with max_depth[s] >= 1 (its depth capped there; -1: done, 0: none
@@ -73,13 +77,25 @@ public:
     virtual void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& max_depth,
                        std::vector<DraftTree>& trees) = 0;
     // The target kept `path` (node indices of trees[s], root excluded, root to leaf) and emits
-    // `correction` after it (-1: an accepted end-of-generation token ended the sequence).
-    virtual void accept(Engine::Sequence& seq, const DraftTree& tree, const std::vector<int>& path,
-                        int32_t correction) = 0;
+    // `correction` after it (-1: an accepted end-of-generation token ended the sequence). rows:
+    // each node's row in the verify batch (the target's outputs are still readable).
+    virtual void accept(Engine::Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
+                        const std::vector<int>& path, int32_t correction) = 0;
+    // After every sequence's accept of a round (a drafter that reads the target ingests the
+    // accepted paths here, all sequences in one go).
+    virtual void after_verify() {}
+    // Milliseconds inside llama.cpp on a context the engine does not time (a hidden-state head's),
+    // and the part of them that removed or copied cache cells.
+    virtual double library_ms() const { return 0; }
+    virtual double kv_ms() const { return 0; }
 };
 
 // The draft model as a tree drafter (model_tree.cpp): shape p.tree, ids per branch_id().
 std::unique_ptr<TreeDrafter> make_model_tree_drafter(Engine::Context& draft, const DraftPrefill& prefill,
                                                      const GenerateParams& p, int target_vocab, int n_seq);
+// An EAGLE-3 head as a tree drafter (eagle3_tree.cpp): driven directly (llama.cpp's common loop
+// drafts chains only), its decoder cache with one id per branch like the target's.
+std::unique_ptr<TreeDrafter> make_eagle3_tree_drafter(HiddenDraft& head, Engine::Context& target,
+                                                      const GenerateParams& p, int n_seq);
 
 }  // namespace specnative

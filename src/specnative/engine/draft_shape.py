@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+TREE_DRAFTERS = ("model", "eagle3")  # drafters that draft trees: the draft model and an EAGLE-3 head
 TOPK_KEYS = ("topk", "depth", "budget")
 SPLIT_KEYS = ("branches", "p_split", "budget")
 TOPK_DEFAULTS = {"topk": 4, "depth": 5, "budget": 8}  # SGLang's EAGLE defaults

@@ -17,7 +17,7 @@ from specnative import _core
 from specnative.engine import synthetic
 from specnative.engine import gguf_checks
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
-from specnative.engine.draft_shape import DraftShape
+from specnative.engine.draft_shape import TREE_DRAFTERS, DraftShape
 from specnative.engine.draft_shape import parse as parse_draft_shape
 
 ACCEPT_RULES = ("greedy", "match", "rejection")
@@ -425,8 +425,9 @@ class Engine:
             raise ValueError(f"prefix_limit must be an integer >= 0 (None: the whole common prefix), "
                              f"not {prefix_limit!r}")
         shape = parse_draft_shape(draft_shape)
-        if shape.is_tree and spec and drafter != "model":
-            raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model'), not {drafter!r}")
+        if shape.is_tree and spec and drafter not in TREE_DRAFTERS:
+            raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model') or an EAGLE-3 head "
+                             f"(drafter 'eagle3'), not {drafter!r}")
         token_prompts = self.to_token_prompts(prompts)
         raw = self._core.generate(token_prompts, n_predict=n_predict,
                                   temperature=float(temperature), seed=int(seed), spec=bool(spec),
