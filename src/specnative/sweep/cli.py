@@ -40,7 +40,7 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                            "fixed-length)")
     grid.add_argument("--draft-shape", dest="draft_shape", type=draft_shape_list, default=["chain"],
                       metavar="chain,tree:...",
-                      help="what the draft model's on rows draft: chain (every --k) and draft trees verified in "
+                      help="what the on rows of the draft model and an EAGLE-3 head draft: chain (every --k) and draft trees verified in "
                            "one batch, e.g. tree:topk=4,depth=5,budget=8 (EAGLE-2 / SGLang) or "
                            "tree:branches=4,p_split=0.1,budget=8 (llama.cpp's examples/speculative); each an on "
                            "row of the same cell, timed in the same repeats (docs/trees.md)")

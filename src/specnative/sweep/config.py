@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnative import workloads
-from specnative.engine import HIDDEN_DRAFTERS, default_threads, native, parse_draft_shape
+from specnative.engine import HIDDEN_DRAFTERS, TREE_DRAFTERS, default_threads, native, parse_draft_shape
 from specnative.record import shards
 
 
@@ -76,7 +76,7 @@ class SweepConfig:
     synthetic: list = field(default_factory=list)
     # the results database the run folder is synced into after every cell (record/database.py); None: none
     db: Path | None = None
-    # --draft-shape: what the draft model's on rows draft: "chain" (every --k) and draft trees by
+    # --draft-shape: what the on rows of the draft model and an EAGLE-3 head draft: "chain" (every --k) and draft trees by
     # their spelling (engine/draft_shape.py), each an on row of the same cell, timed in the same
     # repeats as the chains (paired intervals)
     draft_shapes: list = field(default_factory=lambda: ["chain"])
@@ -91,8 +91,9 @@ def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
 
 def on_kinds(cfg: SweepConfig, drafter: str) -> list:
     """A cell's on rows, in order: every k of the chain (an int), then every draft tree's spelling
-    (a str; the draft model only). Without "chain" among the draft shapes only the trees run."""
-    trees = [s for s in cfg.draft_shapes if s != "chain"] if drafter == "model" else []
+    (a str; the draft model and an EAGLE-3 head only). Without "chain" among the draft shapes only
+    the trees run."""
+    trees = [s for s in cfg.draft_shapes if s != "chain"] if drafter in TREE_DRAFTERS else []
     chains = list(cfg.ks) if "chain" in cfg.draft_shapes or not trees else []
     return chains + trees
 

@@ -19,6 +19,7 @@ from specnative.engine import (
     ACCEPT_RULES,
     DRAFTERS,
     SPLIT_MODES,
+    TREE_DRAFTERS,
     check_draft_p_min,
     default_threads,
     drafter_defaults,
@@ -397,8 +398,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     if problem := synthetic_problem(getattr(args, "synthetic_acceptance", None), args.k):
         errors.append(problem)
     trees = [shape for shape in getattr(args, "draft_shape", ["chain"]) if shape != "chain"]  # serve: chains
-    if trees and "model" not in args.drafter:
-        errors.append("--draft-shape: draft trees are drafted by the draft model: add --drafter model")
+    if trees and not set(TREE_DRAFTERS) & set(args.drafter):
+        errors.append("--draft-shape: draft trees are drafted by the draft model or an EAGLE-3 head: "
+                      "add --drafter model or eagle3")
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
 
