@@ -110,3 +110,32 @@ def test_trees_from_other_hidden_state_files_are_refused(eagle_dir):
     with Engine(target, head, n_ctx=1024, n_batch=256, n_seq_max=32, **ENGINE_KW) as engine:
         with pytest.raises(ValueError, match="or an EAGLE-3 head"):
             engine.generate(PROMPTS[:1], n_predict=8, spec=True, drafter="dflash", draft_shape=TOPK)
+
+
+# --- the sweep's axis ----------------------------------------------------------------------------
+def test_sweep_times_eagle3_trees_beside_its_chains(eagle_dir, tmp_path):
+    from specnative.record.schema import read_traces
+    from specnative.sweep import main
+
+    target, head = drafter_pair(eagle_dir, "eagle3", acceptance="mid")
+    tree = "tree:topk=2,depth=3,budget=4"
+    assert main(["-m", str(target), "--drafter", "eagle3", "--drafter-file", f"eagle3={head}",
+                 "--draft-shape", f"chain,{tree}", "--ctx-len", "0", "-np", "1,2", "-k", "4", "-n", "16",
+                 "--warmup", "0", "--repeats", "2", "--max-repeats", "2", "--threads", "1", "--no-db",
+                 "--out", str(tmp_path / "run")]) == 0
+    rows = read_traces(tmp_path / "run" / "traces.csv")
+    on = rows[rows["spec_decode"] == "on"]
+    trees, chains = on[on["draft_shape"] == tree], on[on["draft_shape"].isna()]
+    assert len(trees) == len(chains) == 2 and set(trees["drafter"]) == {"eagle3"}
+    assert trees["lossless_ok"].all() and (trees["verdict"] != "fail").all(), trees["verdict_reason"].tolist()
+    assert (trees["draft_ingest_ms"] > 0).all() and (trees["nodes_per_round"] > 1).all()
+    for _, r in trees.iterrows():  # the identity speedup = tau / (1 + c) per cell
+        assert r["speedup"] == pytest.approx(r["steady_tau"] / (1 + r["verify_cost_c"]), rel=1e-3)
+
+
+def test_sweep_refuses_trees_without_a_tree_drafter(capsys):
+    from specnative.sweep import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--drafter", "ngram-simple,dflash", "--draft-shape", "chain,tree:topk=2,depth=3,budget=4"])
+    assert "add --drafter model or eagle3" in str(exc.value.code) + capsys.readouterr().err
