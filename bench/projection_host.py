@@ -145,6 +145,58 @@ def plan(models: dict, cal: dict) -> list:
     return p
 
 
+# --- the memory system's streaming bandwidth at 1 thread and at every core (a spec sheet's number) ---
+STREAM_BYTES = 256 * 2**20  # per thread: 8 times the 32 MiB last-level cache, so every pass reads memory
+STREAM_PASSES, STREAM_ROUNDS = 6, 5
+
+
+def _stream(array, out: list, i: int) -> None:
+    """One thread's streaming read: numpy sums an int64 array (vectorised adds, the GIL released), timed
+    by the thread's own CPU time (a thread that waited for a core does not count the wait) and wall time."""
+    array.sum()  # warm: pages mapped, the loop hot
+    c0, w0 = time.thread_time(), time.perf_counter()
+    for _ in range(STREAM_PASSES):
+        array.sum()
+    out[i] = (STREAM_PASSES * array.nbytes, time.thread_time() - c0, time.perf_counter() - w0)
+
+
+def membench(args) -> int:
+    """Streaming-read bandwidth of the host at 1 thread and at every core, rounds alternating; writes
+    membench.json: bw_threads_max = the all-core bandwidth over one thread's (CPU time; wall beside)."""
+    import threading
+
+    import numpy as np
+
+    n_all = os.cpu_count() or 1
+    arrays = [np.ones(STREAM_BYTES // 8, dtype=np.int64) for _ in range(n_all)]
+    runs = []
+    for rnd in range(STREAM_ROUNDS):
+        for n in ((1, n_all) if rnd % 2 == 0 else (n_all, 1)):
+            out = [None] * n
+            threads = [threading.Thread(target=_stream, args=(arrays[i], out, i)) for i in range(n)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            cpu_gbs = sum(b / c for b, c, _ in out) / 1e9  # threads that ran together: their rates add up
+            wall_gbs = sum(b for b, _, _ in out) / max(w for _, _, w in out) / 1e9
+            runs.append({"threads": n, "round": rnd, "cpu_gbs": round(cpu_gbs, 3), "wall_gbs": round(wall_gbs, 3),
+                         "loadavg": os.getloadavg()[0]})
+            print(f"round {rnd}, {n} thread(s): {cpu_gbs:.1f} GB/s (CPU time), {wall_gbs:.1f} GB/s (wall), "
+                  f"load {runs[-1]['loadavg']:.2f}", flush=True)
+    med = {(n, t): statistics.median(r[f"{t}_gbs"] for r in runs if r["threads"] == n)
+           for n in {1, n_all} for t in ("cpu", "wall")}
+    result = {"what": "streaming read (numpy int64 sum) of a 256 MiB array per thread", "cores": n_all,
+              "gbs_1_thread": med[(1, "cpu")], "gbs_all_threads": med[(n_all, "cpu")],
+              "gbs_1_thread_wall": med[(1, "wall")], "gbs_all_threads_wall": med[(n_all, "wall")],
+              "bw_threads_max": round(med[(n_all, "cpu")] / med[(1, "cpu")], 3), "runs": runs}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "membench.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"1 thread {result['gbs_1_thread']:.1f} GB/s, {n_all} threads {result['gbs_all_threads']:.1f} GB/s: "
+          f"bw_threads_max {result['bw_threads_max']:.3f}")
+    return 0
+
+
 def cpu_s() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -232,18 +284,22 @@ PAIRS = {"tiny-Q4_0": "tiny-draft", "tiny-Q8_0": "tiny-draft", "qwen-1.5b": "qwe
          "gemma-Q8_0": "gemma-Q4_K_M", "gemma-Q4_K_M": "gemma-Q4_K_M"}
 
 
-def host_device(threads: int = CAL_THREADS):
+def host_device(threads: int = CAL_THREADS, bw_threads_max: float = 0.0):
+    """The host's starting point for the fit; bw_threads_max is not fitted: it comes from membench."""
     from specnative.report.projection.device import Device
 
     return Device(name="host", label="this host", backend="cpu", mem_bw_gbs=10.0, threads=threads,
+                  bw_threads_max=bw_threads_max,
                   batched_bw_efficiency=0.5, serial_share=0.5,
-                  tflops={"float": 0.03, "legacy": 0.03, "kquant": 0.03, "Q4_0": 0.03, "Q8_0": 0.03, "Q4_1": 0.03},
+                  tflops={t: 0.03 for t in RATE_KEYS}, matvec_tflops={t: 0.03 for t in MATVEC_KEYS},
                   overhead_forward_us=200.0,
                   overhead_layer_us=20.0, source="fit")
 
 
-FIT_PARAMS = [(None, "tflops.float"), (None, "tflops.legacy"), (None, "tflops.kquant"), (None, "tflops.Q4_0"),
-              (None, "tflops.Q8_0"), (None, "tflops.Q4_1"), (None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
+RATE_KEYS = ("float", "legacy", "kquant", "Q4_0", "Q8_0", "Q4_1")  # classes, and types with kernels of their own
+# one-row (matrix-vector) rates of the quantized kernels; a float one-row product runs at the float rate
+MATVEC_KEYS = RATE_KEYS[1:]
+FIT_PARAMS = [(None, f"tflops.{t}") for t in RATE_KEYS] + [(None, f"matvec_tflops.{t}") for t in MATVEC_KEYS] + [(None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
               (None, "overhead_forward_us"), (None, "overhead_layer_us"), (None, "attention_score_ns"), (None, "attention_score_batched_ns"), (None, "dot_ns")]
 FIXED_PARAMS = [(None, "overhead_forward_us"), (None, "overhead_layer_us")]
 FIXED_COST_FILES = ("cal-fixed-l2", "cal-fixed-l8")
@@ -257,7 +313,7 @@ SLICES = (("real models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREAD
           ("all unseen", lambda u: u["threads"] > 0))
 
 
-def evaluate(cells: list, shapes: dict, timing: str):
+def evaluate(cells: list, shapes: dict, timing: str, bw_threads_max: float = 0.0):
     """Fit the host on the calibration cells' `timing` curves; every cell's predicted and measured
     step, verify ratio and c (a list of dicts) and the fitted device."""
     from specnative.report.projection import cost, fit
@@ -275,7 +331,7 @@ def evaluate(cells: list, shapes: dict, timing: str):
     # two stages: the width-32 files' forward is all fixed cost, so they alone pin the overheads (the
     # joint fit would trade them against the per-row terms of the larger files); then the rest
     fixed_obs = [o for o in cal_obs if o.labels["row"]["model"] in FIXED_COST_FILES]
-    fitted, _ = fit.fit({"host": host_device()}, FIXED_PARAMS, fixed_obs)
+    fitted, _ = fit.fit({"host": host_device(bw_threads_max=bw_threads_max)}, FIXED_PARAMS, fixed_obs)
     fitted, _ = fit.fit(fitted, [p for p in FIT_PARAMS if p not in FIXED_PARAMS], cal_obs)
     dev = fitted["host"]
     by_key = {(r["model"], r["ctx"], r["concurrency"], r["threads"]): r for r in cells}
@@ -313,7 +369,10 @@ def analyze(args) -> int:
     paths = {**cache_models(), **calibration_models(args.scratch)}
     shapes = {name: from_gguf(paths[name]) for name in {r["model"] for r in rows}}
     cells = cell_curves(rows)
-    results = {t: evaluate(cells, shapes, t) for t in TIMINGS}
+    bench = args.out / "membench.json"  # the memory system's cap on threads' streaming, if measured
+    membench_result = json.loads(bench.read_text()) if bench.is_file() and not args.no_membench else None
+    cap = membench_result["bw_threads_max"] if membench_result else 0.0
+    results = {t: evaluate(cells, shapes, t, cap) for t in TIMINGS}
     df = pd.DataFrame([o for out, _ in results.values() for o in out])
     df.round(4).to_csv(args.out / "errors.csv", index=False)
     df["abs"] = df["error_pct"].abs()
@@ -337,14 +396,24 @@ def analyze(args) -> int:
                                                        for t in TIMINGS) + " |")
     for timing, (_, dev) in results.items():
         rates = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in dev.tflops.items())
+        matvec = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in dev.matvec_tflops.items())
         lines += ["", f"Fitted on the calibration curves only ({TIMINGS[timing]}; synthetic models, {CAL_THREADS} thread): "
-                  f"matrix rate per thread (GFLOP/s) {rates}; bandwidth per thread {dev.mem_bw_gbs:.1f} GB/s; overhead "
+                  f"matrix rate per thread (GFLOP/s) of products of 2 or more rows {rates}, of one-row products {matvec}; bandwidth per thread {dev.mem_bw_gbs:.1f} GB/s; overhead "
                   f"{dev.overhead_forward_us:.0f} us per forward + {dev.overhead_layer_us:.1f} us per layer; products of 2 or more "
                   f"rows stream weights at {dev.batched_bw_efficiency:.2f} of the one-row bandwidth; the shorter of an operation's "
                   f"streaming and arithmetic adds {dev.serial_share:.2f} of itself (1: their sum, 0: their max); "
                   f"{dev.attention_score_ns:.2f} ns per attention score (row x cached position x head x layer) in a one-row "
                   f"forward and {dev.attention_score_batched_ns:.2f} ns in forwards of two or more rows, "
                   f"{dev.dot_ns:.2f} ns per dot product of a weight row with an activation row."]
+    if membench_result:
+        m = membench_result
+        lines += ["", f"Not fitted: the memory system's streaming bandwidth (`membench`: {m['what']}) is "
+                  f"{m['gbs_1_thread']:.1f} GB/s at 1 thread and {m['gbs_all_threads']:.1f} GB/s at {m['cores']} threads "
+                  f"(process CPU time; wall {m['gbs_1_thread_wall']:.1f} and {m['gbs_all_threads_wall']:.1f}), so threads "
+                  f"together stream at most bw_threads_max = {m['bw_threads_max']:.3f} times one thread's bandwidth; "
+                  f"load average {min(r['loadavg'] for r in m['runs']):.2f} to {max(r['loadavg'] for r in m['runs']):.2f}."]
+    else:
+        lines += ["", "Not fitted: no cap on the bandwidth threads stream at together (no membench.json read)."]
     lines += ["", "Median and max |error| % per quantity, calibration vs unseen cells:", "",
               "| timing | cells | quantity | k | n | median | max |", "|---|---|---|---|---|---|---|"]
     for (t, s, q, k), g in df.groupby(["timing", "set", "quantity", "k"], sort=True):
@@ -361,9 +430,11 @@ def analyze(args) -> int:
     dev = results["cpu"][1]
     unseen_c = un[(un["quantity"] == "c") & (un["threads"] == CAL_THREADS) & (un["timing"] == "cpu")]["abs"]
     rates = ", ".join(f"{k} = {v:.5f}" for k, v in dev.tflops.items())
+    matvec = ", ".join(f"{k} = {v:.5f}" for k, v in dev.matvec_tflops.items())
     (args.out / "fitted_device.toml").write_text(
         f"[epyc-vm-1t]\nlabel = \"AMD EPYC VM (this project's 2-core host), 1 thread\"\nbackend = \"cpu\"\n"
-        f"mem_bw_gbs = {dev.mem_bw_gbs:.2f}\ntflops = {{ {rates} }}\nthreads = {CAL_THREADS}\n"
+        f"mem_bw_gbs = {dev.mem_bw_gbs:.2f}\ntflops = {{ {rates} }}\nmatvec_tflops = {{ {matvec} }}\n"
+        f"bw_threads_max = {dev.bw_threads_max:.3f}\nthreads = {CAL_THREADS}\n"
         f"batched_bw_efficiency = {dev.batched_bw_efficiency:.3f}\nserial_share = {dev.serial_share:.3f}\noverhead_forward_us = {dev.overhead_forward_us:.1f}\n"
         f"overhead_layer_us = {dev.overhead_layer_us:.2f}\nattention_score_ns = {dev.attention_score_ns:.3f}\nattention_score_batched_ns = {dev.attention_score_batched_ns:.3f}\ndot_ns = {dev.dot_ns:.3f}\ncost_error = {unseen_c.median() / 100:.2f}\n")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
@@ -373,12 +444,14 @@ def analyze(args) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("verb", choices=("measure", "analyze"))
+    ap.add_argument("verb", choices=("measure", "membench", "analyze"))
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--no-membench", action="store_true",
+                    help="analyze: leave the memory system's cap on threads' streaming out (membench.json unread)")
     ap.add_argument("--only", default="", help="measure: only these models (comma-separated), appended to curves.jsonl")
     ap.add_argument("--scratch", type=Path, default=Path.home() / ".cache" / "specnative" / "projection-calibration")
     args = ap.parse_args(argv)
-    return measure(args) if args.verb == "measure" else analyze(args)
+    return {"measure": measure, "membench": membench, "analyze": analyze}[args.verb](args)
 
 
 if __name__ == "__main__":

@@ -234,3 +234,50 @@ def test_shipped_m2_devices_predict_the_published_decode_rates(device):
     for weight_type, published in zip(("F16", "Q8_0", "Q4_0"), M2_TG128[device]):
         predicted = cost.decode_rate(from_config(LLAMA_7B, weight_type), dev, 128)
         assert abs(predicted / published - 1) < 0.25, (device, weight_type, predicted, published)
+
+
+def test_cpu_one_row_rates_enter_only_one_row_products(tmp_path):
+    shape = from_config(LLAMA_7B, "Q4_0")
+    base = Device("cpu", "cpu", "cpu", 10.0, {"float": 0.01, "legacy": 0.01, "Q4_0": 0.02}, threads=1)
+    gemv = replace(base, matvec_tflops={"legacy": 0.005, "Q4_0": 0.04})
+    assert gemv.rate("legacy", 1, "Q4_0") == 2 * base.rate("legacy", 1, "Q4_0")  # the type's own one-row kernel
+    assert gemv.rate("legacy", 1, "Q5_0") == base.rate("legacy", 1, "Q5_0") / 2  # its class's one-row kernel
+    assert gemv.rate("float", 1, "F16") == base.rate("float", 1, "F16")  # a class it does not name: the tiled rate
+    assert gemv.rate("legacy", 2, "Q4_0") == base.rate("legacy", 2, "Q4_0")  # two rows on: the tiled rates
+    assert cost.forward(shape, gemv, 1).weights_s < cost.forward(shape, base, 1).weights_s
+    assert cost.forward(shape, gemv, 3, 2).weights_s == cost.forward(shape, base, 3, 2).weights_s
+    assert cost.forward(shape, gemv.with_threads(2), 1).weights_s < cost.forward(shape, gemv, 1).weights_s
+    assert fit.get_param(fit.set_param(gemv, "matvec_tflops.Q4_0", 0.08), "matvec_tflops.Q4_0") == 0.08
+    f = tmp_path / "dev.toml"
+    for bad, match in (('matvec_tflops = { Q4_0 = -1 }', "positive"), ('matvec_tflops = { nope = 1 }', "nope")):
+        f.write_text(f'[c]\nbackend = "cpu"\nmem_bw_gbs = 10\ntflops = {{ float = 0.01 }}\n{bad}\n')
+        with pytest.raises(DeviceError, match=match):
+            load_devices(f)
+    f.write_text('[g]\nbackend = "cuda"\nmem_bw_gbs = 10\ntflops = { float = 1 }\nmatvec_tflops = { Q4_0 = 1 }\n')
+    with pytest.raises(DeviceError, match="CPUs only"):
+        load_devices(f)
+    f.write_text('[c]\nbackend = "cpu"\nmem_bw_gbs = 10\ntflops = { float = 0.01 }\nmatvec_tflops = { Q4_0 = 0.03 }\n')
+    assert load_devices(f)["c"].rate("legacy", 1, "Q4_0") == pytest.approx(0.03e12)
+
+
+def test_cpu_memory_system_caps_the_threads_streaming_together(tmp_path):
+    shape = from_config(LLAMA_7B, "Q4_0")
+    free = Device("cpu", "cpu", "cpu", 10.0, {"float": 0.01, "legacy": 0.01}, threads=1, batched_bw_efficiency=0.4)
+    capped = replace(free, bw_threads_max=1.25)
+    assert capped.bandwidth == free.bandwidth  # one thread streams below the cap
+    assert cost.forward(shape, capped, 1).total_s == cost.forward(shape, free, 1).total_s
+    two_free, two = free.with_threads(2), capped.with_threads(2)
+    assert two_free.bandwidth == 2 * free.bandwidth
+    assert two.bandwidth == pytest.approx(1.25 * free.bandwidth)  # two one-row streams meet the cap
+    assert two.weight_bandwidth(4) == two_free.weight_bandwidth(4)  # two tiled streams (2 x 0.4) stay below it
+    assert cost.forward(shape, two, 1).total_s > cost.forward(shape, two_free, 1).total_s
+    nine = cost.forward(shape, replace(two, bw_threads_max=1.9), 9).weights_s  # the matrices' tiled streams: no cap
+    assert nine == pytest.approx(cost.forward(shape, two_free, 9).weights_s, rel=1e-5)  # (norms: one-row reads)
+    assert nine > cost.forward(shape, two_free, 9).weights_s
+    gpu = replace(free, backend="metal", bw_threads_max=1.25, threads=1)
+    assert gpu.bandwidth == free.bandwidth
+    f = tmp_path / "dev.toml"
+    for bad in ("0.5", "-1"):
+        f.write_text(f'[c]\nbackend = "cpu"\nmem_bw_gbs = 10\ntflops = {{ float = 0.01 }}\nbw_threads_max = {bad}\n')
+        with pytest.raises(DeviceError, match="bw_threads_max"):
+            load_devices(f)

@@ -57,6 +57,15 @@ class Device:
     # CPU: time per dot product of one weight row with one activation row beyond its bytes and FLOPs
     # (the kernel's per-row setup, horizontal sum and store): narrow matrices pay it more per byte
     dot_ns: float = 0.0
+    # CPU: matrix rate per class or GGML type (per thread) of a product with ONE activation row. llama.cpp
+    # takes a matrix-vector path there (a vec_dot per weight row, or a repacked type's gemv) and tiled
+    # paths from two rows on (llamafile's sgemm, repacked gemm): different kernels, different rates.
+    # A class or type it does not name runs its one-row products at `tflops`
+    matvec_tflops: dict = field(default_factory=dict)
+    # CPU: the memory system's streaming bandwidth with every core streaming, in multiples of one
+    # thread's (a streaming-read microbenchmark at 1 thread and at all threads; a spec sheet's
+    # bandwidth over one core's). Threads add bandwidth up to it. 0: no cap (threads x mem_bw_gbs)
+    bw_threads_max: float = 0.0
     source: str = ""
     extra: dict = field(default_factory=dict)
 
@@ -67,24 +76,37 @@ class Device:
             # MMVQ / MMVF below the switch: CUDA cores, no tensor cores; a quantized dot product runs
             # on dp4a (4 int8 multiply-adds per instruction)
             peak = self.vector_tflops * (1 if cls == "float" else 4)
+        elif self.backend == "cpu" and n_rows == 1 and (
+                type_name.upper() in self.matvec_tflops or cls in self.matvec_tflops):
+            peak = self.matvec_tflops.get(type_name.upper()) or self.matvec_tflops[cls]
         else:
             peak = self.tflops.get(type_name.upper()) or self.tflops.get(cls) or self.tflops.get("float")
         scale = self.threads if self.backend == "cpu" else 1
         return peak * 1e12 * scale * self.compute_efficiency
 
+    def _streams(self, per_thread: float) -> float:
+        """Bytes/s of `threads` CPU threads each streaming at `per_thread` x mem_bw_gbs, capped by what
+        the memory system carries for all of them (bw_threads_max one-thread shares; 0: no cap)."""
+        scale = self.threads * per_thread
+        if self.bw_threads_max > 0:
+            scale = min(scale, self.bw_threads_max)
+        return self.mem_bw_gbs * 1e9 * self.bw_efficiency * scale
+
     @property
     def bandwidth(self) -> float:
         """Bytes/s reached (a CPU's bandwidth is per thread: one thread streams its share of each
-        matrix while it computes)."""
-        scale = self.threads if self.backend == "cpu" else 1
-        return self.mem_bw_gbs * 1e9 * self.bw_efficiency * scale
+        matrix while it computes, up to the memory system's cap for all threads)."""
+        if self.backend != "cpu":
+            return self.mem_bw_gbs * 1e9 * self.bw_efficiency
+        return self._streams(1.0)
 
     def weight_bandwidth(self, n_rows: int) -> float:
         """Bytes/s at which a matrix product over n_rows activation rows streams its weights: llama.cpp's
         CPU backend takes a matrix-vector path for one row and tiled matrix-matrix paths (llamafile's
-        sgemm, repacked kernels) from two rows on, which re-stream the weights."""
+        sgemm, repacked kernels) from two rows on, which re-stream the weights (each thread at
+        batched_bw_efficiency of the one-row rate, so more threads fit under the memory system's cap)."""
         if self.backend == "cpu" and n_rows >= 2:
-            return self.bandwidth * self.batched_bw_efficiency
+            return self._streams(self.batched_bw_efficiency)
         return self.bandwidth
 
     def with_threads(self, threads: int) -> "Device":
@@ -112,15 +134,20 @@ def _device(name: str, entry: dict, where: str) -> Device:
         if backend not in BACKENDS:
             raise DeviceError(f"{where}: device {name!r}: backend must be one of {', '.join(BACKENDS)}")
         tflops = {k: float(v) for k, v in dict(entry["tflops"]).items()}
-        unknown = {k for k in tflops if k not in CLASSES and not _is_type(k)}
-        if unknown or "float" not in tflops:
-            raise DeviceError(f"{where}: device {name!r}: tflops needs 'float' (and optionally "
-                              f"'legacy', 'kquant' or GGML type names), not {sorted(unknown)}")
+        matvec = {k: float(v) for k, v in dict(entry.get("matvec_tflops", {})).items()}
+        for what, rates in (("tflops", tflops), ("matvec_tflops", matvec)):
+            unknown = {k for k in rates if k not in CLASSES and not _is_type(k)}
+            if unknown or ("float" not in rates and what == "tflops"):
+                raise DeviceError(f"{where}: device {name!r}: {what} needs 'float' (and optionally "
+                                  f"'legacy', 'kquant' or GGML type names), not {sorted(unknown)}")
+        if matvec and backend != "cpu":
+            raise DeviceError(f"{where}: device {name!r}: matvec_tflops applies to CPUs only")
         known = {"label", "backend", "mem_bw_gbs", "tflops", "bw_efficiency", "compute_efficiency",
                  "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source",
-                 "batched_bw_efficiency", "serial_share", "attention_score_ns", "attention_score_batched_ns", "dot_ns"}
-        values = {k: entry[k] for k in known - {"tflops", "backend"} if k in entry}
-        device = Device(name=name, backend=backend, tflops=tflops, label=str(values.pop("label", name)),
+                 "batched_bw_efficiency", "serial_share", "attention_score_ns", "attention_score_batched_ns", "dot_ns",
+                 "matvec_tflops", "bw_threads_max"}
+        values = {k: entry[k] for k in known - {"tflops", "backend", "matvec_tflops"} if k in entry}
+        device = Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec, label=str(values.pop("label", name)),
                         mem_bw_gbs=float(values.pop("mem_bw_gbs")), source=str(values.pop("source", "")),
                         extra={k: v for k, v in entry.items() if k not in known},
                         **{k: type(getattr(Device, k))(v) for k, v in values.items()})
@@ -130,10 +157,11 @@ def _device(name: str, entry: dict, where: str) -> Device:
         if isinstance(error, DeviceError):
             raise
         raise DeviceError(f"{where}: device {name!r}: {error}") from None
-    if device.mem_bw_gbs <= 0 or min(tflops.values()) <= 0 or not 0 < device.bw_efficiency <= 1 \
+    if device.mem_bw_gbs <= 0 or min([*tflops.values(), *matvec.values()]) <= 0 or not 0 < device.bw_efficiency <= 1 \
             or not 0 < device.compute_efficiency <= 1 or not 0 < device.batched_bw_efficiency <= 1 \
-            or not 0 < device.serial_share <= 1 or min(device.attention_score_ns, device.attention_score_batched_ns, device.dot_ns) < 0:
-        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies and serial_share in (0, 1], attention_score_ns, attention_score_batched_ns and dot_ns >= 0")
+            or not 0 < device.serial_share <= 1 or min(device.attention_score_ns, device.attention_score_batched_ns, device.dot_ns) < 0 \
+            or not (device.bw_threads_max == 0 or device.bw_threads_max >= 1):
+        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies and serial_share in (0, 1], attention_score_ns, attention_score_batched_ns and dot_ns >= 0, bw_threads_max 0 (no cap) or >= 1")
     return device
 
 

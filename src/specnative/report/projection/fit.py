@@ -3,7 +3,7 @@ on log(predicted / measured), every parameter fitted in log space so it stays po
 
 A parameter is (device name or None, attribute): None shares one value across every device in the
 fit (a backend constant such as the per-layer overhead), a name fits it for that device only (a
-per-device efficiency). Attributes are Device fields or `tflops.<class>`.
+per-device efficiency). Attributes are Device fields, `tflops.<class>` or `matvec_tflops.<class>`.
 """
 from __future__ import annotations
 
@@ -27,14 +27,16 @@ class Observation:
 
 
 def get_param(device: Device, attr: str) -> float:
-    if attr.startswith("tflops."):
-        return device.tflops[attr.split(".", 1)[1]]
+    if "." in attr:  # one entry of a rate table: tflops.<class or type>, matvec_tflops.<class or type>
+        table, key = attr.split(".", 1)
+        return getattr(device, table)[key]
     return getattr(device, attr)
 
 
 def set_param(device: Device, attr: str, value: float) -> Device:
-    if attr.startswith("tflops."):
-        return replace(device, tflops={**device.tflops, attr.split(".", 1)[1]: float(value)})
+    if "." in attr:
+        table, key = attr.split(".", 1)
+        return replace(device, **{table: {**getattr(device, table), key: float(value)}})
     return replace(device, **{attr: float(value)})
 
 
