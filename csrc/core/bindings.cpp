@@ -240,7 +240,8 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
                int max_concurrency, bool virtual_clock, float temperature, uint64_t seed, bool spec, int k,
                const std::string& rule, bool stop_at_eog, const std::string& drafter,
                const std::map<std::string, std::string>& drafter_options, float draft_p_min, bool prefix_cache,
-               const std::vector<double>& synthetic) {
+               const std::vector<double>& synthetic, const std::string& tree_kind,
+               const std::map<std::string, double>& tree) {
     if (arrival_ms.size() != prompts.size() || n_predict.size() != prompts.size()) {
         throw std::invalid_argument("arrival_ms, prompts and n_predict must have one entry per request");
     }
@@ -251,6 +252,7 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
                              draft_p_min);
     sp.gen.prefix_cache = prefix_cache;
     sp.gen.synthetic = synthetic;
+    sp.gen.tree = tree_shape(tree_kind, tree);
     sp.max_concurrency = max_concurrency;
     sp.virtual_clock = virtual_clock;
     const auto should_stop = stop_poll(engine);
@@ -497,7 +499,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
              py::arg("drafter") = "model", py::arg("drafter_options") = std::map<std::string, std::string>{},
              py::arg("draft_p_min") = 0.0f, py::arg("prefix_cache") = false,
-             py::arg("synthetic") = std::vector<double>{})
+             py::arg("synthetic") = std::vector<double>{}, py::arg("tree_kind") = "none",
+             py::arg("tree") = std::map<std::string, double>{})
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })

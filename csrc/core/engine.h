@@ -427,6 +427,10 @@ private:
     // Draft trees (tree_loop.cpp): the round loop with a tree per sequence, verified in one batch.
     void validate_tree(const GenerateParams& p, int n_seq) const;
     std::unique_ptr<TreeDrafter> make_tree_drafter(const GenerateParams& p, int n_seq);
+    static int tree_depth_cap(const Sequence& seq, const GenerateParams& p);
+    static void reset_tree_counts(SeqCounts& counts, const TreeShape& shape);
+    void share_with_branches(int id, int n_seq, int per);
+    void add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, std::vector<int>& rows);
     GenerateResult run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                             const std::function<bool()>& should_stop);
     void judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows, const GenerateParams& p,

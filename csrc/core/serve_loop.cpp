@@ -2,7 +2,8 @@
 //   1. admit: every free slot takes the next request that has arrived (first come, first served);
 //      with the prefix cache the shared prefix's cells are copied into its sequence (or, before
 //      the prefix is in the cache, it waits for the holder sequence that prefills it);
-//   2. draft (spec): the drafter proposes up to k tokens for every decoding slot;
+//   2. draft (spec): the drafter proposes up to k tokens for every decoding slot (or a draft tree:
+//      each slot's branches are sequence ids of its own, tree_drafter.h);
 //   3. one target llama_decode: decoding slots' pending (+ drafts) first, then prompt chunks of
 //      prefilling slots (the shared prefix's holder first) in admission order while the batch has
 //      room (at most n_batch tokens); each sequence's tokens are contiguous in the batch;
@@ -27,6 +28,7 @@
 
 #include "drafter.h"
 #include "engine_internal.h"
+#include "tree_drafter.h"
 
 namespace specnative {
 
@@ -126,8 +128,10 @@ int Engine::validate_serve(const std::vector<ServeRequest>& requests, const Serv
     }
     // A hidden-state drafter's draft cells come from each slot's own prefill (process() of its
     // chunks): the prefix is not shared with one, as generate() does not share it either.
+    // Nor with draft trees: a slot's branches take sequence ids beside the slots, where the prefix's
+    // holder would be.
     const bool hidden = p.spec && is_hidden_drafter(p.drafter.type);
-    const int shared = p.prefix_cache && !hidden ? common_prefix(requests) : 0;
+    const int shared = p.prefix_cache && !hidden && !(p.spec && p.tree.on()) ? common_prefix(requests) : 0;
     if (shared > 0 && sp.max_concurrency >= n_seq_max) {
         throw std::invalid_argument("prefix_cache keeps the requests' common prefix (" + std::to_string(shared) +
                                     " tokens) in a sequence of its own beside the " +
@@ -172,8 +176,12 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         slots[s].done = true;
     }
     // made before any prefill: a hidden-state drafter switches the target's feature extraction on
-    std::unique_ptr<Drafter> drafter = p.spec ? make_drafter(p, n_slots) : nullptr;
-    const bool ingests = drafter && is_hidden_drafter(p.drafter.type);  // reads every target batch
+    const bool tree = p.spec && p.tree.on();
+    const int per = tree ? p.tree.ids_per_seq() : 1;  // sequence ids per slot (draft trees: one per branch)
+    std::unique_ptr<Drafter> drafter = p.spec && !tree ? make_drafter(p, n_slots) : nullptr;
+    std::unique_ptr<TreeDrafter> tree_drafter = tree ? make_tree_drafter(p, n_slots) : nullptr;
+    const bool ingests = (drafter && is_hidden_drafter(p.drafter.type)) ||  // reads every target batch
+                         (tree_drafter && tree_drafter->reads_target());
 
     // The prefix cache's holder: sequence n_slots prefills the shared prefix once (no logits), its
     // cells are then copied into each admitted slot. The request whose admission started it is
@@ -192,9 +200,12 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     ServeClock serve_clock(sp.virtual_clock);
     // llama.cpp time is added to times.llama only for the phases charged to decoding buckets.
     const auto llama_now = [&] {
-        return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + (drafter ? drafter->library_ms() : 0.0);
+        return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + (drafter ? drafter->library_ms() : 0.0) +
+               (tree_drafter ? tree_drafter->library_ms() : 0.0);
     };
-    const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0); };
+    const auto removal_now = [&] {
+        return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0) + (tree_drafter ? tree_drafter->kv_ms() : 0.0);
+    };
     double llama_mark = llama_now(), removal_mark = removal_now();
     const auto charge = [&](double& bucket, bool decoding) {
         clock.charge(bucket);
@@ -213,6 +224,8 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     std::vector<int> k_max(n_slots);
     std::vector<std::vector<int32_t>> drafts(n_slots);
     DraftDists q(n_slots, std::vector<std::vector<float>>(std::max(p.k, 1)));
+    std::vector<DraftTree> trees(n_slots);
+    std::vector<std::vector<int>> tree_rows(n_slots);
     AcceptScratch scratch;
     std::vector<int> first_token_now;  // slots that got their first token this iteration
     size_t completed = 0;
@@ -229,7 +242,11 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             seq.key = static_cast<uint64_t>(i);
             seq.n_predict = requests[i].n_predict;
             seq.prompt = requests[i].prompt;
-            reset_counts(seq.counts, p.spec ? p.k : 0);
+            if (tree) {
+                reset_tree_counts(seq.counts, p.tree);
+            } else {
+                reset_counts(seq.counts, p.spec ? p.k : 0);
+            }
             request_of[s] = i;
             if (shared > 0 && holder_ready) {  // the prefix's cells are in the cache: shared, not fed
                 llama_memory_seq_cp(t.memory(), holder_id, s, -1, -1);
@@ -265,9 +282,13 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             for (int s = 0; s < n_slots; ++s) {
                 drafts[s].clear();
                 const bool decodes = request_of[s] >= 0 && !slots[s].out.empty();
-                k_max[s] = decodes ? draft_budget(slots[s], p) : -1;
+                k_max[s] = !decodes ? -1 : tree ? tree_depth_cap(slots[s], p) : draft_budget(slots[s], p);
             }
-            drafter->draft(slots, k_max, drafts, q);
+            if (tree) {
+                tree_drafter->draft(slots, k_max, trees);
+            } else {
+                drafter->draft(slots, k_max, drafts, q);
+            }
             charge(r.times.draft, true);
         }
 
@@ -278,6 +299,10 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             last_row[s] = -1;
             emitted_before[s] = static_cast<int>(seq.out.size());
             if (request_of[s] < 0 || seq.out.empty()) continue;
+            if (tree) {
+                add_tree_nodes(seq, trees[s], n_slots, per, tree_rows[s]);
+                continue;
+            }
             row[s] = t.add(seq.pending(), seq.n_past_target, seq.id, true);
             if (p.spec) {
                 for (size_t j = 0; j < drafts[s].size(); ++j) {
@@ -308,7 +333,11 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         double& step_bucket = decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.verify : r.times.decode;
         charge(step_bucket, decode_tokens > 0);
         if (ingests) {  // before the accept: the verify rows' features are the ones accept keeps
-            drafter->after_target_decode(t.batch);
+            if (tree) {
+                tree_drafter->after_target_decode(t.batch, decode_tokens);  // prompt chunks; paths after the accept
+            } else {
+                drafter->after_target_decode(t.batch);
+            }
             charge(decode_tokens > 0 ? r.times.draft_ingest : r.times.prefill_draft, decode_tokens > 0);
         }
         if (holder_started && !holder_ready && holder.n_past_target == shared) {  // the prefix is cached now
@@ -325,16 +354,24 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         // ---- accept or sample; first tokens; completions --------------------------------------
         for (int s = 0; s < n_slots; ++s) {
             if (request_of[s] < 0 || emitted_before[s] == 0) continue;
-            if (p.spec) {
+            if (tree) {
+                judge_tree(slots[s], trees[s], tree_rows[s], p, *tree_drafter, scratch, n_slots);
+            } else if (p.spec) {
                 judge_round(slots[s], drafts[s], q[s], row[s], p, *drafter, scratch);
             } else {
                 step_baseline(slots[s], t.logits(row[s]), p, scratch.norm);
             }
         }
+        if (tree && decode_tokens > 0) {  // a hidden-state head reads the accepted paths' features
+            charge(r.times.resample, true);
+            tree_drafter->after_verify();
+            charge(r.times.draft_ingest, true);
+        }
         first_token_now.clear();
         for (int s = 0; s < n_slots; ++s) {
             if (last_row[s] < 0) continue;
             Sequence& seq = slots[s];
+            if (tree) share_with_branches(s, n_slots, per);  // every branch id holds the prompt
             seq.out.push_back(sample_target(t.logits(last_row[s]), t.n_vocab, p, seq.key, 0, seq.margins,
                                             scratch.norm));
             seq.done = finished(seq, p, t.vocab);
@@ -356,8 +393,11 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             rec.finish_ms = stamp;
             rec.tokens = std::move(seq.out);
             rec.counts = std::move(seq.counts);
-            t.remove_from(seq.id, 0);  // the slot's cells are free for the next request
+            for (int j = 0; j < per; ++j) {  // the slot's cells are free for the next request
+                t.remove_from(branch_id(seq.id, j, n_slots, per), 0);
+            }
             if (drafter) drafter->release(seq);
+            if (tree_drafter) tree_drafter->release(seq);
             seq.out.clear();
             request_of[s] = -1;
             completed += 1;
@@ -374,11 +414,15 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
                decode_tokens > 0);
 
         // ---- the drafter takes in the new prompts ---------------------------------------------
-        if (drafter) {
+        if (drafter || tree_drafter) {
             bool admitted = false;
             for (int s : first_token_now) {
                 if (request_of[s] < 0) continue;  // finished on its first token
-                drafter->admit(slots[s]);
+                if (tree_drafter) {
+                    tree_drafter->admit(slots[s]);
+                } else {
+                    drafter->admit(slots[s]);
+                }
                 admitted = true;
             }
             if (admitted) charge(r.times.prefill_draft, false);

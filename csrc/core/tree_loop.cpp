@@ -142,6 +142,46 @@ void Engine::validate_tree(const GenerateParams& p, int n_seq) const {
     }
 }
 
+// The deepest a sequence's tree may go this round (its round's correction or bonus must still fit).
+int Engine::tree_depth_cap(const Sequence& seq, const GenerateParams& p) {
+    return std::min<int>(p.tree.max_depth(), seq.n_predict - static_cast<int>(seq.out.size()) - 1);
+}
+
+void Engine::reset_tree_counts(SeqCounts& counts, const TreeShape& shape) {
+    reset_counts(counts, shape.max_depth());
+    counts.offered_rank.assign(shape.max_siblings(), 0);
+    counts.accepted_rank.assign(shape.max_siblings(), 0);
+}
+
+// Every branch id of sequence `id` takes a copy of what the sequence's own id holds (its prompt).
+void Engine::share_with_branches(int id, int n_seq, int per) {
+    Context& t = *target_;
+    for (int j = 1; j < per; ++j) {
+        const int branch = branch_id(id, j, n_seq, per);
+        llama_memory_seq_rm(t.memory(), branch, -1, -1);
+        llama_memory_seq_cp(t.memory(), id, branch, -1, -1);
+    }
+}
+
+// Appends every node of `tree` (sequence `seq`) to the target batch, each carrying the ids of the
+// branches through it; rows[v]: node v's row.
+void Engine::add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, std::vector<int>& rows) {
+    std::vector<std::vector<int>> slots;
+    std::vector<int> ids;
+    leaf_slots(tree, slots);
+    rows.assign(tree.size(), -1);
+    for (int v = 0; v < tree.size(); ++v) {
+        ids.clear();
+        if (v == 0) {  // the root carries every id: unused branches keep pace with the rest
+            for (int j = 0; j < per; ++j) ids.push_back(branch_id(seq.id, j, n_seq, per));
+        } else {
+            for (int j : slots[v]) ids.push_back(branch_id(seq.id, j, n_seq, per));
+        }
+        rows[v] = target_->add_shared(tree.token[v], seq.n_past_target + tree.depth[v], ids.data(),
+                                      static_cast<int>(ids.size()), true);
+    }
+}
+
 // The tree drafter of a run: the draft model, or the engine's EAGLE-3 head.
 std::unique_ptr<TreeDrafter> Engine::make_tree_drafter(const GenerateParams& p, int n_seq) {
     if (p.drafter.type == "eagle3") return make_eagle3_tree_drafter(*hidden_, *target_, p, n_seq);
@@ -168,23 +208,15 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
     if (reads) {
         ingest = [&](const llama_batch& batch) {
             const ScopedMs timer(ingest_in_prefill);
-            drafter->after_target_decode(batch);
+            drafter->after_target_decode(batch, 0);
         };
     }
     prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab), ingest, p.reuse_prompts && !reads);
     if (reads) t.forget_prompts();  // cells made under the drafter's settings
-    for (const Sequence& seq : seqs) {  // every branch id holds its sequence's prompt
-        for (int j = 1; j < per; ++j) {
-            const int id = branch_id(seq.id, j, n_seq, per);
-            llama_memory_seq_rm(t.memory(), id, -1, -1);
-            llama_memory_seq_cp(t.memory(), seq.id, id, -1, -1);
-        }
-    }
     for (Sequence& seq : seqs) {
+        share_with_branches(seq.id, n_seq, per);
         seq.done = finished(seq, p, t.vocab);
-        reset_counts(seq.counts, p.tree.max_depth());
-        seq.counts.offered_rank.assign(p.tree.max_siblings(), 0);
-        seq.counts.accepted_rank.assign(p.tree.max_siblings(), 0);
+        reset_tree_counts(seq.counts, p.tree);
     }
     clock.charge(r.times.prefill_target);
     r.times.prefill_target -= ingest_in_prefill;
@@ -199,8 +231,6 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
     std::vector<int> cap(n_seq);
     std::vector<DraftTree> trees(n_seq);
     std::vector<std::vector<int>> rows(n_seq);
-    std::vector<std::vector<int>> slots;
-    std::vector<int> ids;
     AcceptScratch scratch;
     r.n_seq = n_seq;
     while (true) {
@@ -210,10 +240,8 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
         const double ms_before = r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample;
         bool any = false;
         for (int s = 0; s < n_seq; ++s) {
-            const Sequence& seq = seqs[s];
-            cap[s] = seq.done ? -1
-                              : std::min<int>(p.tree.max_depth(), seq.n_predict - static_cast<int>(seq.out.size()) - 1);
-            any |= !seq.done;
+            cap[s] = seqs[s].done ? -1 : tree_depth_cap(seqs[s], p);
+            any |= !seqs[s].done;
         }
         if (!any) break;
 
@@ -224,20 +252,7 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
         // ---- verify: every node of every tree in one target decode ---------------------------
         t.clear_batch();
         for (int s = 0; s < n_seq; ++s) {
-            if (seqs[s].done) continue;
-            const DraftTree& tree = trees[s];
-            leaf_slots(tree, slots);
-            rows[s].assign(tree.size(), -1);
-            for (int v = 0; v < tree.size(); ++v) {
-                ids.clear();
-                if (v == 0) {  // the root carries every id: unused branches keep pace with the rest
-                    for (int j = 0; j < per; ++j) ids.push_back(branch_id(s, j, n_seq, per));
-                } else {
-                    for (int j : slots[v]) ids.push_back(branch_id(s, j, n_seq, per));
-                }
-                rows[s][v] = t.add_shared(tree.token[v], seqs[s].n_past_target + tree.depth[v], ids.data(),
-                                          static_cast<int>(ids.size()), true);
-            }
+            if (!seqs[s].done) add_tree_nodes(seqs[s], trees[s], n_seq, per, rows[s]);
         }
         t.decode("tree verify");
         clock.charge(r.times.verify);

@@ -65,6 +65,7 @@ public:
         llama_set_embeddings_nextn(head.ctx, true, true);  // the head's pre-norm state of its outputs
         llama_memory_clear(llama_get_memory(head.ctx), true);
         pending_pos_.assign(n_seq, -1);
+        groups_.assign(n_seq, {});
         pending_g_.assign(n_seq, std::vector<float>(n_embd_dec_, 0.0f));
         bridge_g_.assign(n_seq, std::vector<float>(n_embd_dec_, 0.0f));
     }
@@ -83,10 +84,10 @@ public:
     double library_ms() const override { return library_ms_; }
     double kv_ms() const override { return kv_ms_; }
 
-    // A prefill chunk: every sequence's tokens in it, in batch order.
-    void after_target_decode(const llama_batch& batch) override {
+    // Prefill chunks: every sequence's tokens from first_row on, in batch order.
+    void after_target_decode(const llama_batch& batch, int first_row) override {
         groups_.assign(n_seq_, {});
-        for (int i = 0; i < batch.n_tokens; ++i) {
+        for (int i = first_row; i < batch.n_tokens; ++i) {
             const int s = batch.seq_id[i][0];
             if (s >= 0 && s < n_seq_) groups_[s].push_back(Entry{batch.token[i], batch.pos[i], i});
         }
@@ -94,16 +95,15 @@ public:
     }
 
     void begin(std::vector<Engine::Sequence>& seqs, int /*shared_prefix*/) override {
-        for (const Engine::Sequence& seq : seqs) {
-            const int32_t n = static_cast<int32_t>(seq.prompt.size());
-            const llama_pos pos_max = llama_memory_seq_pos_max(llama_get_memory(h_.ctx), seq.id);
-            if (pos_max < n - 2 || pending_pos_[seq.id] != n - 1) {
-                throw std::runtime_error("the eagle3 draft cache of sequence " + std::to_string(seq.id) +
-                                         " ends at position " + std::to_string(pos_max) + " after a prompt of " +
-                                         std::to_string(n) + " tokens: a prefill chunk was not ingested");
-            }
-        }
-        groups_.assign(n_seq_, {});
+        for (const Engine::Sequence& seq : seqs) check_prompt_ingested(seq);
+    }
+
+    // Serving: the slot's prompt went in from the target's prefill chunks (after_target_decode).
+    void admit(Engine::Sequence& seq) override { check_prompt_ingested(seq); }
+
+    void release(const Engine::Sequence& seq) override {
+        for (int j = 0; j < per_; ++j) remove_from(id_of(seq, j), 0);
+        pending_pos_[seq.id] = -1;
     }
 
     void accept(Engine::Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
@@ -117,10 +117,7 @@ public:
         for (int v : path) g.push_back(Entry{tree.token[v], w.p0 + 1 + tree.depth[v], rows[v]});
     }
 
-    void after_verify() override {
-        ingest();
-        for (auto& g : groups_) g.clear();
-    }
+    void after_verify() override { ingest(); }
 
 protected:
     int start_round(Engine::Sequence& seq, Work& w) override {
@@ -175,6 +172,17 @@ private:
         int32_t pos;
         int row;
     };
+
+    // Every prompt position but the last is in the head's cache, the last waits for its next token.
+    void check_prompt_ingested(const Engine::Sequence& seq) const {
+        const int32_t n = static_cast<int32_t>(seq.prompt.size());
+        const llama_pos pos_max = llama_memory_seq_pos_max(llama_get_memory(h_.ctx), seq.id);
+        if (pos_max < n - 2 || pending_pos_[seq.id] != n - 1) {
+            throw std::runtime_error("the eagle3 draft cache of sequence " + std::to_string(seq.id) +
+                                     " ends at position " + std::to_string(pos_max) + " after a prompt of " +
+                                     std::to_string(n) + " tokens: a prefill chunk was not ingested");
+        }
+    }
 
     void all_ids(int s) {
         ids_.resize(per_);
@@ -239,6 +247,7 @@ private:
         }
         if (batch_.size() > 0) process(LLAMA_PROCESS_TYPE_DECODE, batch_, "the accepted tokens' features");
         batch_.clear();
+        for (auto& g : groups_) g.clear();
     }
 
     // features_ (n rows) through the head's encoder into g_rows_, in chunks of its n_ubatch.

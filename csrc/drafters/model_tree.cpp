@@ -1,6 +1,7 @@
 // The draft model drafting trees (tree_drafter.h) in the shapes of tree_shaper.h. Its cache holds
 // every token it has been fed: a round starts with the tokens it has not seen yet (the last
-// round's accepted tail and the pending token), fed under every id of the sequence. After the
+// round's accepted tail and the pending token), fed under every id of the sequence. In serving a
+// slot's prompt is fed when its request starts decoding and copied to the slot's other ids. After the
 // round the id holding the longest part of the accepted path is kept, and every other id drops
 // its own cells and takes a copy of that path; what no id held yet is fed at the next round.
 #include "tree_shaper.h"
@@ -12,7 +13,9 @@ class ModelTreeDrafter final : public ShapedTreeDrafter {
 public:
     ModelTreeDrafter(Engine::Context& d, const DraftPrefill& prefill, const GenerateParams& p, int target_vocab,
                      int n_seq)
-        : ShapedTreeDrafter(p, target_vocab, d.n_vocab, n_seq), d_(d), prefill_(prefill) {}
+        : ShapedTreeDrafter(p, target_vocab, d.n_vocab, n_seq), d_(d), prefill_(prefill) {
+        d_.clear_batch();  // a round's batch is built from empty (decode_batch clears it after each decode)
+    }
 
     void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) override {
         for (Engine::Sequence& seq : seqs) seq.draft_todo = {seq.pending()};
@@ -25,6 +28,24 @@ public:
             }
         }
         d_.clear_batch();
+    }
+
+    void admit(Engine::Sequence& seq) override {
+        release(seq);
+        d_.clear_batch();
+        const int32_t n = static_cast<int32_t>(seq.prompt.size());
+        for (int32_t i = 0; i < n; ++i) {
+            if (d_.batch_full()) decode_batch();
+            d_.add(seq.prompt[i], i, seq.id, false);
+        }
+        if (!batch_empty()) decode_batch();
+        for (int j = 1; j < per_; ++j) copy_cells(seq.id, id_of(seq, j), 0, n);
+        seq.n_past_draft = n;
+        seq.draft_todo = {seq.pending()};
+    }
+
+    void release(const Engine::Sequence& seq) override {
+        for (int j = 0; j < per_; ++j) remove_from(id_of(seq, j), 0);
     }
 
     void accept(Engine::Sequence& seq, const DraftTree& tree, const std::vector<int>& /*rows*/,

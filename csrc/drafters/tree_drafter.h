@@ -68,10 +68,16 @@ public:
     virtual int n_vocab() const = 0;  // q's length (p is zero-padded alike)
     // A drafter that reads the target's hidden states ingests every target decode: the prefill's
     // (after_target_decode, called with each prefill batch) and the verify's (after_verify).
+    // In serving a target batch mixes verify nodes with prompt chunks: the rows from first_row on.
     virtual bool reads_target() const { return false; }
-    virtual void after_target_decode(const llama_batch& /*batch*/) {}
+    virtual void after_target_decode(const llama_batch& /*batch*/, int /*first_row*/) {}
     // After the target's prefill: every prompt into the draft cache, every branch id a copy.
     virtual void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) = 0;
+    // Serving (serve_loop.cpp), instead of begin(): slot `seq` starts a new request after the
+    // target's prefill gave its first token; the drafter takes in its prompt under all the slot's ids.
+    virtual void admit(Engine::Sequence& seq) = 0;
+    // The request in slot `seq` finished: its draft cells go under every id of the slot.
+    virtual void release(const Engine::Sequence& seq) = 0;
     // A tree for every sequence with max_depth[s] >= 1 (its depth capped there; -1: done, 0: none
     // wanted: the root alone). trees[s] is reset by the drafter.
     virtual void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& max_depth,

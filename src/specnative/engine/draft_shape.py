@@ -63,6 +63,27 @@ class DraftShape:
             return self.branches
         return 1
 
+    @property
+    def cells_per_round(self) -> int:
+        """KV cells a tree's round holds beyond the pending token at most (a split tree's last step
+        may pass its budget by a branch's siblings; a topk tree's draft feeds up to topk nodes per
+        level); 0 for a chain (its k says it)."""
+        if self.kind == "topk":
+            return max(self.budget, self.topk * self.depth)
+        if self.kind == "split":
+            return self.budget + self.branches - 1
+        return 0
+
+    @property
+    def batch_per_sequence(self) -> int:
+        """Target or draft batch entries one sequence's round needs at most: the verified nodes and
+        the pending token, or a topk draft's frontier."""
+        if self.kind == "topk":
+            return max(self.budget + 1, self.topk)
+        if self.kind == "split":
+            return self.budget + self.branches
+        return 0
+
     def core_args(self) -> dict:
         """generate()'s tree_kind and tree arguments of the native core."""
         if self.kind == "topk":

@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from specnative.engine import drafter_name, native
+from specnative.engine import drafter_name, native, parse_draft_shape
 from specnative.serving import arrivals, checks
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.report import write_report
@@ -64,10 +64,35 @@ def add_serving_flags(p: argparse.ArgumentParser) -> None:
     serving.add_argument("-r", "--repeats", type=int, default=2, help="seeded traces per request rate")
     serving.add_argument("--ctx-len", type=int_list, default=[0], metavar="N",
                          help="tokens of shared documents ahead of every request's own prompt (one value)")
+    serving.add_argument("--draft-shape", type=one_draft_shape, default="chain", metavar="chain|tree:...",
+                         help="what the on runs draft: chain (-k tokens) or one draft tree verified in one batch, "
+                              "e.g. tree:topk=4,depth=5,budget=8 (its node budget is then k; the draft model or "
+                              "an EAGLE-3 head; docs/trees.md)")
     serving.add_argument("--prefix-cache", type=on_off_list, default=[False], metavar="on,off",
                          help="on: the requests' common prefix (the shared documents, the chat template's head) "
                               "computed once and copied into each admitted slot; off: every request prefills its "
                               "whole prompt; both: each trace replayed both ways")
+
+
+def one_draft_shape(text: str) -> str:
+    """--draft-shape: one shape (a sweep's --draft-shape takes a list: its grid's axis)."""
+    try:
+        return parse_draft_shape(text).spelling
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def tree_problems(args) -> list[str]:
+    """Where serve cannot run a draft tree: one line each."""
+    if not parse_draft_shape(args.draft_shape).is_tree:
+        return []
+    errors = []  # the drafter: options.config_from_args checks it for sweep and serve alike
+    if any(args.prefix_cache):
+        errors.append("--draft-shape: a slot's branches take the sequence ids the prefix cache keeps its prefix "
+                      "in: use --prefix-cache off with a draft tree")
+    if getattr(args, "synthetic_acceptance", None):
+        errors.append("--draft-shape: synthetic acceptance applies to chains")
+    return errors
 
 
 def build_parser(prog: str = "specnative serve") -> argparse.ArgumentParser:
@@ -137,7 +162,7 @@ def serve_problems(args) -> list[str]:
         problem = problem or checks.hidden_prefix_refusal(drafter_name(drafter), args.prefix_cache)
         if problem:
             errors.append(problem)
-    return errors
+    return errors + tree_problems(args)
 
 
 def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
@@ -159,7 +184,8 @@ def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
         max_concurrency=args.max_concurrency,
         n_requests=len(trace) if trace is not None else (args.num_requests or DEFAULT_REQUESTS),
         burstiness=math.nan if trace is not None else (args.burstiness or DEFAULT_BURSTINESS),
-        repeats=sweep_cfg.repeats, k=sweep_cfg.ks[0], drafter=drafter,
+        repeats=sweep_cfg.repeats, draft_shape=args.draft_shape,
+        k=parse_draft_shape(args.draft_shape).budget or sweep_cfg.ks[0], drafter=drafter,
         drafter_options=sweep_cfg.drafter_options if drafter != "model" else {},
         temperature=sweep_cfg.temperatures[0], accept_rule=sweep_cfg.accept_rule, n_predict=sweep_cfg.n_predict,
         slo=serve_metrics.parse_slo(args.slo), slo_text=args.slo or "", seed=sweep_cfg.seed,
@@ -175,7 +201,8 @@ def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
 def describe(cfg: ServeConfig) -> str:
     """What the run will do, as it applies it (a --trace file's own contents)."""
     head = (f"specnative serve -> {cfg.out_dir}\n  target {cfg.target.name}, draft "
-            f"{cfg.draft.name if cfg.draft else '-'}, drafter {cfg.drafter}, k {cfg.k}, T {cfg.temperature:g} "
+            f"{cfg.draft.name if cfg.draft else '-'}, drafter {cfg.drafter}, "
+            f"{cfg.draft_shape if cfg.draft_shape != 'chain' else f'k {cfg.k}'}, T {cfg.temperature:g} "
             f"({cfg.accept_rule}), max concurrency {cfg.max_concurrency}")
     if cfg.trace is not None:
         t = checks.trace_summary(cfg.trace)

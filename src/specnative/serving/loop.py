@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specnative.engine import (ACCEPT_RULES, check_draft_p_min, checked_drafter_options, decoding_ms, engine_own_time,
-                               synthetic_probabilities)
+from specnative.engine import (ACCEPT_RULES, TREE_DRAFTERS, DraftShape, check_draft_p_min, checked_drafter_options,
+                               decoding_ms, drafter_name, engine_own_time, parse_draft_shape, synthetic_probabilities)
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.arrivals import Request
 
@@ -80,26 +80,32 @@ def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool =
           temperature: float = 0.0, seed: int = 0, accept_rule: str = "greedy", drafter: str = "model",
           drafter_options: dict | None = None, draft_p_min: float = 0.0, ignore_eos: bool = True,
           virtual_clock: bool = False, slo: dict | None = None, prefix_cache: bool = False,
-          synthetic=None) -> ServeRun:
+          synthetic=None, draft_shape: str | None = None) -> ServeRun:
     """Replays `requests` (in arrival order) through `engine` (specnative.Engine). ignore_eos:
     every request generates its output_len tokens (as a benchmark with recorded reply lengths
     wants); False stops a request at an end-of-generation token. slo: serve_metrics.parse_slo.
     prefix_cache: share the requests' common prompt prefix (module docstring); each record's
     prefill_tokens says what its request fed. synthetic: a synthetic acceptance profile
-    (Engine.generate's), drafts kept at random at its rates (benchmarking only)."""
+    (Engine.generate's), drafts kept at random at its rates (benchmarking only). draft_shape: a
+    draft tree's spelling (docs/trees.md; the draft model or an EAGLE-3 head), None: chains of k."""
     if not requests:
         raise ValueError("no requests to serve")
     if accept_rule not in ACCEPT_RULES:
         raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
         raise ValueError(f"max_concurrency must be an integer, not {max_concurrency!r}")
+    shape = parse_draft_shape(draft_shape)
+    if shape.is_tree and spec and drafter_name(drafter) not in TREE_DRAFTERS:
+        raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model') or an EAGLE-3 head "
+                         f"(drafter 'eagle3'), not {drafter!r}")
     raw = engine._core.serve(
         arrival_ms=[r.arrival_s * 1000.0 for r in requests], prompts=[list(r.prompt) for r in requests],
         n_predict=[int(r.output_len) for r in requests], max_concurrency=max_concurrency,
         virtual_clock=bool(virtual_clock), temperature=float(temperature), seed=int(seed), spec=bool(spec),
         k=int(k), accept_rule=accept_rule, stop_at_eog=not ignore_eos, drafter=drafter,
         drafter_options=checked_drafter_options(drafter, drafter_options), draft_p_min=check_draft_p_min(draft_p_min),
-        prefix_cache=bool(prefix_cache), synthetic=synthetic_probabilities(synthetic, int(k), bool(spec)))
+        prefix_cache=bool(prefix_cache), synthetic=synthetic_probabilities(synthetic, int(k), bool(spec)),
+        **(shape.core_args() if spec else DraftShape().core_args()))
     metrics = [serve_metrics.request_metrics(record) for record in raw["requests"]]
     return ServeRun(
         speculative=raw["speculative"], max_concurrency=raw["max_concurrency"], records=raw["requests"],

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specnative import lossless, workloads
-from specnative.engine import Engine, drafter_options_text
+from specnative.engine import DraftShape, Engine, drafter_options_text, parse_draft_shape
 from specnative.record import database, rundir, schema
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.serving import arrivals, checks
@@ -41,7 +41,7 @@ from specnative.serving.verdict import (
     serving_verdict,
 )
 from specnative.sweep import hidden_drafters
-from specnative.sweep.rows import synthetic_columns
+from specnative.sweep.rows import synthetic_columns, tree_count_columns
 
 
 @dataclass
@@ -83,6 +83,9 @@ class ServeConfig:
     placement: dict = field(default_factory=dict)  # Engine keyword arguments (-sm, -ts, -dev, --rpc, ...)
     resume: bool = False
     mtp: bool = False           # --drafter mtp: the target loaded with its nextn (MTP) layers
+    # --draft-shape: what the on runs draft: "chain" (k tokens) or a draft tree's spelling (docs/trees.md; k is
+    # then its node budget)
+    draft_shape: str = "chain"
     # --synthetic-acceptance: profiles (specnative.engine.synthetic) replayed spec on beside each level, drafts
     # kept at random at that acceptance (rows with verdict "synthetic", paired with the level's off run)
     synthetic: list = field(default_factory=list)
@@ -151,6 +154,8 @@ def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: 
                     "accept_at_pos": ";".join(f"{a / d:.4f}" if d else "" for a, d in
                                               zip(totals["accepted_at"], totals["drafted_at"])),
                     "accept_len_hist": ";".join(str(int(h)) for h in totals["accept_len_hist"])})
+        if shape_of(cfg).is_tree:
+            row.update(tree_count_columns(cfg.draft_shape, totals))
     else:
         row["step_ms"] = run.iteration_ms
     return row
@@ -216,11 +221,17 @@ def trace_file_path(out: Path, rate: float, seed: int) -> Path:
     return folder / f"rate={arrivals.rate_label(rate)}-seed={seed}.jsonl"
 
 
+def shape_of(cfg: ServeConfig) -> DraftShape:
+    return parse_draft_shape(cfg.draft_shape)
+
+
 def engine_size(cfg: ServeConfig, traces: list) -> tuple[int, int]:
     """(n_ctx, n_batch) of the serving engine: every slot can hold the longest request's prompt,
-    output and look-ahead; a batch holds every slot's verify tokens."""
-    need = max(len(r.prompt) + r.output_len for _, _, trace in traces for r in trace) + cfg.k + 1
-    return max(256, need * cfg.max_concurrency + 64), max(cfg.n_batch, cfg.max_concurrency * (cfg.k + 1))
+    output and look-ahead; a batch holds every slot's verify tokens (a draft tree's nodes)."""
+    shape = shape_of(cfg)
+    need = max(len(r.prompt) + r.output_len for _, _, trace in traces for r in trace) + max(cfg.k, shape.cells_per_round) + 1
+    per_slot = max(cfg.k + 1, shape.batch_per_sequence)
+    return max(256, need * cfg.max_concurrency + 64), max(cfg.n_batch, cfg.max_concurrency * per_slot)
 
 
 def engine_for(cfg: ServeConfig, traces: list) -> Engine:
@@ -228,7 +239,8 @@ def engine_for(cfg: ServeConfig, traces: list) -> Engine:
     holder = 1 if any(cfg.prefix_caches) else 0  # the prefix cache keeps the prefix in a sequence of its own
     try:
         return Engine(cfg.target, cfg.draft, n_ctx=n_ctx, n_batch=n_batch, n_threads=cfg.threads,
-                      n_gpu_layers=cfg.gpu_layers, n_seq_max=max(cfg.max_concurrency, 1) + holder,
+                      n_gpu_layers=cfg.gpu_layers,
+                      n_seq_max=max(cfg.max_concurrency, 1) * shape_of(cfg).ids_per_sequence + holder,
                       flash_attn=cfg.flash_attn,
                       mtp=cfg.mtp, **cfg.placement)
     except ValueError as error:  # a placement only the load can check (an unknown -dev): one line
@@ -240,7 +252,8 @@ def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool, accept_ru
     return serve(engine, trace, max_concurrency=cfg.max_concurrency, spec=spec, k=cfg.k,
                  temperature=cfg.temperature, seed=cfg.seed, accept_rule=accept_rule or cfg.accept_rule,
                  drafter=cfg.drafter, drafter_options=cfg.drafter_options or None, slo=cfg.slo,
-                 prefix_cache=prefix_cache, synthetic=synthetic)
+                 prefix_cache=prefix_cache, synthetic=synthetic,
+                 draft_shape=cfg.draft_shape if shape_of(cfg).is_tree and synthetic is None else None)
 
 
 def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
@@ -258,7 +271,7 @@ def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
         proxy_run = replay(engine, trace, cfg, True, accept_rule="match", prefix_cache=run.prefix_cache)
         proxy = sampled_serving_verdict(engine, trace, proxy_run.tokens, cfg.k, cfg.temperature, cfg.seed)
         dist = rejection_distribution(engine, trace, cfg.temperature, cfg.seed, cfg.k, cfg.dist_positions,
-                                      cfg.drafter, cfg.drafter_options)
+                                      cfg.drafter, cfg.drafter_options, shape_of(cfg))
         ok = dist.passed and proxy.lossless_ok
         v = lossless.Verdict(lossless.EXACT_DIST if ok else lossless.FAIL,
                              f"{dist.reason}; match proxy on the serving loop: {proxy.verdict} ({proxy.reason})",
@@ -274,6 +287,8 @@ def level_cell_ids(cfg: ServeConfig, rate: float, seed: int) -> list[str]:
     """The cell_id of each row of one level (per prefix-cache mode: off, on): what a resume looks
     for in traces.csv. Levels without the prefix cache and context keep their old ids."""
     base = f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}/k={cfg.k}/{cfg.drafter}"
+    if shape_of(cfg).is_tree:
+        base += f"/shape={cfg.draft_shape}"
     if cfg.ctx_len:
         base += f"/ctx={cfg.ctx_len}"
     return ([base + ("/prefix=on" if prefix else "") + f"/{spec}" for prefix in cfg.prefix_caches for spec in ("off", "on")]
@@ -312,6 +327,8 @@ def serve_record(cfg: ServeConfig, replays: list) -> dict:
         record["trace"] = checks.trace_summary(trace)
     if cfg.synthetic:  # only when set: older run folders still resume
         record["synthetic_acceptance"] = [p.text for p in cfg.synthetic]
+    if shape_of(cfg).is_tree:  # likewise
+        record["draft_shape"] = cfg.draft_shape
     return record
 
 

@@ -178,17 +178,20 @@ def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: in
 
 
 def rejection_distribution(engine, requests: list[Request], temperature: float, seed: int, k: int,
-                           min_positions: int, drafter: str = "model", drafter_options: dict | None = None):
+                           min_positions: int, drafter: str = "model", drafter_options: dict | None = None,
+                           draft_shape=None):
     """The rejection rule's distributional test (lossless.rejection_distribution) over the engine's
     closed-loop runs on the trace's distinct prompts (at most the engine's sequences), each
-    generating the longest output length of the trace; run once per engine, prompts and settings."""
+    generating the longest output length of the trace; run once per engine, prompts and settings.
+    draft_shape: a draft tree (DraftShape) the runs draft instead of chains of k."""
+    tree = draft_shape.spelling if draft_shape is not None and draft_shape.is_tree else None
     prompts = list(dict.fromkeys(r.prompt for r in requests))[:engine.context_info()["n_seq_max"]]
     n_predict = max(r.output_len for r in requests)
     cache = _cache(engine, "distribution")
     key = (tuple(prompts), float(temperature), int(seed), k, drafter, n_predict, min_positions,
-           tuple(sorted((drafter_options or {}).items())))
+           tuple(sorted((drafter_options or {}).items())), tree)
     if key not in cache:
         cache[key] = lossless.rejection_distribution(
             engine, [list(p) for p in prompts], temperature, seed, min_positions, n_predict=n_predict, k=k,
-            drafter=drafter, drafter_options=drafter_options or None)
+            drafter=drafter, drafter_options=drafter_options or None, **({"draft_shape": tree} if tree else {}))
     return cache[key]

@@ -108,8 +108,7 @@ def lookahead(cfg: SweepConfig) -> int:
     tree's last step may pass its budget by a branch's siblings; a topk tree's draft feeds up to
     topk nodes per level)."""
     trees = [parse_draft_shape(s) for s in cfg.draft_shapes if s != "chain"]
-    return max([*cfg.ks] + [max(t.budget + t.branches - 1, t.budget) if t.kind == "split" else max(t.budget, t.topk * t.depth)
-                            for t in trees])
+    return max([*cfg.ks] + [t.cells_per_round for t in trees])
 
 
 def kind_args(kind) -> dict:

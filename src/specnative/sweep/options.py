@@ -397,7 +397,8 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--draft-p-min applies to the draft model: add --drafter model")
     if problem := synthetic_problem(getattr(args, "synthetic_acceptance", None), args.k):
         errors.append(problem)
-    trees = [shape for shape in getattr(args, "draft_shape", ["chain"]) if shape != "chain"]  # serve: chains
+    shapes = getattr(args, "draft_shape", ["chain"])  # the sweep's axis (a list), serve's one shape
+    trees = [shape for shape in ([shapes] if isinstance(shapes, str) else shapes) if shape != "chain"]
     if trees and not set(TREE_DRAFTERS) & set(args.drafter):
         errors.append("--draft-shape: draft trees are drafted by the draft model or an EAGLE-3 head: "
                       "add --drafter model or eagle3")

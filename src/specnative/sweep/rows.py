@@ -157,21 +157,28 @@ def synthetic_columns(profile, k: int) -> dict:
             "verdict": "synthetic", "verdict_reason": SYNTHETIC_REASON}
 
 
+def tree_count_columns(spelling: str, totals: dict) -> dict:
+    """A draft tree's shape, nodes per round and acceptance by sibling rank from its summed counts
+    (a cell's runs, a serving level's requests)."""
+    from specnative.engine import parse_draft_shape
+
+    drafted, rounds = totals["drafted"], totals["rounds"]
+    return {"draft_shape": parse_draft_shape(spelling).spelling,
+            "nodes_per_round": drafted / rounds if rounds else math.nan,
+            "accept_at_rank": ";".join(f"{a / o:.4f}" if o else "" for a, o in
+                                       zip(totals["accepted_rank"], totals["offered_rank"]))}
+
+
 def tree_columns(results, spelling: str, step_ms: float) -> dict:
-    """A draft tree's on row beside spec_row's: its shape, nodes per round, acceptance by sibling
-    rank, c_draft per draft decode (one per level of the deepest tree; step_ms: the baseline's
-    T_step) and no chain closed form."""
+    """A draft tree's on row beside spec_row's: its counts' columns (tree_count_columns), c_draft per
+    draft decode (one per level of the deepest tree; step_ms: the baseline's T_step) and no chain
+    closed form."""
     from specnative.engine import parse_draft_shape
 
     shape = parse_draft_shape(spelling)
-    drafted = sum(r.totals["drafted"] for r in results)
-    rounds = sum(r.totals["rounds"] for r in results)
-    offered = sum(r.totals["offered_rank"] for r in results)
-    accepted = sum(r.totals["accepted_rank"] for r in results)
+    totals = {name: sum(r.totals[name] for r in results) for name in ("drafted", "rounds", "offered_rank",
+                                                                       "accepted_rank")}
     engine_rounds = sum(r.steps for r in results)
     levels = shape.depth if shape.kind == "topk" else shape.budget
-    return {"draft_shape": shape.spelling,
-            "nodes_per_round": drafted / rounds if rounds else math.nan,
-            "accept_at_rank": ";".join(f"{a / o:.4f}" if o else "" for a, o in zip(accepted, offered)),
-            "predicted_speedup": math.nan,
+    return {**tree_count_columns(spelling, totals), "predicted_speedup": math.nan,
             "c_draft": theory.draft_cost_ratio(sum(r.times["draft"] for r in results) / engine_rounds, levels, step_ms)}

@@ -110,8 +110,9 @@ class Device:
         return self.bandwidth
 
     def with_threads(self, threads: int) -> "Device":
-        """The same CPU at another thread count: per-thread rates and bandwidth scale with threads,
-        the fixed costs do not (the model's assumption; tested at 2 threads from a fit at 1)."""
+        """The same CPU at another thread count: per-thread rates and bandwidth scale with threads up to
+        the memory system's cap on streaming (bw_threads_max), the fixed costs do not (the model's
+        assumption; tested at 2 threads from a fit at 1 and a streaming microbenchmark)."""
         if self.backend != "cpu":
             raise DeviceError(f"{self.name} is not a CPU: threads apply to CPUs only")
         return replace(self, name=f"{self.name}@t{threads}", threads=int(threads))
