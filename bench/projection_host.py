@@ -85,7 +85,7 @@ def calibration_models(scratch: Path) -> dict:
         if not base.exists():
             write_tiny_llama(base, n_embd=width, n_layer=8, n_head=n_head, n_head_kv=n_head // 4, n_ff=n_ff, dtype="f16")
         out[f"{tag}-F16"] = base
-        for t in ("Q8_0", "Q4_K_M", "Q4_0", "Q5_0"):
+        for t in ("Q8_0", "Q4_K_M", "Q4_0", "Q5_0", "Q6_K"):
             dst = scratch / f"cal-w{width}-l8-{t}.gguf"
             if not dst.exists():
                 quantize(base, dst, t)
@@ -296,7 +296,7 @@ def host_device(threads: int = CAL_THREADS, bw_threads_max: float = 0.0):
                   overhead_layer_us=20.0, source="fit")
 
 
-RATE_KEYS = ("float", "legacy", "kquant", "Q4_0", "Q8_0", "Q4_1")  # classes, and types with kernels of their own
+RATE_KEYS = ("float", "legacy", "kquant", "Q4_0", "Q8_0", "Q4_1", "Q6_K")  # classes, and types with kernels of their own
 # one-row (matrix-vector) rates of the quantized kernels; a float one-row product runs at the float rate
 MATVEC_KEYS = RATE_KEYS[1:]
 FIT_PARAMS = [(None, f"tflops.{t}") for t in RATE_KEYS] + [(None, f"matvec_tflops.{t}") for t in MATVEC_KEYS] + [(None, "mem_bw_gbs"), (None, "batched_bw_efficiency"), (None, "serial_share"),
