@@ -3,7 +3,8 @@
 measure: the engine's cost curve (Engine cost_curve: median wall ms of one target decode with 1..9
 positions per sequence, interleaved repeats) on
   calibration: synthetic random-weight llama files generated here (8 layers, width 512 and 1024;
-               F16, Q8_0, Q4_K_M, Q4_0 and Q5_0 from one F16 file each, a 4-layer width-256 Q8_0,
+               F16, Q8_0, Q4_K_M, Q4_0, Q5_0 and Q6_K from one F16 file each (Q4_1 by the gguf
+               package's quantizer), a 4-layer width-256 Q8_0,
                and width-32 F16 files of 2 and 8 layers whose forward is all fixed cost) at ctx 0
                (and 2048 for the F16 files), concurrency 1 and 4, 1 thread;
   validation:  the real models of the cache (tiny, Gemma 3 270M, the Qwen2.5-Coder pair, SmolLM2)
@@ -16,13 +17,18 @@ positions per sequence, interleaved repeats) on
   A call runs (repeats + 1) passes over the 9 shapes plus one re-fed prompt token per sequence (the
   shared prefix stays cached), so its CPU time is (repeats + 1) x sum(T(n)) + T(1); the call's wall
   medians give each shape's share. Every call is one JSON line in curves.jsonl (written as it goes).
+membench: the host's streaming-read bandwidth (numpy sums of a 256 MiB array per thread, each thread
+  timed by its own CPU time) at 1 thread and at every core, rounds alternating; membench.json holds
+  their ratio, bw_threads_max: the memory system's cap on threads streaming together (not fitted).
 analyze: per cell, the median over passes of the wall curve and of the CPU curve; fits the host's
   parameters (scipy.optimize.least_squares) on the calibration cells only, once on wall and once on
   CPU time, predicts every validation cell (baseline step; c of k+1 = 3, 5, 9 tokens with the cell's
   draft: the pair's draft model, or none for a model without one) and writes errors.csv (both
-  timings), summary.md and fitted_device.toml (CPU time).
+  timings), summary.md and fitted_device.toml (CPU time). bw_threads_max comes from membench.json in
+  the same folder where there is one (--no-membench: leave it out).
 
     python bench/projection_host.py measure --out bench/results/projection/host
+    python bench/projection_host.py membench --out bench/results/projection/host
     python bench/projection_host.py analyze --out bench/results/projection/host
     python bench/projection_host.py measure --only cal-fixed-l2,cal-fixed-l8 --out ...  (add cells)
 """
