@@ -130,6 +130,16 @@ timeout "$T_CELL" "$PYTHON" -m specnative.sweep --preset tiny --ctx-len 0 -np 1,
 sed -n '/^## Trees or chains/,/^## [A-Z]/p' "$RESULTS/sweep-trees/summary.md" | head -30
 pack
 
+step "EAGLE-3 head trees beside llama.cpp's EAGLE-3 chain, then served under load: tiny files, -ngl -1 (limit ${T_CELL}s each)"
+read -r E3_T E3_H < <("$PYTHON" -c "from specnative.models.tiny_drafters import drafter_pair; print(*drafter_pair('$WORKDIR/hidden', 'eagle3', acceptance='mid'))")
+timeout "$T_CELL" "$PYTHON" -m specnative.sweep -m "$E3_T" --drafter eagle3 --drafter-file "eagle3=$E3_H" --ctx-len 0 \
+  -np 1,4 -ngl -1 -fa "$FA" -k 8 --draft-shape chain,tree:topk=4,depth=5,budget=8 -r 3 --max-repeats 3 \
+  -o "$RESULTS/sweep-trees-eagle3" | tail -6
+timeout "$T_CELL" "$PYTHON" -m specnative serve -m "$E3_T" --drafter eagle3 --drafter-file "eagle3=$E3_H" \
+  --draft-shape tree:topk=4,depth=5,budget=8 --request-rate inf --max-concurrency 4 --num-requests 8 -n 16 -r 1 \
+  -ngl -1 -fa "$FA" -o "$RESULTS/serve-trees-eagle3" | tail -6
+pack
+
 step "results database and compare: the run against itself (no decided change expected), runs listed"
 "$PYTHON" -m specnative runs --db "$RESULTS/specnative.sqlite" | head -5
 "$PYTHON" -m specnative compare "$RESULTS/sweep-tiny" "$RESULTS/sweep-tiny" --fail-on-regression 10 --fail-on-slowdown 10 | head -30
