@@ -74,6 +74,20 @@ def test_a_kept_branch_fails_the_serving_verdict(engines):
     assert serving_verdict(engine, trace, bad.tokens, k=8).verdict == lossless.FAIL
 
 
+def test_the_verdict_replays_a_trees_requests_in_groups_of_slots_not_of_sequence_ids(noisy_pair):
+    """A tree's serving engine holds a sequence id per branch (here 2 slots x 8) but KV cells and a
+    batch for its slots only: the checks replay as many requests together as it has slots."""
+    target, draft = noisy_pair
+    with Engine(target, draft, n_ctx=200, n_batch=64, n_seq_max=16, **ENGINE_KW) as engine:
+        trace = trace_of(engine, rate=float("inf"), n=8)
+        served = serve(engine, trace, max_concurrency=2, spec=True, draft_shape=TOPK).tokens
+        tampered = [t.copy() for t in served]
+        tampered[0][-1] = (int(tampered[0][-1]) + 1) % 32  # not the target's token: a failure to find
+        with pytest.raises(ValueError, match="KV cells|n_batch"):
+            serving_verdict(engine, trace, tampered, k=8)  # as many requests as ids: more than it holds
+        assert serving_verdict(engine, trace, tampered, k=8, ids_per_sequence=8).verdict == lossless.FAIL
+
+
 def test_trees_in_serve_refuse_other_drafters(engines):
     engine = engines["model"]
     with pytest.raises(ValueError, match="or an EAGLE-3 head"):

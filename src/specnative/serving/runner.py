@@ -260,16 +260,17 @@ def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
     """How the serving run is judged: as the closed loop judges a cell (verdict.py)."""
     if not cfg.check_lossless:
         return {"lossless_ok": None, "lossless_method": None}
+    per = shape_of(cfg).ids_per_sequence  # a draft tree's engine holds a sequence id per branch
     if cfg.temperature == 0:
-        v, method = serving_verdict(engine, trace, run.tokens, cfg.k), "alone-greedy"
+        v, method = serving_verdict(engine, trace, run.tokens, cfg.k, per), "alone-greedy"
     else:
-        v = sampled_serving_verdict(engine, trace, run.tokens, cfg.k, cfg.temperature, cfg.seed)
+        v = sampled_serving_verdict(engine, trace, run.tokens, cfg.k, cfg.temperature, cfg.seed, per)
         method = "alone-seed"
     columns = {}
     if run.speculative and cfg.temperature > 0 and cfg.accept_rule == "rejection":
         method = "distribution"
         proxy_run = replay(engine, trace, cfg, True, accept_rule="match", prefix_cache=run.prefix_cache)
-        proxy = sampled_serving_verdict(engine, trace, proxy_run.tokens, cfg.k, cfg.temperature, cfg.seed)
+        proxy = sampled_serving_verdict(engine, trace, proxy_run.tokens, cfg.k, cfg.temperature, cfg.seed, per)
         dist = rejection_distribution(engine, trace, cfg.temperature, cfg.seed, cfg.k, cfg.dist_positions,
                                       cfg.drafter, cfg.drafter_options, shape_of(cfg))
         ok = dist.passed and proxy.lossless_ok

@@ -76,13 +76,19 @@ def serving_noise(engine, prompts: list, base: list, k: int, temperature: float 
     return control
 
 
-def serving_verdict(engine, requests: list[Request], tokens: list, k: int) -> lossless.Verdict:
+def replay_group(engine, ids_per_sequence: int = 1) -> int:
+    """How many requests a check replays together: the engine's sequences, each request taking
+    ids_per_sequence of them (a draft tree's branches; 1 for chains)."""
+    return max(1, engine.context_info()["n_seq_max"] // ids_per_sequence)
+
+
+def serving_verdict(engine, requests: list[Request], tokens: list, k: int, ids_per_sequence: int = 1) -> lossless.Verdict:
     """Greedy outputs of a serving run against each request decoded alone: exact, numeric (every
     difference within the target's measured noise on forced replay) or fail. Judged in groups of
     at most the engine's sequences; the worst group's verdict stands. The noise is the larger of
     each group's batch-shape control (serving_noise) and the cache-layout spread pooled over all
     groups (layout_spread: a property of the model and the cache, not of one prompt)."""
-    n_seq = engine.context_info()["n_seq_max"]
+    n_seq = replay_group(engine, ids_per_sequence)
     groups = []
     for start in range(0, len(requests), n_seq):
         group = requests[start:start + n_seq]
@@ -124,7 +130,7 @@ def decoded_alone_sampled(engine, requests: list[Request], temperature: float, s
 
 
 def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: int, temperature: float,
-                            seed: int) -> lossless.Verdict:
+                            seed: int, ids_per_sequence: int = 1) -> lossless.Verdict:
     """Sampled outputs of a serving run against each request decoded alone at the same seed and
     keys: exact (token-identical per seed), numeric (every emitted token the keyed draw on a
     forced replay, or within the measured noise's reach of it, and no more such near-ties than the
@@ -140,8 +146,7 @@ def sampled_serving_verdict(engine, requests: list[Request], tokens: list, k: in
     if not differ:
         return lossless.Verdict(lossless.EXACT, "token-identical per seed to every request decoded alone with its "
                                 "keyed seed", -1, 0, math.nan, 0.0, positions)
-    n_seq = engine.context_info()["n_seq_max"]
-    group = differ[:n_seq]
+    group = differ[:replay_group(engine, ids_per_sequence)]
     prompts = [list(requests[i].prompt) for i in group]
     control = serving_noise(engine, prompts, [base[i] for i in group], k, temperature, seed)
     layout = layout_spread(engine, prompts, [base[i] for i in group])
@@ -185,7 +190,8 @@ def rejection_distribution(engine, requests: list[Request], temperature: float, 
     generating the longest output length of the trace; run once per engine, prompts and settings.
     draft_shape: a draft tree (DraftShape) the runs draft instead of chains of k."""
     tree = draft_shape.spelling if draft_shape is not None and draft_shape.is_tree else None
-    prompts = list(dict.fromkeys(r.prompt for r in requests))[:engine.context_info()["n_seq_max"]]
+    per = draft_shape.ids_per_sequence if draft_shape is not None else 1
+    prompts = list(dict.fromkeys(r.prompt for r in requests))[:replay_group(engine, per)]
     n_predict = max(r.output_len for r in requests)
     cache = _cache(engine, "distribution")
     key = (tuple(prompts), float(temperature), int(seed), k, drafter, n_predict, min_positions,
