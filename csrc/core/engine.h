@@ -430,7 +430,12 @@ private:
     static int tree_depth_cap(const Sequence& seq, const GenerateParams& p);
     static void reset_tree_counts(SeqCounts& counts, const TreeShape& shape);
     void share_with_branches(int id, int n_seq, int per);
-    void add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, std::vector<int>& rows);
+    struct TreeRows {  // a tree's rows in the verify batch, and the scratch that places them
+        std::vector<int> row;
+        std::vector<std::vector<int>> slots;
+        std::vector<int> ids;
+    };
+    void add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, TreeRows& rows);
     GenerateResult run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                             const std::function<bool()>& should_stop);
     void judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows, const GenerateParams& p,

@@ -225,7 +225,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     std::vector<std::vector<int32_t>> drafts(n_slots);
     DraftDists q(n_slots, std::vector<std::vector<float>>(std::max(p.k, 1)));
     std::vector<DraftTree> trees(n_slots);
-    std::vector<std::vector<int>> tree_rows(n_slots);
+    std::vector<TreeRows> tree_rows(n_slots);
     AcceptScratch scratch;
     std::vector<int> first_token_now;  // slots that got their first token this iteration
     size_t completed = 0;
@@ -355,7 +355,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         for (int s = 0; s < n_slots; ++s) {
             if (request_of[s] < 0 || emitted_before[s] == 0) continue;
             if (tree) {
-                judge_tree(slots[s], trees[s], tree_rows[s], p, *tree_drafter, scratch, n_slots);
+                judge_tree(slots[s], trees[s], tree_rows[s].row, p, *tree_drafter, scratch, n_slots);
             } else if (p.spec) {
                 judge_round(slots[s], drafts[s], q[s], row[s], p, *drafter, scratch);
             } else {

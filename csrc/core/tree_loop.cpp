@@ -164,12 +164,12 @@ void Engine::share_with_branches(int id, int n_seq, int per) {
 }
 
 // Appends every node of `tree` (sequence `seq`) to the target batch, each carrying the ids of the
-// branches through it; rows[v]: node v's row.
-void Engine::add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, std::vector<int>& rows) {
-    std::vector<std::vector<int>> slots;
-    std::vector<int> ids;
+// branches through it; rows[v]: node v's row (its buffers reused round after round).
+void Engine::add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, TreeRows& rows) {
+    std::vector<std::vector<int>>& slots = rows.slots;
+    std::vector<int>& ids = rows.ids;
     leaf_slots(tree, slots);
-    rows.assign(tree.size(), -1);
+    rows.row.assign(tree.size(), -1);
     for (int v = 0; v < tree.size(); ++v) {
         ids.clear();
         if (v == 0) {  // the root carries every id: unused branches keep pace with the rest
@@ -177,8 +177,8 @@ void Engine::add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_se
         } else {
             for (int j : slots[v]) ids.push_back(branch_id(seq.id, j, n_seq, per));
         }
-        rows[v] = target_->add_shared(tree.token[v], seq.n_past_target + tree.depth[v], ids.data(),
-                                      static_cast<int>(ids.size()), true);
+        rows.row[v] = target_->add_shared(tree.token[v], seq.n_past_target + tree.depth[v], ids.data(),
+                                          static_cast<int>(ids.size()), true);
     }
 }
 
@@ -230,7 +230,7 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
 
     std::vector<int> cap(n_seq);
     std::vector<DraftTree> trees(n_seq);
-    std::vector<std::vector<int>> rows(n_seq);
+    std::vector<TreeRows> rows(n_seq);
     AcceptScratch scratch;
     r.n_seq = n_seq;
     while (true) {
@@ -259,7 +259,7 @@ GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, 
 
         // ---- accept, emit, keep the accepted path ---------------------------------------------
         for (int s = 0; s < n_seq; ++s) {
-            if (!seqs[s].done) judge_tree(seqs[s], trees[s], rows[s], p, *drafter, scratch, n_seq);
+            if (!seqs[s].done) judge_tree(seqs[s], trees[s], rows[s].row, p, *drafter, scratch, n_seq);
         }
         clock.charge(r.times.resample);
         drafter->after_verify();  // a hidden-state head reads the accepted paths' features

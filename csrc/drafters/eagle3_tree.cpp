@@ -86,7 +86,7 @@ public:
 
     // Prefill chunks: every sequence's tokens from first_row on, in batch order.
     void after_target_decode(const llama_batch& batch, int first_row) override {
-        groups_.assign(n_seq_, {});
+        for (auto& g : groups_) g.clear();  // ingest leaves them empty; kept for their capacity
         for (int i = first_row; i < batch.n_tokens; ++i) {
             const int s = batch.seq_id[i][0];
             if (s >= 0 && s < n_seq_) groups_[s].push_back(Entry{batch.token[i], batch.pos[i], i});
