@@ -20,9 +20,9 @@ chained agreement a verify accepts.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -34,6 +34,7 @@ from specnative.lossless.verdicts import verdict_after_run
 from specnative.models.train.distill import Sequence
 from specnative.models.train.measure import teacher_forced
 from specnative.models.train.prompts import load_prompts
+from specnative.record.provenance import cpu_model
 
 TIMERS = ("draft", "draft_ingest", "verify", "prefill_target", "prefill_draft", "total")
 
@@ -142,25 +143,10 @@ def run(args) -> dict:
             "what": "the torch drafter on the tokens the k-block run emitted: top-1 at each offset on its own "
                     "(earlier offsets given) and chained from offset 1 (what the verify accepts)"}
     out["seconds"] = round(time.perf_counter() - started, 1)
-    out["host"] = {"cpu": _cpu(), "cores": _cores(), "python": platform.python_version()}
+    out["host"] = {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()}
     return out
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
-
-
-def _cores() -> int:
-    try:
-        return int(subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def main(argv=None) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 from specnative import Engine, build_info, lossless
 from specnative.lossless.noise import FLOAT_FLOOR_UNITS, LOGIT_EPS, SAFETY, STATE_FACTOR, layout_spread
 from specnative.models import tiny_pair
+from specnative.record.provenance import cpu_model
 from specnative.workloads import MIXED, Workload
 
 FAULTS = ("rollback_short", "rollback_long", "verify_position", "bonus_from_q", "skip_draft_trim")
@@ -72,8 +73,7 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--out", type=Path, default=Path(__file__).parent / "results" / "kv-state-floor" / "README.md")
     args = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
+    cpu = cpu_model()
     lines = ["# The KV-state check against float arithmetic and the cache's layout", "",
              f"Command: `python bench/kv_state_floor.py {' '.join(sys.argv[1:] if argv is None else argv)}` at commit "
              f"{commit}  ", f"Host: {cpu}, CPU backend, {args.threads} thread(s); build {build_info()['build_flags'].strip()}",

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import json
-import platform
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import numpy as np
 from specnative import Engine, stats
 from specnative.engine import synthetic
 from specnative.models.registry import load_preset
+from specnative.record.provenance import cpu_model
 from specnative.sweep import SweepConfig
 from specnative.sweep.config import Cell
 from specnative.sweep.prompts import build_prompts
@@ -35,12 +35,6 @@ from specnative.sweep.prompts import build_prompts
 ROOT = Path(__file__).resolve().parent.parent
 NGRAM_OPTIONS = {}  # llama.cpp's defaults
 
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 def per_position_rates(result, k: int) -> list[float]:

@@ -33,3 +33,13 @@ def test_peerkit_has_no_import_circle():
     for name in sorted(graph):
         visit(name)
     assert "serve_table" not in graph["serve_parity"] and "open_loop" in graph["serve_parity"]
+
+
+def test_the_host_cpu_is_read_in_one_place():
+    """provenance reads /proc/cpuinfo for every run record and bench table; a second reader would
+    drift from it (one fell back to "unknown CPU", another to the machine type)."""
+    root = Path(__file__).resolve().parents[1]
+    readers = sorted(str(p.relative_to(root)) for folder in ("src", "bench") for p in (root / folder).rglob("*.py")
+                     if 'Path("/proc/cpuinfo")' in p.read_text(encoding="utf-8")
+                     or 'open("/proc/cpuinfo")' in p.read_text(encoding="utf-8"))
+    assert readers == ["src/specnative/record/provenance.py"]

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from specnative.record.provenance import cpu_model  # noqa: F401  (the peer tables' host line)
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 VENDOR = ROOT / "vendor" / "llama.cpp"
 WORK = ROOT / "bench" / "scratch"
@@ -263,14 +265,6 @@ def pad256(n: int) -> int:
     return (n + 255) // 256 * 256
 
 
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def gpu_model() -> str:

@@ -54,7 +54,8 @@ def model_record(info: dict, role: str) -> dict:
     }
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The host's CPU model name: read here once for provenance and for bench/'s result headers."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -117,7 +118,7 @@ def environment() -> dict:
         "build_flags": build["build_flags"].strip(),
         "backend": build["backend"],
         "system_info": build["system_info"].strip(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "memory_gb": _memory_gb(),
         "gpu": gpu_info() if build["backend"] == "CUDA" else None,
