@@ -18,6 +18,7 @@ from specnative import stats, theory
 from specnative.record.schema import real_rows, synthetic_rows
 from specnative.report.figures import caption, colors, empty_panel, new_figure
 from specnative.report.text import floats, md_table
+from specnative.report.trees import is_tree_row
 
 # A regime and drafter: the synthetic rows and the real on row that share these are compared.
 GROUP_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "accept_rule", "task",
@@ -77,6 +78,9 @@ def break_even_table(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
         return pd.DataFrame()
     real = real_rows(traces)
     real = real[real["spec_decode"] == "on"]
+    # The real drafter beside a synthetic chain of k is the chain of that k; a draft tree whose node
+    # budget is k is another proposal, shown beside it under its own name.
+    trees, real = real[is_tree_row(real)], real[~is_tree_row(real)]
     keys = _key(synth)
     out = []
     for values, rows in synth.groupby(keys, dropna=False, sort=True):
@@ -89,10 +93,8 @@ def break_even_table(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
         cost = stats.geometric_interval(costs, level=level) if costs else stats.Interval(math.nan, math.nan,
                                                                                        math.nan, level, 0)
         star = lambda one_plus_c: theory.break_even_alpha(k, one_plus_c - 1.0, reach)  # noqa: E731
-        match = real
-        for name, value in key.items():
-            match = match[match[name].isna()] if pd.isna(value) else match[match[name] == value]
-        mine = match.iloc[-1] if not match.empty else None
+        mine = _matching(real, key)
+        tree = _matching(trees, key)
         alpha = rows["synthetic_alpha"].astype(float).to_numpy()
         speedup = rows["speedup"].astype(float).to_numpy()
         out.append({**key, "c": cost.estimate - 1.0, "c_low": cost.low - 1.0, "c_high": cost.high - 1.0,
@@ -104,8 +106,18 @@ def break_even_table(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
                     "real_speedup_low": float(mine["speedup_ci_low"]) if mine is not None else math.nan,
                     "real_speedup_high": float(mine["speedup_ci_high"]) if mine is not None else math.nan,
                     "max_speedup": theory.predicted_speedup_lengths(1.0, reach, cost.estimate - 1.0) if reach
-                    else theory.predicted_speedup(1.0, k, cost.estimate - 1.0)})
+                    else theory.predicted_speedup(1.0, k, cost.estimate - 1.0),
+                    "tree_shape": str(tree["draft_shape"]) if tree is not None else "",
+                    "tree_alpha": float(tree["token_accept_rate"]) if tree is not None else math.nan,
+                    "tree_speedup": float(tree["speedup"]) if tree is not None else math.nan})
     return pd.DataFrame(out)
+
+
+def _matching(rows: pd.DataFrame, key: dict):
+    """The last of rows in the regime `key` (NaN matches NaN), or None."""
+    for name, value in key.items():
+        rows = rows[rows[name].isna()] if pd.isna(value) else rows[rows[name] == value]
+    return rows.iloc[-1] if not rows.empty else None
 
 
 def _alpha_text(value: float) -> str:
@@ -122,8 +134,13 @@ def needs_text(row) -> str:
     else:
         needs = (f"needs {needs} [{_alpha_text(row['alpha_star_low'])}, {_alpha_text(row['alpha_star_high'])}]"
                  if math.isfinite(row["alpha_star_low"]) else f"needs {needs}")
-    reaches = f"reaches {row['real_alpha']:.2f}" if math.isfinite(row["real_alpha"]) else "was not measured for real"
-    return f"{row['drafter']} {reaches} here and {needs}"
+    reaches = (f"reaches {row['real_alpha']:.2f} as a chain" if math.isfinite(row["real_alpha"])
+               else "was not measured for real as a chain")
+    tree = ""
+    if str(row.get("tree_shape") or "") and math.isfinite(row.get("tree_alpha", math.nan)):
+        tree = (f"; as the tree {row['tree_shape']} it reaches {row['tree_alpha']:.2f} per-token "
+                f"(speedup {row['tree_speedup']:.2f}, a tree: not the chain the closed form is written for)")
+    return f"{row['drafter']} {reaches} here and {needs}{tree}"
 
 
 def regime_text(row) -> str:
@@ -154,8 +171,8 @@ def section_md(table: pd.DataFrame) -> str:
              _alpha_text(r["measured_alpha_star"]), _alpha_text(r["real_alpha"]),
              f"{r['real_speedup']:.2f} [{r['real_speedup_low']:.2f}, {r['real_speedup_high']:.2f}]",
              f"{r['max_speedup']:.2f}", int(r["points"]), int(r["repeats"])] for _, r in table.iterrows()]
-    body = md_table(["regime", "drafter", "c", "alpha*", f"{level} % interval", "measured", "real alpha",
-                     "real speedup", "speedup at alpha 1", "points", "repeats"], rows)
+    body = md_table(["regime", "drafter", "c", "alpha*", f"{level} % interval", "measured",
+                     "real alpha (per-token, chain)", "real speedup", "speedup at alpha 1", "points", "repeats"], rows)
     return "\n\n".join([head, body, "\n".join(f"- {regime_text(r)}: {needs_text(r)}" for _, r in table.iterrows())])
 
 
@@ -228,7 +245,7 @@ def serve_table(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     if synth.empty:
         return pd.DataFrame()
     real = real_rows(traces)
-    real = real[(real["spec_decode"] == "on") & real["request_rate"].notna()]
+    real = real[(real["spec_decode"] == "on") & real["request_rate"].notna() & ~is_tree_row(real)]
     out = []
     for (prefix, rate), rows in synth.groupby(list(SERVE_KEYS), dropna=False, sort=True):
         k = int(rows["k"].iloc[0])
@@ -268,7 +285,7 @@ def serve_section_md(table: pd.DataFrame) -> str:
              f"{r['real_speedup']:.2f}" if math.isfinite(r["real_speedup"]) else "n/a", int(r["repeats"])]
             for _, r in table.iterrows()]
     return "\n\n".join([head, md_table(["request rate", "prefix cache", "drafter", "k", "c", "alpha*",
-                                        f"{level} % interval", "measured", "real alpha", "real speedup", "traces"],
+                                        f"{level} % interval", "measured", "real alpha (accepted / (accepted + rejected))", "real speedup", "traces"],
                                        rows)])
 
 
