@@ -245,3 +245,27 @@ def test_bad_names_are_one_error_line(tmp_path):
         cli.main(["compare", str(a), str(a / "traces.csv")])
     with pytest.raises(SystemExit, match=r"^error: no run B"):
         cli.main(["compare", str(a)])
+
+
+def _with_synthetic_rows(rows: list[dict], run_id: str, seed: int, slower: float) -> list[dict]:
+    """The run's rows plus, per regime, a synthetic acceptance on row beside its real one."""
+    rng, extra = random.Random(seed), []
+    for ctx, conc in synthetic_runs.REGIMES:
+        _, on = synthetic_runs.regime_rows(run_id, ctx, conc, rng, slower=slower)
+        extra.append(dict(on, synthetic_acceptance="0.3", synthetic_alpha=0.3, verdict="synthetic", lossless_ok="",
+                          cell_id=f"{on['cell_id']}|synthetic=0.3"))
+    return rows + extra
+
+
+def test_synthetic_rows_are_no_regimes_and_gate_nothing(tmp_path, capsys):
+    """Synthetic acceptance rows keep drafts at random: a synthetic 'regression' (every real row the
+    same) is no regression, and no off row is counted again for them."""
+    a = synthetic_runs.write_run(tmp_path / "a", "run-a",
+                                 _with_synthetic_rows(synthetic_runs.sweep_rows("run-a", 1), "run-a", 3, 1.0))
+    b = synthetic_runs.write_run(tmp_path / "b", "run-b",
+                                 _with_synthetic_rows(synthetic_runs.sweep_rows("run-b", 2), "run-b", 4, 0.5))
+    comparison = compared(a, b, 0.10)
+    assert len(comparison.cells) == len(synthetic_runs.REGIMES) and not comparison.only_a and not comparison.only_b
+    assert set(statuses(comparison).values()) == {NO_CHANGE}
+    assert "synthetic" not in " ".join(c.a.key for c in comparison.cells)
+    assert cli.main(["compare", str(a), str(b), "--fail-on-regression", "10"]) == 0

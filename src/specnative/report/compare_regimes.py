@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from specnative.record.run_folder import RunRecord, base_cell, kind_of, row_verdict
+from specnative.record.schema import real_rows
 from specnative.stats import Interval, LogEstimate, ratio_interval
 
 LEVEL = 0.95
@@ -106,7 +107,10 @@ def _facts(row: dict, columns) -> dict:
 
 
 def regimes_of(run: RunRecord) -> list[Regime]:
-    rows = [{k: (None if pd.isna(v) else v) for k, v in row.items()} for row in run.traces.to_dict("records")]
+    """The run's regimes; synthetic acceptance rows (drafts kept at random, never the target's output)
+    are no regimes: they are left out of the counts, the table and the regression gates."""
+    real = real_rows(run.traces)
+    rows = [{k: (None if pd.isna(v) else v) for k, v in row.items()} for row in real.to_dict("records")]
     regimes = serve_regimes(rows) if kind_of(run.provenance) == "serve" else sweep_regimes(rows)
     labels = [r.label for r in regimes]
     for r in regimes:  # the short label where it names one regime of the run
