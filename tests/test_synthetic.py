@@ -274,3 +274,12 @@ def test_the_break_even_pairs_a_synthetic_chain_with_the_real_chain_not_a_tree_o
     assert row["tree_shape"] == "tree:topk=2,depth=2,budget=3" and row["tree_alpha"] == 1.0
     text = break_even.needs_text(row)
     assert f"reaches {float(chain['token_accept_rate']):.2f} as a chain" in text and "as the tree" in text
+
+
+def test_each_alpha_is_named_for_what_it_counts(synthetic_sweep):
+    """The cells table's α is accepted / drafted; the break-even table's is the per-token alpha."""
+    summary = (synthetic_sweep / "summary.md").read_text()
+    cells = summary.split("## Cells", 1)[1].split("\n## ", 1)[0]
+    assert "| α (accepted/drafted) |" in cells
+    section = summary.split("## Which alpha would pay: break-even per regime", 1)[1].split("\n## ", 1)[0]
+    assert "real alpha (per-token, chain)" in section

@@ -39,7 +39,7 @@ from specnative.report.record_md import (
     unfinished_md,
 )
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
-from specnative.report.trees import has_trees, is_tree_row, trees_md
+from specnative.report.trees import has_trees, is_tree_row, tree_verdicts_md, trees_md
 from specnative.report.verdict_block import verdict_block
 from specnative.workloads import category_table
 
@@ -90,7 +90,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         out["break_even.csv"] = run_dir / "break_even.csv"
         break_even_rows.to_csv(out["break_even.csv"], index=False)
     levers = write_factorial(traces, run_dir, note, out, figures)
-    sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds())
+    sections = _sections(traces, cells, verdicts, table, prov, thresholds or Thresholds(), all_traces)
     if has_several_drafters(traces):
         sections.insert(4, ("Which drafter", drafters_md(traces, cells, thresholds or Thresholds())))
     if has_k_prediction(traces):
@@ -106,7 +106,7 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.append(("Compare", write_compare(run_dir, prov, cells, verdicts, compare,
                                                     thresholds, out)))
     out["summary.md"] = run_dir / "summary.md"
-    answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None)
+    answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None, all_traces)
     if has_trees(all_traces):
         sections.insert(0, ("Trees or chains?", trees_md(all_traces)))
     answer = "\n\n".join([*unfinished_md(prov or {}, traces), answer])  # an unfinished grid: said first
@@ -136,14 +136,16 @@ def write_factorial(traces, run_dir: Path, note: str, out: dict, figures: dict) 
     return section
 
 
-def _sections(traces, cells, verdicts, table, prov, thresholds) -> list:
+def _sections(traces, cells, verdicts, table, prov, thresholds, all_traces) -> list:
     return [("Read first: notes from the sweep", notes_md(prov)),
             ("Cells", cells_md(traces, cells, prov)),
             ("Advice per regime",
              verdicts_md(verdicts, thresholds, k_advice(traces) if has_k_prediction(traces) else None)),
             ("How sure: intervals, repeats, outliers", measurement_md(traces)),
             ("By task category", task_md(by_task(traces, thresholds))),
-            ("Lossless check", failures_md(cells)),
+            ("Lossless check", "\n\n".join(filter(None, [failures_md(cells) if not cells.empty else "",
+                                                          tree_verdicts_md(all_traces)]))
+             or failures_md(cells)),
             ("Speedup against concurrency: slope", slope_md(speedup_slope(cells))),
             ("Theory against measurement", theory_md(table)),
             ("Timing", timing_md(traces))]

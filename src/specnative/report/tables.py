@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from specnative.lossless.verdicts import VERDICTS
 from specnative.report.advisor import K_ADVICE_KEYS, REGIME_KEYS, Thresholds, as_float, threshold_fields
 from specnative.report.cells import ENGINE_OWN_GOAL, failed_cells, label, ordered, step_parts
 from specnative.report.record_md import hardware, params_text, size_text
@@ -35,7 +36,7 @@ def cells_md(traces: pd.DataFrame, cells: pd.DataFrame, prov: dict) -> str:
                      r["concurrency"],
                      r["spec_decode"]] + draft_cols)
     head = ["model", "type", "bits", "size", "params", "backend", "threads", "test", "conc", "spec",
-            "k", "T", "rule", "t/s [self-measured]", "speedup [self-measured]", "α", "τ", "c", "c_draft", "lossless"]
+            "k", "T", "rule", "t/s [self-measured]", "speedup [self-measured]", "α (accepted/drafted)", "τ", "c", "c_draft", "lossless"]
     where = hardware(prov) if prov else "unrecorded hardware"
     intro = (f"Every rate below is **[self-measured]** on {where}, run {prov.get('run_id', 'n/a')}; "
              "it does not carry to other hardware. t/s: median ± sd over the timed repeats, "
@@ -139,13 +140,14 @@ def verdicts_of_cells_md(cells: pd.DataFrame) -> str:
     if "verdict" not in cells or cells["verdict"].isna().all():
         return ""
     counts = cells["verdict"].value_counts()
-    head = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("exact", "numeric", "fail"))
+    head = ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)
     listed = cells[cells["verdict"].isin(["numeric", "fail"])]
     text = (f"Lossless verdicts: {head}. `numeric`: the output parts from the baseline only where the "
             "target's own numeric noise explains it (forced replay; tolerance = "
             "1.25 x the noise control's max logit-gap movement between the baseline's 1-token steps and "
             "a k+1-token verify batch, same tokens, this cell's concurrency); such cells stay in the "
-            "curves (hollow markers). `fail` cells give no number.")
+            "curves (hollow markers). `exact-dist`: at T > 0, the emitted tokens were tested against the "
+            "target's own distribution and passed (docs/lossless.md). `fail` cells give no number.")
     if listed.empty:
         return text
     rows = [[label(r, REGIME_KEYS), f"**{r['verdict']}**", fmt(r["first_divergence"], 0), fmt(r["mismatches"], 0),

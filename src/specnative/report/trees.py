@@ -108,3 +108,22 @@ def trees_md(traces: pd.DataFrame) -> str:
     header = ["target", "ctx", "conc", "T", "tree", "nodes/round", "tree tau", "tree c", "tree speedup", "chain k",
               "chain tau", "chain c", "chain speedup", "tree / chain [95 % CI]", "answer"]
     return intro + "\n\n" + md_table(header, rows)
+
+
+def tree_verdicts_md(traces: pd.DataFrame) -> str:
+    """The draft trees' lossless verdicts, counted as the chains' are, every failing tree named;
+    empty when the run has no tree."""
+    trees = traces[is_tree_row(traces) & (traces["spec_decode"] == "on")]
+    if trees.empty:
+        return ""
+    verdicts = trees["verdict"].fillna("").astype(str) if "verdict" in trees else pd.Series("", index=trees.index)
+    ok = trees["lossless_ok"].astype(str).str.lower().isin(["true", "1", "1.0"])
+    verdicts = verdicts.where(verdicts != "", ok.map({True: "lossless", False: "fail"}))
+    counts = verdicts.value_counts()
+    text = (f"Draft trees: {len(trees)} verdicts: "
+            + ", ".join(f"{int(n)} {v}" for v, n in counts.items()) + ".")
+    failed = trees[verdicts == "fail"]
+    if not failed.empty:
+        text += " **Failed (a bug: those trees give no number):** " + "; ".join(
+            f"{r['cell_id']} ({r.get('verdict_reason') or 'no reason recorded'})" for _, r in failed.iterrows())
+    return text

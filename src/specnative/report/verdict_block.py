@@ -12,6 +12,7 @@ import pandas as pd
 from specnative.lossless.verdicts import VERDICTS
 from specnative.report.advisor import MORE, OFF, ON, as_float
 from specnative.report.text import fmt
+from specnative.report.trees import is_tree_row
 
 # Regime keys worth naming in a one-line description (the rest are usually constant in a run).
 NAMED_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "task", "drafter", "prefix_cache")
@@ -115,20 +116,31 @@ def verdicts_of(on: pd.DataFrame) -> pd.Series:
 
 
 def verdict_counts_line(traces: pd.DataFrame) -> str:
+    """Every verdict the run has: chains and draft trees alike (a failing tree counts here too)."""
     on = traces[traces["spec_decode"] == "on"]
     counts = verdicts_of(on).value_counts()
+    n_trees = int(is_tree_row(on).sum())
     parts = [f"{int(counts.get(v, 0))} {v}" for v in VERDICTS]
     if counts.get("lossless", 0):
         parts.append(f"{int(counts['lossless'])} lossless (verdict not recorded)")
     fails = int(counts.get("fail", 0))
     tail = " — **a `fail` is a bug: that cell gives no number** (see Lossless check)" if fails else ""
-    return f"- Lossless verdicts of the {len(on)} speculative cells: {', '.join(parts)}{tail}."
+    trees = f" ({n_trees} of them draft trees)" if n_trees else ""
+    return f"- Lossless verdicts of the {len(on)} speculative cells{trees}: {', '.join(parts)}{tail}."
 
 
-def verdict_block(traces: pd.DataFrame, verdicts: pd.DataFrame, advice: pd.DataFrame | None) -> str:
-    """The Markdown block summary.md opens with."""
-    lines = decision_lines(verdicts) if not verdicts.empty else ["- No speculative cell was measured."]
-    lines += extremes_lines(verdicts) if not verdicts.empty else []
-    lines += [k_line(traces, advice, verdicts), verdict_counts_line(traces)]
+def verdict_block(traces: pd.DataFrame, verdicts: pd.DataFrame, advice: pd.DataFrame | None,
+                  with_trees: pd.DataFrame | None = None) -> str:
+    """The Markdown block summary.md opens with. traces: the chains the decisions are about;
+    with_trees: every row, draft trees included, whose verdicts are counted too."""
+    with_trees = traces if with_trees is None else with_trees
+    trees_only = verdicts.empty and bool(is_tree_row(with_trees).any())
+    if trees_only:
+        lines = ["- No chain was measured: the draft trees' speedups and verdicts are in \"Trees or chains?\" below."]
+    else:
+        lines = decision_lines(verdicts) if not verdicts.empty else ["- No speculative cell was measured."]
+        lines += extremes_lines(verdicts) if not verdicts.empty else []
+        lines.append(k_line(traces, advice, verdicts))
+    lines.append(verdict_counts_line(with_trees))
     return "\n".join(lines)
 

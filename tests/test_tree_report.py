@@ -1,0 +1,65 @@
+"""summary.md counts every verdict the run has: a draft tree's verdict enters the answer's counts and
+the lossless check, and a tree-only run says where its answer is instead of "nothing was measured"."""
+from __future__ import annotations
+
+import pytest
+
+from specnative.sweep import SweepConfig
+
+TREE = "tree:topk=2,depth=2,budget=3"
+
+
+@pytest.fixture(scope="module")
+def tree_only_run(noisy_pair, tmp_path_factory):
+    from specnative.sweep import run_sweep
+    target, draft = noisy_pair
+    out = tmp_path_factory.mktemp("tree-only") / "run"
+    cfg = SweepConfig(targets=[target], draft=draft, ctx_lens=[0], concurrencies=[1], ks=[3], n_predict=12,
+                      warmup=0, repeats=2, max_repeats=2, threads=1, out_dir=out, report=False, draft_shapes=[TREE])
+    run_sweep(cfg)
+    return out
+
+
+def _answer(summary: str) -> str:
+    return summary.split("## The answer", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_tree_only_run_counts_its_tree_verdict(tree_only_run):
+    from specnative.report import write_report
+    summary = write_report(tree_only_run).read_text()
+    answer = _answer(summary)
+    assert "No speculative cell was measured" not in answer
+    assert "No chain was measured" in answer and "Trees or chains?" in answer
+    assert "Lossless verdicts of the 1 speculative cells (1 of them draft trees): 1 exact" in answer
+    check = summary.split("## Lossless check", 1)[1].split("\n## ", 1)[0]
+    assert "Draft trees: 1 verdicts: 1 exact" in check
+
+
+def test_a_failing_tree_is_counted_where_verdicts_are_counted(tree_only_run, tmp_path):
+    import shutil
+
+    from specnative.record.schema import read_traces
+    from specnative.report import write_report
+    run = tmp_path / "run"
+    shutil.copytree(tree_only_run, run)
+    rows = read_traces(run / "traces.csv")
+    tree = rows["draft_shape"] == TREE
+    rows.loc[tree, "lossless_ok"], rows.loc[tree, "verdict"], rows.loc[tree, "verdict_reason"] = False, "fail", "planted"
+    rows.to_csv(run / "traces.csv", index=False)
+    summary = write_report(run).read_text()
+    assert "1 fail — **a `fail` is a bug" in _answer(summary)
+    check = summary.split("## Lossless check", 1)[1].split("\n## ", 1)[0]
+    assert "1 fail" in check and "planted" in check
+
+
+def test_the_lossless_check_counts_exact_dist_verdicts():
+    import pandas as pd
+
+    from specnative.report.advisor import REGIME_KEYS
+    from specnative.report.tables import verdicts_of_cells_md
+    cells = pd.DataFrame({"verdict": ["exact", "exact-dist", "exact-dist", "numeric"]})
+    text = verdicts_of_cells_md(cells.assign(**{c: 0 for c in ("first_divergence", "mismatches", "max_mismatch_gap",
+                                                                "noise_tolerance", "noise_max_abs_delta",
+                                                                "noise_flips", "verdict_reason")},
+                                             **{c: 1 for c in REGIME_KEYS}))
+    assert text.startswith("Lossless verdicts: 1 exact, 1 numeric, 2 exact-dist, 0 fail.")
