@@ -6,6 +6,7 @@ A user adds devices in a TOML file of the same form (`--devices FILE`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -129,41 +130,86 @@ def _is_type(name: str) -> bool:
     return name.upper() in GGMLQuantizationType.__members__
 
 
+# Every field a devices file may give and what it must be: (lowest, whether the lowest itself is
+# allowed, highest allowed (None: no bound)); every number finite.
+POSITIVE, NON_NEGATIVE, SHARE = (0.0, False, None), (0.0, True, None), (0.0, False, 1.0)
+NUMBER_FIELDS = {"mem_bw_gbs": POSITIVE, "vector_tflops": NON_NEGATIVE, "bw_efficiency": SHARE,
+                 "compute_efficiency": SHARE, "batched_bw_efficiency": SHARE, "serial_share": SHARE,
+                 "overhead_forward_us": NON_NEGATIVE, "overhead_layer_us": NON_NEGATIVE,
+                 "attention_score_ns": NON_NEGATIVE, "attention_score_batched_ns": NON_NEGATIVE,
+                 "dot_ns": NON_NEGATIVE, "bw_threads_max": NON_NEGATIVE, "threads": (1.0, True, None)}
+TEXT_FIELDS = ("label", "source")
+KNOWN = {"backend", "tflops", "matvec_tflops", "cost_error", "match", *NUMBER_FIELDS, *TEXT_FIELDS}
+
+
+def _rule(low: float, low_in: bool, high) -> str:
+    if high is not None:
+        return f"a number in {'[' if low_in else '('}{low:g}, {high:g}]"
+    if low == 0 and not low_in:
+        return "a positive finite number"
+    return f"a finite number >= {low:g}" if low_in else f"a finite number > {low:g}"
+
+
+def _checked_number(prefix: str, field_name: str, value, low: float, low_in: bool, high=None) -> float:
+    """`value` as a float, or a DeviceError naming the device and the field."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and (value >= low if low_in else value > low) and (high is None or value <= high)
+    if not ok:
+        raise DeviceError(f"{prefix}: {field_name} must be {_rule(low, low_in, high)}, not {value!r}")
+    return float(value)
+
+
+def _rates(prefix: str, what: str, table, backend: str) -> dict:
+    if not isinstance(table, dict):
+        raise DeviceError(f"{prefix}: {what} must be a table of rates by class or type, not {table!r}")
+    unknown = sorted(k for k in table if k not in CLASSES and not _is_type(k))
+    if unknown or ("float" not in table and what == "tflops"):
+        raise DeviceError(f"{prefix}: {what} needs 'float' (and optionally 'legacy', 'kquant' or GGML type "
+                          f"names), not {unknown}")
+    if table and what == "matvec_tflops" and backend != "cpu":
+        raise DeviceError(f"{prefix}: matvec_tflops applies to CPUs only")
+    return {k: _checked_number(prefix, f"{what}.{k}", v, *POSITIVE) for k, v in table.items()}
+
+
 def _device(name: str, entry: dict, where: str) -> Device:
-    try:
-        backend = entry["backend"]
-        if backend not in BACKENDS:
-            raise DeviceError(f"{where}: device {name!r}: backend must be one of {', '.join(BACKENDS)}")
-        tflops = {k: float(v) for k, v in dict(entry["tflops"]).items()}
-        matvec = {k: float(v) for k, v in dict(entry.get("matvec_tflops", {})).items()}
-        for what, rates in (("tflops", tflops), ("matvec_tflops", matvec)):
-            unknown = {k for k in rates if k not in CLASSES and not _is_type(k)}
-            if unknown or ("float" not in rates and what == "tflops"):
-                raise DeviceError(f"{where}: device {name!r}: {what} needs 'float' (and optionally "
-                                  f"'legacy', 'kquant' or GGML type names), not {sorted(unknown)}")
-        if matvec and backend != "cpu":
-            raise DeviceError(f"{where}: device {name!r}: matvec_tflops applies to CPUs only")
-        known = {"label", "backend", "mem_bw_gbs", "tflops", "bw_efficiency", "compute_efficiency",
-                 "overhead_forward_us", "overhead_layer_us", "threads", "vector_tflops", "source",
-                 "batched_bw_efficiency", "serial_share", "attention_score_ns", "attention_score_batched_ns", "dot_ns",
-                 "matvec_tflops", "bw_threads_max"}
-        values = {k: entry[k] for k in known - {"tflops", "backend", "matvec_tflops"} if k in entry}
-        device = Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec, label=str(values.pop("label", name)),
-                        mem_bw_gbs=float(values.pop("mem_bw_gbs")), source=str(values.pop("source", "")),
-                        extra={k: v for k, v in entry.items() if k not in known},
-                        **{k: type(getattr(Device, k))(v) for k, v in values.items()})
-    except KeyError as missing:
-        raise DeviceError(f"{where}: device {name!r} lacks {missing}") from None
-    except (TypeError, ValueError) as error:
-        if isinstance(error, DeviceError):
-            raise
-        raise DeviceError(f"{where}: device {name!r}: {error}") from None
-    if device.mem_bw_gbs <= 0 or min([*tflops.values(), *matvec.values()]) <= 0 or not 0 < device.bw_efficiency <= 1 \
-            or not 0 < device.compute_efficiency <= 1 or not 0 < device.batched_bw_efficiency <= 1 \
-            or not 0 < device.serial_share <= 1 or min(device.attention_score_ns, device.attention_score_batched_ns, device.dot_ns) < 0 \
-            or not (device.bw_threads_max == 0 or device.bw_threads_max >= 1):
-        raise DeviceError(f"{where}: device {name!r}: bandwidth and rates must be positive, efficiencies and serial_share in (0, 1], attention_score_ns, attention_score_batched_ns and dot_ns >= 0, bw_threads_max 0 (no cap) or >= 1")
-    return device
+    """One device from its table, every field checked: a DeviceError naming the device and the first
+    field that is missing or out of range."""
+    prefix = f"{where}: device {name!r}"
+    unknown = sorted(set(entry) - KNOWN)
+    if unknown:
+        raise DeviceError(f"{prefix}: unknown field {unknown[0]!r} (the fields: {', '.join(sorted(KNOWN))})")
+    for required in ("backend", "mem_bw_gbs", "tflops"):
+        if required not in entry:
+            raise DeviceError(f"{prefix} lacks {required!r}")
+    backend = entry["backend"]
+    if backend not in BACKENDS:
+        raise DeviceError(f"{prefix}: backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    tflops = _rates(prefix, "tflops", entry["tflops"], backend)
+    matvec = _rates(prefix, "matvec_tflops", entry.get("matvec_tflops", {}), backend)
+    values = {}
+    for key, (low, low_in, high) in NUMBER_FIELDS.items():
+        if key in entry:
+            values[key] = _checked_number(prefix, key, entry[key], low, low_in, high)
+    if "threads" in values:
+        if values["threads"] != int(values["threads"]):
+            raise DeviceError(f"{prefix}: threads must be a whole number >= 1, not {entry['threads']!r}")
+        values["threads"] = int(values["threads"])
+    if 0 < values.get("bw_threads_max", 0) < 1:
+        raise DeviceError(f"{prefix}: bw_threads_max must be 0 (no cap) or >= 1, not {entry['bw_threads_max']!r}")
+    for key in TEXT_FIELDS:
+        if key in entry and not isinstance(entry[key], str):
+            raise DeviceError(f"{prefix}: {key} must be a string, not {entry[key]!r}")
+    if "cost_error" in entry:
+        error = _checked_number(prefix, "cost_error", entry["cost_error"], *NON_NEGATIVE)
+        if error >= 1:
+            raise DeviceError(f"{prefix}: cost_error must be in [0, 1) (a relative error of 1 + c), "
+                              f"not {entry['cost_error']!r}")
+    match = entry.get("match", [])
+    if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
+        raise DeviceError(f"{prefix}: match must be a list of names, not {match!r}")
+    return Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec,
+                  label=entry.get("label", name), source=entry.get("source", ""),
+                  extra={k: entry[k] for k in ("cost_error", "match") if k in entry}, **values)
 
 
 def load_devices(path=None) -> dict:

@@ -1,0 +1,100 @@
+"""`specnative project` prices what a run measured and refuses what it cannot price: draft trees
+and block drafters by their own rounds, model files by their recorded hash, a devices file checked
+field by field, the interval's clamp at one step, serve runs, repeated device names."""
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pytest
+from synthetic_traces import PROVENANCE, off_row, on_row, write_run
+
+from specnative.cli import main as cli_main
+from specnative.models.tiny import write_tiny_llama
+
+
+def sha(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("projection-input-models")
+    write_tiny_llama(d / "pt.gguf", n_embd=64, n_ff=128, n_layer=4)
+    write_tiny_llama(d / "pd.gguf", n_embd=64, n_ff=128, n_layer=2)
+    return d
+
+
+def rows_for(models, ons):
+    """An off row and the given on rows of one regime, naming the tiny files with their hashes."""
+    ids = {"target_model": "pt.gguf", "target_sha256": sha(models / "pt.gguf")}
+    out = [off_row(**ids)]
+    for n, extra in enumerate(ons):
+        row = on_row(**ids, draft_model="pd.gguf", draft_sha256=sha(models / "pd.gguf"), cell_id=f"on-{n}")
+        row.update(extra)
+        out.append(row)
+    return out
+
+
+def run_of(tmp_path, models, ons, provenance=None):
+    return write_run(tmp_path / "run", rows_for(models, ons), provenance or dict(PROVENANCE, models=[]))
+
+
+def digest(folder):
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def project(run, out, *extra, hardware="m2"):
+    return cli_main(["project", str(run), "--hardware", hardware, "-o", str(out), *extra])
+
+
+def refused(capsys, rc):
+    captured = capsys.readouterr()
+    assert rc == 1 and captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+TREE_ONE_NODE = "tree:topk=1,depth=1,budget=64"
+TREE_TOPK = "tree:topk=4,depth=5,budget=8"
+TREE_SPLIT = "tree:branches=4,p_split=0.1,budget=8"
+
+
+DEVICE = 'backend = "cpu"\nmem_bw_gbs = 10\ntflops = { float = 0.01 }\n'
+
+
+@pytest.mark.parametrize("bad, field", [
+    ("overhead_forward_us = -5", "overhead_forward_us"), ("overhead_layer_us = -1", "overhead_layer_us"),
+    ("threads = -2", "threads"), ("threads = 0", "threads"), ("threads = 1.5", "threads"),
+    ("mem_bw_gbs = nan", "mem_bw_gbs"), ("mem_bw_gbs = inf", "mem_bw_gbs"),
+    ("tflops = { float = inf }", "tflops"), ("tflops = { float = nan }", "tflops"),
+    ("matvec_tflops = { Q4_0 = nan }", "matvec_tflops"), ("vector_tflops = -1", "vector_tflops"),
+    ("cost_error = 'wide'", "cost_error"), ("cost_error = 1.5", "cost_error"), ("cost_error = 1.0", "cost_error"),
+    ("cost_error = -0.1", "cost_error"), ("cost_error = nan", "cost_error"), ("bw_efficiency = nan", "bw_efficiency"),
+    ("dot_ns = inf", "dot_ns"), ("bw_threads_max = nan", "bw_threads_max"), ("threads = true", "threads"),
+    ("mem_bw_gbs = '10'", "mem_bw_gbs"), ("label = 3", "label"), ("match = 'h100'", "match"),
+    ("overhead_forwad_us = 5", "overhead_forwad_us"), ("backend = 'tpu'", "backend")])
+def test_a_devices_file_is_checked_field_by_field(tmp_path, models, capsys, bad, field):
+    run = run_of(tmp_path, models, [dict(k=4)])
+    mine = tmp_path / "mine.toml"
+    body = DEVICE
+    key = bad.split("=")[0].strip()
+    body = "\n".join(line for line in body.splitlines() if not line.startswith(key + " ")) + "\n"
+    mine.write_text(f"[lab]\n{body}{bad}\n")
+    before = digest(tmp_path)
+    line = refused(capsys, project(run, tmp_path / "p", "--models", str(models), "--devices", str(mine),
+                                   hardware="lab"))
+    assert "'lab'" in line and field in line
+    assert digest(tmp_path) == before and not (tmp_path / "p").exists()
+
+
+def test_a_good_devices_file_prices(tmp_path, models, capsys):
+    run = run_of(tmp_path, models, [dict(k=4)])
+    mine = tmp_path / "mine.toml"
+    mine.write_text(f"[lab]\n{DEVICE}threads = 2\ncost_error = 0\noverhead_forward_us = 0\n")
+    assert project(run, tmp_path / "p", "--models", str(models), "--devices", str(mine), hardware="lab") == 0
+    capsys.readouterr()
+    row = pd.read_csv(tmp_path / "p" / "projection.csv").iloc[0]
+    assert row["device"] == "lab" and row["cost_error"] == 0 and row["step_ms"] > 0
