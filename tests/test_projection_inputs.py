@@ -98,3 +98,15 @@ def test_a_good_devices_file_prices(tmp_path, models, capsys):
     capsys.readouterr()
     row = pd.read_csv(tmp_path / "p" / "projection.csv").iloc[0]
     assert row["device"] == "lab" and row["cost_error"] == 0 and row["step_ms"] > 0
+
+
+def test_an_output_path_through_a_file_is_refused(tmp_path, models, capsys):
+    run = run_of(tmp_path, models, [dict(k=4)])
+    taken = tmp_path / "taken"
+    taken.write_text("mine\n")
+    before = digest(tmp_path)
+    line = refused(capsys, project(run, taken, "--models", str(models)))
+    assert str(taken) in line
+    below = refused(capsys, project(run, taken / "sub", "--models", str(models)))
+    assert str(taken) in below
+    assert digest(tmp_path) == before

@@ -244,9 +244,19 @@ def markdown(df, notes: list, run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """A ProjectionError unless out_dir is a folder or can be made one (no file on its way)."""
+    for path in (Path(out_dir), *Path(out_dir).parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ProjectionError(f"cannot write the projection to {out_dir}: {path} is a file, not a folder")
+            return
+
+
 def write(run_dir: Path, out_dir: Path, devices: list, search: list) -> tuple:
     """Projects the run and writes projection.csv, projection.md and the figure into out_dir (created
     only once the projection succeeded); returns (dataframe, written paths)."""
+    check_out_dir(out_dir)
     projections, notes = project_run(run_dir, devices, search)
     df = table(projections)
     out_dir.mkdir(parents=True, exist_ok=True)
