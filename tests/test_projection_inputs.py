@@ -11,6 +11,7 @@ from synthetic_traces import PROVENANCE, off_row, on_row, write_run
 
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama
+from specnative.report.projection.project import LABEL
 
 
 def sha(path) -> str:
@@ -110,3 +111,12 @@ def test_an_output_path_through_a_file_is_refused(tmp_path, models, capsys):
     below = refused(capsys, project(run, taken / "sub", "--models", str(models)))
     assert str(taken) in below
     assert digest(tmp_path) == before
+
+
+def test_a_device_named_twice_is_priced_once(tmp_path, models, capsys):
+    run = run_of(tmp_path, models, [dict(k=4)])
+    assert project(run, tmp_path / "p", "--models", str(models), hardware="m2,h100-sxm,m2, m2") == 0
+    printed = capsys.readouterr().out
+    df = pd.read_csv(tmp_path / "p" / "projection.csv")
+    assert list(df["device"]) == ["m2", "h100-sxm"]
+    assert sum(line.startswith(f"{LABEL} m2:") for line in printed.splitlines()) == 1

@@ -224,11 +224,13 @@ def load_devices(path=None) -> dict:
 
 def resolve(names, devices_file=None) -> list:
     """Devices for a comma-separated list (or list) of names: the shipped table, then a user's file
-    (whose entries win). An unknown name is a DeviceError naming the known ones."""
+    (whose entries win), each once in the order first named. An unknown name is a DeviceError
+    naming the known ones."""
     table = load_devices()
     if devices_file is not None:
         table.update(load_devices(devices_file))
-    wanted = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    wanted = list(dict.fromkeys(n.strip() for n in (names.split(",") if isinstance(names, str) else names)
+                                if n.strip()))
     if not wanted:
         raise DeviceError("no hardware named: give --hardware NAME[,NAME...]")
     unknown = [n for n in wanted if n not in table]
