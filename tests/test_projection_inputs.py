@@ -113,6 +113,17 @@ def test_an_output_path_through_a_file_is_refused(tmp_path, models, capsys):
     assert digest(tmp_path) == before
 
 
+def test_a_serve_run_is_refused(tmp_path, models, capsys):
+    rows = rows_for(models, [dict(k=4)])
+    for r in rows:
+        r.update(request_rate=1.0, n_requests=8)
+    run = write_run(tmp_path / "run", rows, dict(PROVENANCE, models=[], mode="serve"))
+    before = digest(tmp_path)
+    line = refused(capsys, project(run, tmp_path / "p", "--models", str(models)))
+    assert "serve run" in line
+    assert digest(tmp_path) == before
+
+
 def test_a_device_named_twice_is_priced_once(tmp_path, models, capsys):
     run = run_of(tmp_path, models, [dict(k=4)])
     assert project(run, tmp_path / "p", "--models", str(models), hardware="m2,h100-sxm,m2, m2") == 0

@@ -139,6 +139,7 @@ def shapes_for(on, provenance: dict, search: list) -> dict:
 
 def project_run(run_dir: Path, devices: list, search: list) -> tuple:
     """(projections, notes) for every measured regime of the run on every device."""
+    from specnative.record import schema
     from specnative.record.schema import TracesError
     from specnative.report.advisor import load_traces
 
@@ -150,6 +151,9 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
         traces = load_traces(traces_path, synthetic=True)  # to say which synthetic rows are left out
     except TracesError as error:
         raise ProjectionError(str(error)) from None
+    if schema.is_serve_run(traces):
+        raise ProjectionError(f"{run_dir} is a serve run (requests arriving over time, admitted into slots): project "
+                              "prices a sweep's closed batches of N sequences; project a sweep of the same models")
     on, notes = acceptance_rows(traces)
     prov_path = run_dir / "provenance.json"
     provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
