@@ -33,8 +33,10 @@ def tiny_run(tmp_path, models, rows=None):
     rows = rows if rows is not None else grid_rows(target_model="pt.gguf", draft_model="pd.gguf")
     for r in rows:
         r["target_model"] = "pt.gguf"
+        r["target_sha256"] = hashlib.sha256((models / "pt.gguf").read_bytes()).hexdigest()
         if r["spec_decode"] == "on":
             r["draft_model"] = "pd.gguf"
+            r["draft_sha256"] = hashlib.sha256((models / "pd.gguf").read_bytes()).hexdigest()
     prov = dict(PROVENANCE, models=[])
     return write_run(tmp_path / "run", rows, prov)
 

@@ -4,6 +4,7 @@ field by field, the interval's clamp at one step, serve runs, repeated device na
 from __future__ import annotations
 
 import hashlib
+import shutil
 
 import pandas as pd
 import pytest
@@ -61,6 +62,33 @@ def refused(capsys, rc):
 TREE_ONE_NODE = "tree:topk=1,depth=1,budget=64"
 TREE_TOPK = "tree:topk=4,depth=5,budget=8"
 TREE_SPLIT = "tree:branches=4,p_split=0.1,budget=8"
+
+
+def test_a_model_file_with_another_hash_is_refused(tmp_path, models, capsys):
+    run = run_of(tmp_path, models, [dict(k=4)])
+    other = tmp_path / "other"
+    other.mkdir()
+    write_tiny_llama(other / "pt.gguf", n_embd=64, n_ff=128, n_layer=2)  # the same name, another model
+    shutil.copy(models / "pd.gguf", other / "pd.gguf")
+    before = digest(tmp_path)
+    line = refused(capsys, project(run, tmp_path / "p", "--models", str(other)))
+    assert "pt.gguf" in line and sha(other / "pt.gguf") in line and sha(models / "pt.gguf") in line
+    assert digest(tmp_path) == before and not (tmp_path / "p").exists()
+    # the right file further on the search path is taken
+    assert project(run, tmp_path / "p", "--models", str(other), "--models", str(models)) == 0
+    capsys.readouterr()
+
+
+def test_the_provenance_hash_is_checked_where_the_rows_record_none(tmp_path, models, capsys):
+    prov = dict(PROVENANCE, models=[{"role": "target", "name": "pt.gguf", "path": str(models / "pt.gguf"),
+                                     "sha256": "0" * 64}])
+    run = run_of(tmp_path, models, [dict(k=4)], prov)
+    frame = pd.read_csv(run / "traces.csv")
+    frame["target_sha256"] = ""
+    frame.to_csv(run / "traces.csv", index=False)
+    line = refused(capsys, project(run, tmp_path / "p", "--models", str(models)))
+    assert "0" * 64 in line and sha(models / "pt.gguf") in line
+    assert not (tmp_path / "p").exists()
 
 
 DEVICE = 'backend = "cpu"\nmem_bw_gbs = 10\ntflops = { float = 0.01 }\n'

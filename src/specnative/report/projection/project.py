@@ -9,6 +9,7 @@ devices table). Nothing here writes traces.csv or any file the run's counts and 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -87,20 +88,68 @@ def acceptance_rows(traces):
     return on, notes
 
 
-def resolve_model(name: str, provenance: dict, search: list) -> Path | None:
-    """A model file by name: the path the run recorded, else a file of that name under `search`."""
+_SHA256: dict = {}  # by (path, size, mtime): each file hashed once per process
+
+
+def _sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _SHA256:
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        _SHA256[key] = digest.hexdigest()
+    return _SHA256[key]
+
+
+def _candidates(name: str, provenance: dict, search: list):
+    """Files named `name`: the path the run recorded, then under each of `search` (each once)."""
+    seen = set()
     for m in provenance.get("models", []):
         if m.get("name") == name and m.get("path"):
-            p = Path(m["path"]).expanduser()
-            if p.is_file():
-                return p
+            seen_path = Path(m["path"]).expanduser()
+            if seen_path.is_file() and seen_path.resolve() not in seen:
+                seen.add(seen_path.resolve())
+                yield seen_path
     for root in search:
         root = Path(root).expanduser()
-        if (root / name).is_file():
-            return root / name
+        found = [root / name] if (root / name).is_file() else []
         if root.is_dir():
-            for p in root.rglob(name):
-                return p
+            found += sorted(root.rglob(name))
+        for p in found:
+            if p.is_file() and p.resolve() not in seen:
+                seen.add(p.resolve())
+                yield p
+
+
+def recorded_sha256(name: str, on, provenance: dict) -> set:
+    """The sha256 the run recorded for a model file name: its rows' target_sha256 / draft_sha256 and
+    its provenance's models."""
+    hashes = set()
+    for model_col, sha_col in (("target_model", "target_sha256"), ("draft_model", "draft_sha256")):
+        if model_col in on and sha_col in on:
+            values = on.loc[on[model_col].astype(str) == name, sha_col]
+            hashes |= {_text(v).strip().lower() for v in values if _text(v).strip()}
+    hashes |= {str(m["sha256"]).strip().lower() for m in provenance.get("models", [])
+               if m.get("name") == name and m.get("sha256")}
+    return hashes
+
+
+def resolve_model(name: str, provenance: dict, search: list, sha256: str | None = None) -> Path | None:
+    """A model file by name: the path the run recorded, else a file of that name under `search`;
+    with `sha256`, the first of them with that hash (a ProjectionError naming both hashes where
+    files of that name exist but none has it)."""
+    first = None
+    for path in _candidates(name, provenance, search):
+        if sha256 is None:
+            return path
+        if _sha256(path) == sha256:
+            return path
+        first = first or path
+    if first is not None:
+        raise ProjectionError(f"model file {first} has sha256 {_sha256(first)}, but the run measured {name} with "
+                              f"sha256 {sha256}: give --models DIR holding the file the run measured")
     return None
 
 
@@ -122,19 +171,28 @@ class Projected:
         return self.tau[1] / (one_c * (1 + self.cost_error)), self.tau[2] / (one_c * max(1 - self.cost_error, 1e-9))
 
 
-def shapes_for(on, provenance: dict, search: list) -> dict:
+def shapes_for(on, provenance: dict, search: list) -> tuple:
+    """The shape of every model file the rows price, each checked against the hash the run recorded
+    for it; and notes on files the run records no hash for."""
     names = set(on["target_model"].dropna().astype(str))
     if "draft_model" in on:
         ngram = on["drafter"].astype(str).str.startswith("ngram") if "drafter" in on else False
         names |= {n for n in on.loc[~ngram, "draft_model"].dropna().astype(str) if n}
-    shapes = {}
+    shapes, notes = {}, []
     for n in sorted(names):
-        path = resolve_model(n, provenance, search)
+        hashes = recorded_sha256(n, on, provenance)
+        if len(hashes) > 1:
+            raise ProjectionError(f"the run records {len(hashes)} different sha256 for {n} ({', '.join(sorted(hashes))}): "
+                                  "project its rows of one model file at a time")
+        sha256 = next(iter(hashes), None)
+        path = resolve_model(n, provenance, search, sha256)
         if path is None:
             raise ProjectionError(f"model file {n} not found (not at the run's recorded path nor under "
                                   f"{', '.join(map(str, search))}): give --models DIR")
+        if sha256 is None:
+            notes.append(f"{n}: the run records no sha256, {path} was taken by its name alone")
         shapes[n] = from_gguf(path)
-    return shapes
+    return shapes, notes
 
 
 def project_run(run_dir: Path, devices: list, search: list) -> tuple:
@@ -157,7 +215,8 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
     on, notes = acceptance_rows(traces)
     prov_path = run_dir / "provenance.json"
     provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
-    shapes = shapes_for(on, provenance, search)
+    shapes, model_notes = shapes_for(on, provenance, search)
+    notes += model_notes
     out = []
     for _, row in on.iterrows():
         hist = _floats(row["accept_len_hist"])
