@@ -63,3 +63,17 @@ def test_the_lossless_check_counts_exact_dist_verdicts():
                                                                 "noise_flips", "verdict_reason")},
                                              **{c: 1 for c in REGIME_KEYS}))
     assert text.startswith("Lossless verdicts: 1 exact, 1 numeric, 2 exact-dist, 0 fail.")
+
+
+def test_advice_csv_holds_the_trees_regimes_named_by_their_shape(tree_only_run, tmp_path):
+    import shutil
+
+    import pandas as pd
+
+    from specnative.report import write_report
+    run = tmp_path / "run"
+    shutil.copytree(tree_only_run, run)
+    write_report(run)
+    advice = pd.read_csv(run / "advice.csv")
+    assert advice["draft_shape"].tolist() == [TREE]
+    assert advice["decision"].iloc[0] in ("on", "off", "measure-more") and int(advice["k"].iloc[0]) == 3

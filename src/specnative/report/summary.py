@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from specnative.record.schema import is_serve_run
 from specnative.report import break_even, factorial, levers
 from specnative.report.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
@@ -85,7 +87,8 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
-    break_even.with_break_even(verdicts, break_even_rows).to_csv(out["advice.csv"], index=False)
+    advice_rows(break_even.with_break_even(verdicts, break_even_rows), all_traces[tree_rows],
+                thresholds).to_csv(out["advice.csv"], index=False)
     if not break_even_rows.empty:
         out["break_even.csv"] = run_dir / "break_even.csv"
         break_even_rows.to_csv(out["break_even.csv"], index=False)
@@ -117,6 +120,17 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
         sections.insert(0, ("Do the levers add?", levers))
     out["summary.md"].write_text(_render(prov, answer, sections, list(figures)))
     return out
+
+
+def advice_rows(chains: pd.DataFrame, trees: pd.DataFrame, thresholds: Thresholds | None) -> pd.DataFrame:
+    """advice.csv: the chains' regimes, then each draft tree's (decided by the same rules among the
+    trees only, named by its draft_shape; empty on chain rows)."""
+    if trees.empty:
+        return chains
+    decided = verdicts_frame(advise(trees.reset_index(drop=True), thresholds))
+    shapes = pair_cells(trees.reset_index(drop=True))["draft_shape"].tolist()  # advise's order
+    decided.insert(0, "draft_shape", shapes)
+    return pd.concat([chains.assign(draft_shape="") if not chains.empty else chains, decided], ignore_index=True)
 
 
 def write_factorial(traces, run_dir: Path, note: str, out: dict, figures: dict) -> str | None:
