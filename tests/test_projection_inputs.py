@@ -141,6 +141,16 @@ def test_an_output_path_through_a_file_is_refused(tmp_path, models, capsys):
     assert digest(tmp_path) == before
 
 
+def test_the_interval_never_prices_a_round_below_one_step(tmp_path, models, capsys):
+    run = run_of(tmp_path, models, [dict(k=4, drafter="ngram-simple")])
+    assert project(run, tmp_path / "p", "--models", str(models), hardware="h100-sxm") == 0
+    capsys.readouterr()
+    row = pd.read_csv(tmp_path / "p" / "projection.csv").iloc[0]
+    assert row["c_draft"] == 0 and (1 + row["c"]) * (1 - row["cost_error"]) < 1  # the unclamped bound
+    assert row["speedup_hi"] == pytest.approx(row["tau_hi"], rel=1e-9)
+    assert row["speedup_lo"] == pytest.approx(row["tau_lo"] / ((1 + row["c"]) * (1 + row["cost_error"])))
+
+
 def test_a_serve_run_is_refused(tmp_path, models, capsys):
     rows = rows_for(models, [dict(k=4)])
     for r in rows:

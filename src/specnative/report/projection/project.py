@@ -167,8 +167,11 @@ class Projected:
 
     @property
     def interval(self) -> tuple:
-        one_c = 1.0 + self.costs.c
-        return self.tau[1] / (one_c * (1 + self.cost_error)), self.tau[2] / (one_c * max(1 - self.cost_error, 1e-9))
+        """tau's interval over 1 + c widened by the cost error, 1 + c never below 1: a round costs at
+        least the one step its verify is."""
+        one_c = max(1.0 + self.costs.c, 1.0)
+        return (self.tau[1] / max(one_c * (1 + self.cost_error), 1.0),
+                self.tau[2] / max(one_c * (1 - self.cost_error), 1.0))
 
 
 def shapes_for(on, provenance: dict, search: list) -> tuple:
