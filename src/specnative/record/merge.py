@@ -22,8 +22,10 @@ import time
 import uuid
 from pathlib import Path
 
+from specnative.engine import TREE_DRAFTERS
 from specnative.record import rundir, schema
 from specnative.record.provenance import ProvenanceError, now_iso, read_provenance, write_json
+from specnative.record.run_folder import base_cell
 
 # Hardware a shard ran on: the same on "identical machines"; compared unless allowed to differ
 # (placement too: each array task may have its own rpc-server hosts).
@@ -103,8 +105,20 @@ def check_split(dirs: list[Path], records: list[dict]) -> dict:
 
 
 def base_key(row: dict) -> str:
-    """A row's cell key without its k (on rows end in |k<k>: Cell.key)."""
-    return row["cell_id"].rsplit("|k", 1)[0] if row["spec_decode"] == "on" else row["cell_id"]
+    """A row's cell key without what its on row adds (|k<k> or a draft tree's |shape=<spelling>, a
+    synthetic row's |synthetic=<profile> after it: Cell.key)."""
+    return base_cell(row["cell_id"]) if row["spec_decode"] == "on" else row["cell_id"]
+
+
+def on_kinds_of(key: str, grid: dict) -> list[str]:
+    """The on rows' suffixes a cell of this key has (sweep.config.on_kinds): |k<k> for every k of
+    the chain, |shape=<spelling> for every draft tree (the draft model and an EAGLE-3 head only);
+    without "chain" among the draft shapes only the trees."""
+    drafter = key.split("|drafter=", 1)[1].split("|", 1)[0] if "|drafter=" in key else "model"
+    shapes = grid.get("draft_shape") or ["chain"]
+    trees = [s for s in shapes if s != "chain"] if drafter in TREE_DRAFTERS else []
+    chains = (grid.get("k") or []) if "chain" in shapes or not trees else []
+    return [f"|k{k}" for k in chains] + [f"|shape={tree}" for tree in trees]
 
 
 def refused_keys(record: dict, own: set) -> set:
@@ -121,13 +135,13 @@ def refused_keys(record: dict, own: set) -> set:
 
 def expected_rows(record: dict) -> dict:
     """{cell_id: its cell key} of every row the shard must hold: for each of its cells that was
-    not refused, the off row and an on row per k of the grid."""
+    not refused, the off row and an on row per k of the grid and per draft tree."""
     own = {key for _, key in record["shard"]["cells"]}
-    ks = record.get("grid", {}).get("k") or []
+    grid = record.get("grid") or {}
     rows = {}
     for key in own - refused_keys(record, own):
         rows[key] = key
-        rows.update({f"{key}|k{k}": key for k in ks})
+        rows.update({key + kind: key for kind in on_kinds_of(key, grid)})
     return rows
 
 

@@ -145,7 +145,7 @@ def grid_of(provenance: dict) -> dict:
 
 GRID_NAMES = (("ctx_len", "ctx"), ("concurrency", "c"), ("request_rate", "rate"), ("max_concurrency", "np"),
               ("k", "k"), ("temperature", "T"), ("task", "task"), ("drafter", "drafter"),
-              ("draft_p_min", "pmin"))
+              ("draft_p_min", "pmin"), ("draft_shape", "shape"), ("synthetic_acceptance", "synthetic"))
 
 
 def grid_summary(provenance: dict) -> str:
@@ -154,7 +154,9 @@ def grid_summary(provenance: dict) -> str:
     for key, short in GRID_NAMES:
         if key in grid and grid[key] not in (None, [], ""):
             values = grid[key] if isinstance(grid[key], list) else [grid[key]]
-            parts.append(f"{short} " + ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values))
+            texts = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+            # a draft tree's spelling has commas of its own: such values apart by spaces
+            parts.append(f"{short} " + (" " if any("," in t for t in texts) else ",").join(texts))
     return " × ".join(parts)
 
 
@@ -170,10 +172,10 @@ def models_summary(provenance: dict) -> str:
 
 def base_cell(cell_id: str) -> str:
     """The measured cell a row belongs to: sweep on rows end in |k<k> (a synthetic row's in
-    |k<k>|synthetic=<profile>), serve rows in /on or /off."""
+    |k<k>|synthetic=<profile>) or a draft tree's |shape=<spelling>, serve rows in /on or /off."""
     if cell_id.startswith("serve/"):
         return cell_id.rsplit("/", 1)[0]
-    return re.sub(r"\|k\d+(\|synthetic=[^|]*)?$", "", cell_id)
+    return re.sub(r"(\|k\d+|\|shape=[^|]*)(\|synthetic=[^|]*)?$", "", cell_id)
 
 
 def row_verdict(verdict, lossless_ok) -> str:
