@@ -10,6 +10,12 @@ from specnative.engine import HIDDEN_DRAFTERS, TREE_DRAFTERS, default_threads, n
 from specnative.record import shards
 
 
+# tokens per sequence a sweep needs at least: the first comes from the prefill and a round's last is
+# the target's own (its correction or bonus), so a round drafts only from the third token on (with 1
+# there is no decode step at all; with 2 one that drafts nothing, every acceptance rate undefined)
+MIN_N_PREDICT = 3
+
+
 @dataclass
 class SweepConfig:
     targets: list
@@ -109,6 +115,42 @@ def lookahead(cfg: SweepConfig) -> int:
     topk nodes per level)."""
     trees = [parse_draft_shape(s) for s in cfg.draft_shapes if s != "chain"]
     return max([*cfg.ks] + [t.cells_per_round for t in trees])
+
+
+def grid_problems(cfg: SweepConfig) -> list[str]:
+    """What no cell of the grid could run, one line each, from the settings alone (run_sweep checks
+    them before the run folder is made): too few tokens for a decode step, the draft model's stop
+    rule with draft trees, a tree's verify batch past --batch-size, more sequence ids than
+    llama.cpp holds."""
+    problems = []
+    if cfg.n_predict < MIN_N_PREDICT:
+        problems.append(f"-n/--n-predict {cfg.n_predict}: a sweep needs at least {MIN_N_PREDICT} tokens per "
+                        f"sequence (the first comes from the prefill and a round's last is the target's own, so "
+                        f"only from {MIN_N_PREDICT} on does a decode step draft a token)")
+    trees = [parse_draft_shape(s) for s in cfg.draft_shapes if s != "chain"]
+    if not trees or not set(TREE_DRAFTERS) & set(cfg.drafters):
+        return problems
+    if "model" in cfg.drafters and any(p > 0 for p in cfg.draft_p_mins):
+        problems.append("--draft-p-min > 0 with draft trees: the draft model's stop rule cuts a chain; a tree "
+                        "stops at its node budget (measure the trees with --draft-p-min 0, the stop rule in a "
+                        "sweep of chains)")
+    conc = max(cfg.concurrencies)
+    for tree in trees:
+        per_sequence = tree.batch_per_sequence
+        if conc * per_sequence > cfg.n_batch:
+            problems.append(f"draft tree {tree} puts up to {per_sequence} tokens per sequence through one batch "
+                            f"(its nodes and the pending token): at concurrency {conc} that is "
+                            f"{conc * per_sequence}, over --batch-size {cfg.n_batch}")
+    widest = max(trees, key=lambda t: t.ids_per_sequence)
+    ids = conc * widest.ids_per_sequence
+    what = (f"draft tree {widest} has up to {widest.ids_per_sequence} branches per sequence, each its own "
+            f"sequence id (docs/trees.md): at concurrency {conc} that is {ids} sequence ids")
+    if ids > native.max_parallel_sequences:
+        problems.append(f"{what}, over llama.cpp's most sequences per context ({native.max_parallel_sequences})")
+    elif ids > cfg.n_batch:
+        problems.append(f"{what}, over --batch-size {cfg.n_batch} (every step decodes a token of each sequence "
+                        f"id in one batch)")
+    return problems
 
 
 def kind_args(kind) -> dict:

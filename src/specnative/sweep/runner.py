@@ -16,7 +16,14 @@ from specnative.record.schema import append_rows
 from specnative.sweep import hidden_drafters
 from specnative.sweep import progress as progress_display
 from specnative.sweep.checks import dist_runs
-from specnative.sweep.config import Cell, SweepConfig, drafter_options_of, on_kinds, tree_ids_per_sequence
+from specnative.sweep.config import (
+    Cell,
+    SweepConfig,
+    drafter_options_of,
+    grid_problems,
+    on_kinds,
+    tree_ids_per_sequence,
+)
 from specnative.sweep.grid import (
     by_ctx_len,
     cells_of,
@@ -117,7 +124,10 @@ def run_cell(engine: Engine, cell: Cell, cfg: SweepConfig, traces: Path, provena
 
 def run_sweep(cfg: SweepConfig) -> Path:
     """Runs the grid; returns the traces.csv path. KeyboardInterrupt propagates after the
-    finished cells are on disk. The run directory is locked for the whole run (rundir.py)."""
+    finished cells are on disk. The run directory is locked for the whole run (rundir.py); a grid
+    no cell of which could run (config.grid_problems) is refused before it is made."""
+    if problems := grid_problems(cfg):
+        raise SystemExit("error: " + "\n       ".join(problems))
     with rundir.locked(Path(cfg.out_dir)):
         return _run_sweep_locked(cfg)
 
