@@ -110,12 +110,13 @@ def parse_profile(text) -> Profile:
 
 
 def parse_profiles(text: str) -> list[Profile]:
-    """A comma-separated list of profiles (the --synthetic-acceptance axis), in order, without repeats."""
+    """A comma-separated list of profiles (the --synthetic-acceptance axis), in order, without repeats:
+    two spellings of one profile (0.5 and 0.50) are one, as first written."""
     profiles = [parse_profile(part) for part in str(text).split(",") if part.strip()]
     if not profiles:
         raise ProfileError("--synthetic-acceptance needs at least one profile (e.g. 0.3,0.5,0.7,0.9)")
     seen = set()
-    return [p for p in profiles if not (p.text in seen or seen.add(p.text))]
+    return [p for p in profiles if not ((p.kind, p.values) in seen or seen.add((p.kind, p.values)))]
 
 
 def rates_text(rates) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -56,6 +57,7 @@ int_list, float_list = list_of(int, "integers"), list_of(float, "numbers")
 # --dist-positions above this is refused: a rejection cell decodes at least that many tokens for
 # its test (1e6 tokens of the tiny preset take minutes; of a real model, hours)
 MAX_DIST_POSITIONS = 1_000_000
+DEFAULT_K = 4  # -k: draft tokens per round of a chain
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -88,8 +90,9 @@ def add_drafter_flags(p: argparse.ArgumentParser, axis: bool) -> None:
     """-k, --drafter, --drafter-file and the n-gram options; `axis`: comma lists, one cell each."""
     group = p.add_argument_group("drafting (llama.cpp's spellings)")
     many = "one cell each" if axis else "one value"
-    group.add_argument("--draft-max", "-k", dest="k", type=int_list, default=[4], metavar="K,K,..." if axis else "K",
-                       help=f"draft tokens per round (llama.cpp's --spec-draft-n-max; {many})")
+    group.add_argument("--draft-max", "-k", dest="k", type=int_list, default=None, metavar="K,K,..." if axis else "K",
+                       help=f"draft tokens per round of a chain (llama.cpp's --spec-draft-n-max; {many}; default "
+                            f"{DEFAULT_K}; a draft tree's node budget takes its place)")
     group.add_argument("--drafter", type=list_of(str, "drafter names"), default=None,
                        metavar="D,D,..." if axis else "D",
                        help=f"drafter ({many}): {', '.join(DRAFTERS)} (model: the draft GGUF; ngram-*: llama.cpp's "
@@ -281,6 +284,14 @@ def placement_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def chains_run(shapes, drafters: list, synthetic) -> bool:
+    """Whether a run with these draft shapes (the sweep's list, serve's one) and drafters drafts a chain
+    of -k tokens: "chain" among the shapes, a drafter that drafts no trees, or synthetic acceptance
+    (its drafts are chains)."""
+    shapes = [shapes] if isinstance(shapes, str) else list(shapes)
+    return "chain" in shapes or bool(set(drafters) - set(TREE_DRAFTERS)) or bool(synthetic)
+
+
 def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "sweep") -> SweepConfig:
     """Validates the flags together (before any work) and resolves the models."""
     errors = []
@@ -291,6 +302,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     args.batch_size = args.batch_size if args.batch_size is not None else preset_defaults.get("n_batch", 512)
     args.max_repeats = args.max_repeats if args.max_repeats is not None else preset_defaults.get("max_repeats", 10)
     args.drafter = args.drafter or preset_defaults.get("drafters", ["model"])
+    k_given, args.k = args.k is not None, args.k or [DEFAULT_K]
     if preset_name == "smollm2" and "model" in args.drafter:
         errors.append("the smollm2 preset has no draft model: --drafter eagle3, dflash and the n-gram drafters "
                       "run on it")
@@ -404,6 +416,9 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
                       "add --drafter model or eagle3")
     if errors:
         raise SystemExit("error: " + "\n       ".join(errors))
+    if k_given and not chains_run(shapes, args.drafter, getattr(args, "synthetic_acceptance", None)):
+        print(f"note: -k/--draft-max {','.join(map(str, args.k))} is not used: no chain runs (a draft tree "
+              f"verifies its node budget)", file=sys.stderr)
 
     try:
         preset = load_preset(preset_name) if preset_name else None
