@@ -77,3 +77,21 @@ def test_advice_csv_holds_the_trees_regimes_named_by_their_shape(tree_only_run, 
     advice = pd.read_csv(run / "advice.csv")
     assert advice["draft_shape"].tolist() == [TREE]
     assert advice["decision"].iloc[0] in ("on", "off", "measure-more") and int(advice["k"].iloc[0]) == 3
+
+
+@pytest.mark.parametrize("width", [6, 13])
+def test_a_figure_caption_stays_inside_the_figure(width):
+    """The speedup figure's footer (the interval caption and the host note) was wider than the
+    figure: its first and last characters were cut off."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from specnative.report.figures import BAND_CAPTION, caption, new_figure
+    fig, _ = new_figure(width, 4.6, 2)
+    note = ("Self-measured on CPU AMD EPYC 7B13 64-Core Processor (2 cores, 23.4 GB), CPU; "
+            "every rate is this host's own and does not carry to other hardware.")
+    caption(fig, f"{BAND_CAPTION}; lossless cells only (hollow markers: `numeric` lossless verdict).", note)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig._supxlabel.get_window_extent(canvas.get_renderer())
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width, (box.x0, box.x1, fig.bbox.width)
+    assert "error bars" in fig._supxlabel.get_text() and "other hardware." in fig._supxlabel.get_text()

@@ -3,6 +3,7 @@ measurement and acceptance by draft position. Every function takes the data and 
 matplotlib Figure (no pyplot state), so tests can read the plotted series back."""
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +55,20 @@ def empty_panel(ax, message):
     ax.set_yticks([])
 
 
+CAPTION_POINTS = 7.5
+# Average advance of a caption character, in points per point of font size (DejaVu Sans, mixed
+# text, measured with some margin): the caption is wrapped to the figure's width with it.
+CAPTION_CHAR_WIDTH = 0.56
+
+
 def caption(fig, *lines):
-    """Small grey text under the panels: what the marks mean, where the numbers come from."""
-    fig.supxlabel("\n".join(line for line in lines if line), fontsize=7.5, color="#444444")
+    """Small grey text under the panels: what the marks mean, where the numbers come from; wrapped
+    to the figure's width so that no character falls off either side."""
+    width_points = fig.get_figwidth() * 72 * 0.96
+    columns = max(20, int(width_points / (CAPTION_POINTS * CAPTION_CHAR_WIDTH)))
+    wrapped = [part for line in lines if line for paragraph in line.split("\n")
+               for part in (textwrap.wrap(paragraph, columns) or [""])]
+    fig.supxlabel("\n".join(wrapped), fontsize=CAPTION_POINTS, color="#444444")
 
 
 def save(fig: Figure, stem: Path) -> list[Path]:
