@@ -35,6 +35,10 @@ KINDS = ("eagle3", "dflash")
 HEAD_INIT_TENSORS = {"token_embd.weight", "output.weight", "output_norm.weight"}
 # Share of a time budget kept for the final held-out measurement and writing the file.
 RESERVE_SHARE, RESERVE_MIN_S = 0.015, 5.0
+# The least time budget: the reserve and a second to distill and train in. Below it the deadline
+# falls before the target is even read, and the first batch of data and of training (which always
+# run) overrun the budget many times over.
+MIN_BUDGET_MINUTES = (RESERVE_MIN_S + 1.0) / 60.0
 
 
 @dataclass
@@ -107,6 +111,10 @@ def check_options(o: Options) -> None:
         raise ValueError("give a budget: --budget-minutes, --max-tokens or --epochs")
     if o.budget_minutes is not None and not 0 < o.budget_minutes < math.inf:  # NaN passes a "<= 0" test
         raise ValueError(f"--budget-minutes must be a finite number > 0, not {o.budget_minutes:g}")
+    if o.budget_minutes is not None and o.budget_minutes < MIN_BUDGET_MINUTES:
+        raise ValueError(f"--budget-minutes {o.budget_minutes:g} ({o.budget_minutes * 60:.2g} s) leaves no time to "
+                         f"distill or train: {RESERVE_MIN_S:g} s of a budget are kept for the final held-out "
+                         f"measurement and writing the head; give at least {MIN_BUDGET_MINUTES:g}")
     if o.max_tokens is not None and o.max_tokens < 0:  # 0: the initialization written untrained, a baseline
         raise ValueError(f"--max-tokens must be >= 0 (0 writes the untrained initialization), not {o.max_tokens}")
     for flag, value in (("--epochs", o.epochs), ("-t/--threads", o.threads),
