@@ -116,9 +116,9 @@ def test_missing_torch_is_one_clear_message(tiny_target, tmp_path, monkeypatch, 
     (["-t", "0"], "-t/--threads must be at least 1, not 0"),
     (["--budget-minutes", "nan"], "--budget-minutes must be a finite number > 0, not nan"),
     (["--budget-minutes", "inf"], "--budget-minutes must be a finite number > 0, not inf"),
-    (["--budget-minutes", "0.001"], "--budget-minutes 0.001 (0.06 s) leaves no time to distill or train: 5 s of a "
-                                    "budget are kept for the final held-out measurement and writing the head; give "
-                                    "at least 0.1"),
+    (["--budget-minutes", "0.001"], ("--budget-minutes 0.001 (0.06 s) leaves no time to distill or train: 5 s of a "
+                                     "budget are kept for the final held-out measurement and writing the head; give "
+                                     "at least 0.1")),
     (["--max-tokens", "-5"], "--max-tokens must be >= 0 (0 writes the untrained initialization), not -5"),
     (["--epochs", "0"], "--epochs must be at least 1, not 0"),
     (["--held-out", "1.5"], "--held-out is a share of the sequences: in [0, 1), not 1.5"),
