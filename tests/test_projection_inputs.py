@@ -12,7 +12,10 @@ from synthetic_traces import PROVENANCE, off_row, on_row, write_run
 
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama
+from specnative.report.projection import cost
+from specnative.report.projection.device import resolve
 from specnative.report.projection.project import LABEL
+from specnative.report.projection.shape import from_gguf
 
 
 def sha(path) -> str:
@@ -62,6 +65,46 @@ def refused(capsys, rc):
 TREE_ONE_NODE = "tree:topk=1,depth=1,budget=64"
 TREE_TOPK = "tree:topk=4,depth=5,budget=8"
 TREE_SPLIT = "tree:branches=4,p_split=0.1,budget=8"
+
+
+def test_trees_and_blocks_are_priced_by_what_they_run(tmp_path, models, capsys):
+    ons = [dict(k=64, draft_shape=TREE_ONE_NODE, nodes_per_round=1.0, accept_at_pos="0.7",
+                accept_len_hist="300;700"),
+           dict(k=8, draft_shape=TREE_TOPK, nodes_per_round=7.5, accept_at_pos="0.8;0.6;0.4;0.2;0.1",
+                accept_len_hist="200;200;200;200;100;100"),
+           dict(k=8, draft_shape=TREE_SPLIT, nodes_per_round=9.0, accept_at_pos="0.8;0.5",
+                accept_len_hist="200;300;500"),
+           dict(k=4, drafter="dflash", drafter_kind="dflash"),
+           dict(k=4)]
+    run = run_of(tmp_path, models, ons)
+    assert project(run, tmp_path / "p", "--models", str(models)) == 0
+    printed = capsys.readouterr().out
+    df = pd.read_csv(tmp_path / "p" / "projection.csv")
+    dev, = resolve("m2")
+    t, d = from_gguf(models / "pt.gguf"), from_gguf(models / "pd.gguf")
+    own = 64 + 32
+
+    def f(shape, rows):
+        return cost.forward_s(shape, dev, rows, 1, cost.kv_cells(0, 1, rows, own))
+
+    step = f(t, 1)
+    by_shape = {r["draft_shape"]: r for _, r in df.iterrows()}
+    assert set(by_shape) == {TREE_ONE_NODE, TREE_TOPK, TREE_SPLIT, "block", "chain"}
+    # a one-node tree: one draft decode of the root, a verify of its node and the pending token
+    assert by_shape[TREE_ONE_NODE]["c"] == pytest.approx((f(d, 1) + f(t, 2)) / step - 1, rel=1e-6)
+    assert by_shape[TREE_ONE_NODE]["c"] < 1.0
+    # topk: the root's decode, then depth - 1 levels of topk frontier nodes; 7.5 nodes + 1 verified
+    verify = (f(t, 8) + f(t, 9)) / 2
+    assert by_shape[TREE_TOPK]["c"] == pytest.approx((f(d, 1) + 4 * f(d, 4) + verify) / step - 1, rel=1e-6)
+    # split: the root and each of its 9 nodes fed once
+    assert by_shape[TREE_SPLIT]["c"] == pytest.approx((10 * f(d, 1) + f(t, 10)) / step - 1, rel=1e-6)
+    # a DFlash block: one draft decode of k + 1 positions
+    assert by_shape["block"]["c"] == pytest.approx((f(d, 5) + f(t, 5)) / step - 1, rel=1e-6)
+    assert by_shape["chain"]["c"] == pytest.approx((4 * f(d, 1) + f(t, 5)) / step - 1, rel=1e-6)
+    assert by_shape[TREE_TOPK]["nodes_per_round"] == 7.5
+    md = (tmp_path / "p" / "projection.md").read_text()
+    assert all(s in md for s in (TREE_ONE_NODE, TREE_TOPK, TREE_SPLIT, "block"))
+    assert TREE_TOPK in printed
 
 
 def test_a_model_file_with_another_hash_is_refused(tmp_path, models, capsys):

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from specnative.report.projection.device import DeviceError, from_gpu_name, load_devices, resolve
-from specnative.report.projection.project import LABEL, ProjectionError, write
+from specnative.report.projection.project import LABEL, ProjectionError, shape_label, write
 from specnative.report.projection.shape import ShapeError
 
 
@@ -71,7 +71,8 @@ def main(argv=None) -> int:
     for note in notes:
         print(f"{LABEL} note: {note}")
     for _, r in df.iterrows():
-        print(f"{LABEL} {r['device']}: {r['target_model']} {r['drafter']} k={r['k']} N={r['concurrency']} "
+        print(f"{LABEL} {r['device']}: {r['target_model']} {r['drafter']} {shape_label(r['draft_shape'], r['k'])} "
+              f"N={r['concurrency']} "
               f"ctx={r['ctx_len']}: tau {r['tau']:.2f}, c {r['c']:.2f}, speedup {r['speedup']:.2f} "
               f"({r['speedup_lo']:.2f}-{r['speedup_hi']:.2f})")
     for path in paths:

@@ -16,7 +16,19 @@ product, scale, mask and exponential are per-score work that bytes and FLOPs do 
 every forward adds overhead_forward + n_layer x overhead_layer.
 
 The quantities speculation needs follow from it (`step_costs`): the baseline step (one token per
-sequence), the verify of k+1 tokens, the draft step, and prefill (chunks of n_batch).
+sequence), the verify, the round's draft as the drafter runs it, and prefill (chunks of n_batch).
+A round's draft and verify follow what it drafts (`step_costs`' draft_shape and block):
+
+- a chain of k: k draft decodes of one token, a verify of k+1 tokens;
+- a block drafter (DFlash, DSpark): one draft decode of k+1 positions, a verify of k+1 tokens;
+- a topk tree (topk, depth, budget): `depth` draft decodes, the root's of one token and each
+  further level's of its `topk` frontier nodes; a verify of nodes+1 tokens;
+- a split tree (branches, p_split, budget): every node fed once after the root, nodes+1 draft
+  tokens in one-token decodes (a tree that never splits drafts so; one that splits takes fewer,
+  wider decodes of the same tokens); a verify of nodes+1 tokens.
+
+nodes is the tree's measured nodes per round (default: its budget); a mean between two whole
+counts interpolates between their forwards.
 """
 from __future__ import annotations
 
@@ -121,13 +133,23 @@ def decode_rate(shape: ModelShape, device: Device, n_gen: int = 128, start: int 
 class StepCosts:
     """The costs speculation is priced with, for one regime (seconds and ratios)."""
     step_s: float            # baseline: one token per sequence
-    verify_s: float          # target over k+1 tokens per sequence
-    draft_s: float           # one draft position, one token per sequence (0 for an n-gram lookup)
+    verify_s: float          # target over the round's drafted tokens + 1 per sequence
+    draft_s: float           # the round's draft over draft_units (0 for an n-gram lookup): c_draft's unit
     k: int
+    draft_units: float = 0.0  # what draft_s is one of: the sweep's c_draft divisor (k; a tree's levels)
+    shape: str = "chain"     # what the round drafts: chain, block, or a tree's spelling
+
+    def __post_init__(self):
+        if not self.draft_units:
+            object.__setattr__(self, "draft_units", float(self.k))
+
+    @property
+    def draft_round_s(self) -> float:
+        return self.draft_units * self.draft_s
 
     @property
     def round_s(self) -> float:
-        return self.k * self.draft_s + self.verify_s
+        return self.draft_round_s + self.verify_s
 
     @property
     def c(self) -> float:
@@ -143,16 +165,50 @@ class StepCosts:
         return self.draft_s / self.step_s
 
 
+def _forward_rows(shape: ModelShape, device: Device, rows: float, n_seq: int, ctx: int, own: int) -> float:
+    """One forward of `rows` tokens per sequence in the sweep's layout; a mean `rows` between two
+    whole counts interpolates between their forwards."""
+    lo = max(1, math.floor(rows))
+    hi = max(lo, math.ceil(rows))
+    t_lo = forward_s(shape, device, lo, n_seq, kv_cells(ctx, n_seq, lo, own))
+    if hi == lo:
+        return t_lo
+    t_hi = forward_s(shape, device, hi, n_seq, kv_cells(ctx, n_seq, hi, own))
+    return t_lo + (rows - lo) * (t_hi - t_lo)
+
+
 def step_costs(target: ModelShape, device: Device, k: int, n_seq: int = 1, ctx: int = 0, own: int = 64,
-               draft: ModelShape | None = None) -> StepCosts:
-    """Baseline step, verify of k+1 and draft step in one regime (ctx-token shared prefix, n_seq
-    sequences each with `own` cells of their own). draft None: an n-gram lookup (costs nothing)."""
+               draft: ModelShape | None = None, draft_shape=None, nodes: float | None = None,
+               block: bool = False) -> StepCosts:
+    """Baseline step, verify and the round's draft in one regime (ctx-token shared prefix, n_seq
+    sequences each with `own` cells of their own). draft None: an n-gram lookup (costs nothing).
+    draft_shape: a tree (engine.draft_shape.DraftShape: kind topk or split) verified as nodes+1
+    tokens (nodes: measured nodes per round, default its budget); block: a block drafter's one
+    decode of k+1 positions. Otherwise a chain of k."""
     if k < 1:
         raise ValueError("k must be at least 1")
+    tree = draft_shape if draft_shape is not None and getattr(draft_shape, "kind", "chain") != "chain" else None
+    if tree is not None and block:
+        raise ValueError("a block drafter drafts no trees")
     step = forward_s(target, device, 1, n_seq, kv_cells(ctx, n_seq, 1, own))
-    verify = forward_s(target, device, k + 1, n_seq, kv_cells(ctx, n_seq, k + 1, own))
-    d = 0.0 if draft is None else forward_s(draft, device, 1, n_seq, kv_cells(ctx, n_seq, 1, own))
-    return StepCosts(step, verify, d, k)
+
+    def draft_forward(rows: float) -> float:
+        return 0.0 if draft is None else _forward_rows(draft, device, rows, n_seq, ctx, own)
+
+    if tree is None:
+        verify = _forward_rows(target, device, k + 1, n_seq, ctx, own)
+        if block:
+            return StepCosts(step, verify, draft_forward(k + 1) / k, k, float(k), "block")
+        return StepCosts(step, verify, draft_forward(1), k, float(k), "chain")
+    n = float(tree.budget if nodes is None or not math.isfinite(nodes) or nodes <= 0 else nodes)
+    verify = _forward_rows(target, device, n + 1, n_seq, ctx, own)
+    if tree.kind == "topk":
+        levels = float(tree.depth)
+        drafted = draft_forward(1) + (tree.depth - 1) * draft_forward(tree.topk)
+    else:  # split: the root, then every node fed once
+        levels = float(tree.budget)
+        drafted = (n + 1) * draft_forward(1)
+    return StepCosts(step, verify, drafted / levels, k, levels, tree.spelling)
 
 
 def speedup(tau: float, costs: StepCosts) -> float:

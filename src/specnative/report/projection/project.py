@@ -24,6 +24,7 @@ from specnative.report.projection.shape import ModelShape, from_gguf
 LABEL = "[projected]"
 BOOTSTRAP = 2000
 DEFAULT_COST_ERROR = 0.25  # relative error of 1 + c where a device names none
+BLOCK_DRAFTERS = ("dflash", "dspark")  # one draft decode of a block of k + 1 positions per round
 
 
 class ProjectionError(ValueError):
@@ -174,6 +175,19 @@ class Projected:
                 self.tau[2] / max(one_c * (1 - self.cost_error), 1.0))
 
 
+def draft_shape_of(row):
+    """The row's draft tree (engine.draft_shape.DraftShape), or None for a chain or block."""
+    from specnative.engine.draft_shape import parse
+
+    spelling = _text(row.get("draft_shape")).strip()
+    if not spelling or spelling == "chain":
+        return None
+    try:
+        return parse(spelling)
+    except ValueError as error:
+        raise ProjectionError(f"row {_text(row.get('cell_id')) or '?'}: {error}") from None
+
+
 def shapes_for(on, provenance: dict, search: list) -> tuple:
     """The shape of every model file the rows price, each checked against the hash the run recorded
     for it; and notes on files the run records no hash for."""
@@ -185,8 +199,8 @@ def shapes_for(on, provenance: dict, search: list) -> tuple:
     for n in sorted(names):
         hashes = recorded_sha256(n, on, provenance)
         if len(hashes) > 1:
-            raise ProjectionError(f"the run records {len(hashes)} different sha256 for {n} ({', '.join(sorted(hashes))}): "
-                                  "project its rows of one model file at a time")
+            raise ProjectionError(f"the run records {len(hashes)} different sha256 for {n} "
+                                  f"({', '.join(sorted(hashes))}): project its rows of one model file at a time")
         sha256 = next(iter(hashes), None)
         path = resolve_model(n, provenance, search, sha256)
         if path is None:
@@ -230,16 +244,20 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
         if not drafter.startswith("ngram") and draft_name:
             draft = shapes[draft_name]
         own = int(_number(row.get("n_predict"))) + 32  # each sequence's own cells: prompt tail + output
+        tree = draft_shape_of(row)
+        nodes = _number(row.get("nodes_per_round"), math.nan)
         for device in devices:
             costs = cost.step_costs(shapes[str(row["target_model"])], device, k, int(row["concurrency"]),
-                                    int(row["ctx_len"]), own, draft)
+                                    int(row["ctx_len"]), own, draft, draft_shape=tree, nodes=nodes,
+                                    block=tree is None and drafter in BLOCK_DRAFTERS)
             out.append(Projected(device, dict(row), costs, tau_interval(hist),
                                  float(device.extra.get("cost_error", DEFAULT_COST_ERROR))))
     return out, notes
 
 
-COLUMNS = ["label", "device", "backend", "target_model", "quant_bits", "drafter", "k", "temperature", "concurrency",
-           "ctx_len", "accept_at_pos", "tau", "tau_lo", "tau_hi", "step_ms", "verify_ms", "draft_ms", "c", "c_draft",
+COLUMNS = ["label", "device", "backend", "target_model", "quant_bits", "drafter", "draft_shape", "k", "nodes_per_round",
+           "temperature", "concurrency", "ctx_len", "accept_at_pos", "tau", "tau_lo", "tau_hi", "step_ms", "verify_ms",
+           "draft_ms", "draft_round_ms", "c", "c_draft",
            "speedup", "speedup_lo", "speedup_hi", "cost_error", "measured_step_ms_here", "measured_c_here",
            "measured_speedup_here"]
 
@@ -252,15 +270,22 @@ def table(projections: list):
         lo, hi = p.interval
         rows.append({"label": LABEL, "device": p.device.name, "backend": p.device.backend,
                      "target_model": p.row.get("target_model"), "quant_bits": p.row.get("quant_bits"),
-                     "drafter": _text(p.row.get("drafter")) or "model", "k": int(p.row["k"]),
+                     "drafter": _text(p.row.get("drafter")) or "model", "draft_shape": p.costs.shape,
+                     "k": int(p.row["k"]), "nodes_per_round": p.row.get("nodes_per_round"),
                      "temperature": p.row.get("temperature"), "concurrency": int(p.row["concurrency"]),
                      "ctx_len": int(p.row["ctx_len"]), "accept_at_pos": p.row.get("accept_at_pos"),
                      "tau": p.tau[0], "tau_lo": p.tau[1], "tau_hi": p.tau[2], "step_ms": p.costs.step_s * 1e3,
-                     "verify_ms": p.costs.verify_s * 1e3, "draft_ms": p.costs.draft_s * 1e3, "c": p.costs.c,
+                     "verify_ms": p.costs.verify_s * 1e3, "draft_ms": p.costs.draft_s * 1e3,
+                     "draft_round_ms": p.costs.draft_round_s * 1e3, "c": p.costs.c,
                      "c_draft": p.costs.c_draft, "speedup": p.speedup, "speedup_lo": lo, "speedup_hi": hi,
                      "cost_error": p.cost_error, "measured_step_ms_here": p.row.get("step_ms"),
                      "measured_c_here": p.row.get("verify_cost_c"), "measured_speedup_here": p.row.get("speedup")})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def shape_label(shape: str, k) -> str:
+    """What a row drafts, as its outputs name it: 'chain k=4', 'block k=4' or a tree's spelling."""
+    return f"{shape} k={k}" if shape in ("chain", "block") else str(shape)
 
 
 def figure(df, stem: Path) -> list:
@@ -269,13 +294,13 @@ def figure(df, stem: Path) -> list:
 
     from specnative.report.figures import save
 
-    groups = list(df.groupby(["target_model", "drafter", "k", "temperature"], dropna=False))
+    groups = list(df.groupby(["target_model", "drafter", "draft_shape", "k", "temperature"], dropna=False))
     fig = Figure(figsize=(6.4, 4.2 * max(len(groups), 1)))
     axes = fig.subplots(max(len(groups), 1), 1, squeeze=False)[:, 0]
     devices = list(dict.fromkeys(df["device"]))
     contexts = sorted(set(df["ctx_len"]))
     styles = ["-", "--", ":", "-."]
-    for ax, ((target, drafter, k, temp), g) in zip(axes, groups):
+    for ax, ((target, drafter, shape, k, temp), g) in zip(axes, groups):
         for (device, ctx), line in g.groupby(["device", "ctx_len"]):
             style = dict(color=f"C{devices.index(device) % 10}", ls=styles[contexts.index(ctx) % len(styles)])
             line = line.groupby("concurrency", as_index=False)[["speedup", "speedup_lo", "speedup_hi"]].median()
@@ -287,7 +312,7 @@ def figure(df, stem: Path) -> list:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel("speedup [projected]")
-        ax.set_title(f"{LABEL} {target}, {drafter} k={k} T={temp}", fontsize=9)
+        ax.set_title(f"{LABEL} {target}, {drafter} {shape_label(shape, k)} T={temp}", fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(f"{LABEL} speedup from the run's measured acceptance and modelled costs", fontsize=10)
     fig.tight_layout()
@@ -301,10 +326,11 @@ def markdown(df, notes: list, run_dir: Path) -> str:
              "1 + c by the device's cost error. These are projections, not measurements: see docs/projection.md "
              "for when they hold.", ""]
     lines += [f"{LABEL} note: {n}" for n in notes]
-    lines += ["", "| [projected] device | target | drafter | k | N | ctx | tau | step ms | c | speedup (interval) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| [projected] device | target | drafter | drafts | N | ctx | tau | step ms | c "
+                  "| speedup (interval) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
-        lines.append(f"| {LABEL} {r['device']} | {r['target_model']} | {r['drafter']} | {r['k']} | {r['concurrency']} | "
+        lines.append(f"| {LABEL} {r['device']} | {r['target_model']} | {r['drafter']} | "
+                     f"{shape_label(r['draft_shape'], r['k'])} | {r['concurrency']} | "
                      f"{r['ctx_len']} | {r['tau']:.2f} | {r['step_ms']:.3g} | {r['c']:.2f} | "
                      f"{r['speedup']:.2f} ({r['speedup_lo']:.2f}-{r['speedup_hi']:.2f}) |")
     return "\n".join(lines) + "\n"
