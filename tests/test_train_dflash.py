@@ -127,7 +127,7 @@ def test_training_lowers_the_held_out_loss_at_every_offset(trained):
 
 @pytest.mark.parametrize("change, message", [
     ({"block_size": 1}, "--block-size"),
-    ({"block_size": 4, "eval_k": 4}, "drafts at most 3"),
+    ({"block_size": 4, "eval_k": 4, "eval_data": "builtin"}, "drafts at most 3"),
     ({"draft_layers": 0}, "--draft-layers"),
     ({"gamma": 0.0}, "--gamma"),
 ])
@@ -136,3 +136,14 @@ def test_bad_dflash_options_are_refused_before_any_work(target, work, change, me
     with pytest.raises(ValueError, match=message):
         _train(target, out, max_tokens=10, **change)
     assert not out.exists()
+
+
+def test_a_short_block_needs_no_eval_k_without_eval_data_and_an_untrained_file_says_so(target, work):
+    """--eval-k is the --eval-data measurement's draft length: without --eval-data, a block of 2 is
+    trained under the --eval-k default; --max-tokens 0 writes the seeded initialization, and the
+    report says the file is untrained."""
+    from specnative.models.train.pipeline import summary
+    report = _train(target, work / "block2.gguf", max_tokens=0, block_size=2)
+    assert (work / "block2.gguf").is_file() and report["head"]["block_size"] == 2
+    assert report["untrained"] is True and report["training"]["tokens"] == 0
+    assert "UNTRAINED" in summary(report).splitlines()[0]

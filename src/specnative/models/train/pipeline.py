@@ -153,8 +153,9 @@ def check_options(o: Options) -> None:
 def check_dflash_options(o: Options) -> None:
     if not 2 <= o.block_size <= 64:
         raise ValueError(f"--block-size must be in 2..64, not {o.block_size}")
-    if o.eval_k > o.block_size - 1:
-        raise ValueError(f"--eval-k {o.eval_k}: a block of {o.block_size} drafts at most {o.block_size - 1} tokens")
+    if o.eval_data and o.eval_k > o.block_size - 1:  # --eval-k is only the --eval-data measurement's draft length
+        raise ValueError(f"--eval-k {o.eval_k}: a block of {o.block_size} drafts at most {o.block_size - 1} tokens; "
+                         f"give --eval-k {o.block_size - 1} or less")
     if o.draft_layers < 1:
         raise ValueError(f"--draft-layers must be at least 1, not {o.draft_layers}")
     if not 0 < o.gamma < math.inf:
@@ -241,6 +242,7 @@ def train_drafter(o: Options) -> dict:
 
     report = {
         "file": out.name, "sha256": _sha256(out), "kind": o.kind,
+        "untrained": history["tokens"] == 0,  # --max-tokens 0: the seeded initialization, a baseline
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(o).items()},
         "target": {"file": Path(o.target).name, "sha256": _sha256(o.target), "arch": info.arch,
                    "n_layer": info.n_layer, "n_embd": info.n_embd, "n_vocab": info.n_vocab},
@@ -288,9 +290,11 @@ def summary(report: dict) -> str:
     check = report["data"]["torch_vs_llama_cpp"]
     vocab, data, training = report["draft_vocab"], report["data"], report["training"]
     read = f", {data['read']['replies']} recorded replies read" if data.get("read") else ""
+    untrained = (" UNTRAINED: no training step ran (--max-tokens 0 writes the seeded initialization, a baseline "
+                 "to measure trained heads against)") if report.get("untrained") else ""
     lines = [
         (f"wrote {report['file']} ({report['kind']}, layers {report['layers']}, draft vocabulary {vocab['size']}, "
-         f"held-out coverage {vocab['held_out_coverage']:.3f})"),
+         f"held-out coverage {vocab['held_out_coverage']:.3f}){untrained}"),
         (f"data: {data['sequences']} sequences, {data['continuation_tokens']} continuation tokens{read}; torch "
          f"target vs llama.cpp: greedy agreement {check['greedy_agreement']:.4f}, max |dlogit| "
          f"{check['max_abs_dlogit']:.3f}"),
