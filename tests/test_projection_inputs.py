@@ -212,3 +212,12 @@ def test_a_device_named_twice_is_priced_once(tmp_path, models, capsys):
     df = pd.read_csv(tmp_path / "p" / "projection.csv")
     assert list(df["device"]) == ["m2", "h100-sxm"]
     assert sum(line.startswith(f"{LABEL} m2:") for line in printed.splitlines()) == 1
+
+
+def test_mtp_rows_are_left_out_with_a_note(tmp_path, models, capsys):
+    run = run_of(tmp_path, models, [dict(k=4), dict(k=4, drafter="mtp", drafter_kind="mtp", draft_model="",
+                                                   draft_sha256="")])
+    assert project(run, tmp_path / "p", "--models", str(models)) == 0
+    assert "1 MTP row(s) left out" in capsys.readouterr().out
+    df = pd.read_csv(tmp_path / "p" / "projection.csv")
+    assert list(df["drafter"]) == ["model"]

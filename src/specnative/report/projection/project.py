@@ -82,6 +82,12 @@ def acceptance_rows(traces):
         if bad.any():
             notes.append(f"{int(bad.sum())} row(s) that failed the lossless check left out")
             on = on[~bad]
+    if "drafter" in on:
+        mtp = on["drafter"].astype(str) == "mtp"
+        if mtp.any():
+            notes.append(f"{int(mtp.sum())} MTP row(s) left out: the target's nextn head has no file of its own "
+                         "for the cost model to take a shape from")
+            on = on[~mtp]
     has = on["accept_len_hist"].map(lambda v: sum(_floats(_text(v))) > 0)
     on = on[has]
     if on.empty:
