@@ -1,7 +1,8 @@
 """`specnative project RUN_DIR --hardware NAME[,NAME...]`: a run's measured acceptance priced on
 other hardware with the cost model. Every line it prints and every file it writes is labelled
-[projected]; a refusal (unknown hardware, a run with no acceptance by position, a model file that
-cannot be found) is one line and writes nothing."""
+[projected]; a refusal (unknown hardware, a bad field in a devices file, a serve run, a run with no
+acceptance by position, a model file that cannot be found or whose sha256 is not the run's, an
+output path through a file) is one line and writes nothing."""
 from __future__ import annotations
 
 import argparse
@@ -15,18 +16,20 @@ from specnative.report.projection.shape import ShapeError
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specnative project", description=(
-        "Project a run's speedup to hardware you don't have: the run's measured acceptance by position "
-        "(with its interval) and the cost model's step, verify and draft costs on each device. Output is "
-        "labelled [projected] and never enters traces.csv. See docs/projection.md."))
+        "Project a sweep run's speedup to hardware you don't have: the run's measured acceptance by position "
+        "(with its interval) and the cost model's step, verify and draft costs on each device, each row priced "
+        "by what it drafted (a chain of k, a DFlash block of k+1, a tree's nodes and levels). Model files are "
+        "checked against the run's recorded sha256. Output is labelled [projected] and never enters "
+        "traces.csv. See docs/projection.md."))
     p.add_argument("run_dir", type=Path, nargs="?", help="a sweep's run folder (its traces.csv and provenance.json)")
     p.add_argument("--hardware", default=None,
-                   help="device names, comma-separated (specnative project --list-hardware), or gpu:NAME to pick "
-                        "the shipped device an nvidia-smi name matches")
+                   help="device names, comma-separated, each priced once (specnative project --list-hardware), or "
+                        "gpu:NAME to pick the shipped device an nvidia-smi name matches")
     p.add_argument("--devices", type=Path, default=None, help="a TOML file of your own devices (same form as the "
-                   "shipped table; its entries win)")
+                   "shipped table; its entries win; every field checked)")
     p.add_argument("--models", type=Path, action="append", default=[],
-                   help="a folder to look for the run's model files in (repeatable; the run's recorded paths "
-                        "and the model cache come first)")
+                   help="a folder to look for the run's model files in (repeatable; searched after the run's "
+                        "recorded paths and before the model cache; the first file with the run's sha256 is taken)")
     p.add_argument("-o", "--out", type=Path, default=None, help="output folder (default: RUN_DIR/projection)")
     p.add_argument("--list-hardware", action="store_true", help="list the known devices and their sources")
     return p

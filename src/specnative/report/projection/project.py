@@ -3,9 +3,12 @@
 Per regime (an on row of the run's traces.csv): the tokens per round tau come from the run's
 measured acceptance (accept_len_hist: rounds that accepted 0..k drafts; accept_at_pos: alpha by
 position), with a bootstrap interval over rounds; the costs come from the cost model (cost.py) for
-the run's target and draft files on each device. speedup = tau / (1 + c), and its interval widens
-tau's interval by the device's cost error (the validation's error of 1 + c, `cost_error` in the
-devices table). Nothing here writes traces.csv or any file the run's counts and gates read.
+the run's target and draft files (each checked against the sha256 the run recorded) on each device,
+for what the row drafted: a chain of k, a block drafter's one decode of k + 1 (DFlash, DSpark), or a
+draft tree (its draft_shape and nodes_per_round; cost.step_costs). speedup = tau / (1 + c), and its
+interval widens tau's interval by the device's cost error (the validation's error of 1 + c,
+`cost_error` in the devices table), 1 + c never below 1. A serve run is refused. Nothing here
+writes traces.csv or any file the run's counts and gates read.
 """
 from __future__ import annotations
 
