@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine.h"
@@ -43,6 +44,9 @@ enum class Fault {
     tree_bonus_wrong_node,  // the bonus token after a fully accepted path comes from its parent's row
     tree_branch_kv_kept,    // after a round the other branches keep their own cells up to the
                             // accepted depth (a rejected branch's KV stays beside the accepted one)
+    tree_siblings_with_replacement,  // siblings weighed against q itself, not q without the siblings
+                                     // drawn before (the rule for siblings drawn with replacement)
+    tree_sibling_one_uniform,        // every sibling of a node tested with the first sibling's uniform
 };
 constexpr double kSlowAcceptMs = 2.0;
 
@@ -67,6 +71,11 @@ public:
     virtual const std::vector<float>& q_of(const std::vector<std::vector<float>>& q, int i) const { return q[i]; }
     // Whether the rejection rule keeps a draft x: u < min(1, p(x) / q(x)).
     virtual bool keep(double u, float p_x, float q_x) const { return draft_accepted(u, p_x, q_x); }
+    // The rejection rule at a drafted position: x when kept (keep), else its replacement (residual),
+    // from the position's verify-row logits and the q that weighs x; the accept and residual
+    // uniforms are keyed by (p.seed, key, index). Engine::judge_round's decision, and the rule tests'.
+    int32_t judge_draft(const float* logits, int n_vocab, int vocab, const GenerateParams& p, uint64_t key,
+                        int64_t index, const std::vector<float>& q_i, int32_t x, AcceptScratch& scratch) const;
     // A rejected draft's replacement, drawn from norm(max(0, p - q)).
     virtual int32_t residual(const float* p_probs, const float* q, int32_t vocab, double u,
                              std::vector<float>& scratch) const {
@@ -88,5 +97,7 @@ public:
 
 // The rule for `fault` (Fault::none: the correct one).
 std::unique_ptr<Acceptor> make_acceptor(Fault fault);
+// The fault spelled `name` (its enumerator's name, "none" included); invalid_argument otherwise.
+Fault fault_named(const std::string& name);
 
 }  // namespace specnative

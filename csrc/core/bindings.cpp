@@ -16,6 +16,7 @@
 #include "engine.h"
 #include "engine_internal.h"  // check_temperature
 #include "model_io.h"
+#include "rule_harness.h"
 #include "sampling.h"
 #include "serve.h"
 
@@ -79,22 +80,6 @@ AcceptRule parse_rule(const std::string& name) {
     if (name == "match") return AcceptRule::match;
     if (name == "rejection") return AcceptRule::rejection;
     throw std::invalid_argument("accept_rule must be 'greedy', 'match' or 'rejection', not '" + name + "'");
-}
-
-Fault parse_fault(const std::string& name) {
-    static const std::pair<const char*, Fault> faults[] = {
-        {"none", Fault::none}, {"rollback_short", Fault::rollback_short}, {"rollback_long", Fault::rollback_long},
-        {"verify_position", Fault::verify_position}, {"seed_mixup", Fault::seed_mixup},
-        {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept},
-        {"residual_from_p", Fault::residual_from_p}, {"accept_q_over_p", Fault::accept_q_over_p},
-        {"q_prev_position", Fault::q_prev_position}, {"accept_always", Fault::accept_always},
-        {"skip_draft_trim", Fault::skip_draft_trim}, {"tree_residual_stale", Fault::tree_residual_stale},
-        {"tree_sibling_twice", Fault::tree_sibling_twice}, {"tree_bonus_wrong_node", Fault::tree_bonus_wrong_node},
-        {"tree_branch_kv_kept", Fault::tree_branch_kv_kept}};
-    for (const auto& [fault_name, fault] : faults) {
-        if (name == fault_name) return fault;
-    }
-    throw std::invalid_argument("unknown fault '" + name + "'");
 }
 
 // Polled by the engine between steps with the GIL released: runs Python's signal handlers so
@@ -319,31 +304,44 @@ void check_uniform(double u) {
 
 // Draws n times: x ~ q, then the engine's rejection step; returns how often each token came out
 // and how many draws were accepted. Lets tests check that the output is distributed as p.
-py::tuple rejection_histogram(py::array_t<float, py::array::c_style | py::array::forcecast> p,
-                              py::array_t<float, py::array::c_style | py::array::forcecast> q,
-                              int64_t n_draws, uint64_t seed) {
+py::tuple rejection_histogram(const FloatArray& p, const FloatArray& q, int64_t n_draws, uint64_t seed) {
     if (p.ndim() != 1 || q.ndim() != 1 || p.size() != q.size() || p.size() == 0) {
         throw std::invalid_argument("p and q must be 1-D arrays of the same non-zero length");
     }
-    const int32_t n = static_cast<int32_t>(p.size());
-    std::vector<int64_t> hist(n, 0);
+    std::vector<int64_t> hist;
     int64_t accepted = 0;
     {
         py::gil_scoped_release release;
-        std::vector<float> scratch;
-        const float* pp = p.data();
-        const float* qq = q.data();
-        for (int64_t i = 0; i < n_draws; ++i) {
-            const int32_t x = sample_from_weights(qq, n, keyed_uniform(seed, i, 0, Stream::draft));
-            const RejectionOutcome o = rejection_step(pp, qq, n, x, keyed_uniform(seed, i, 0, Stream::accept),
-                                                      keyed_uniform(seed, i, 0, Stream::residual), scratch);
-            hist[o.token] += 1;
-            accepted += o.accepted;
-        }
+        accepted = kernel_draws(p.data(), q.data(), static_cast<int32_t>(p.size()), n_draws, seed, hist);
     }
     return py::make_tuple(to_numpy(hist), accepted);
 }
 
+std::vector<std::vector<float>> rows_of(const FloatArray& a, const char* name) {
+    if (a.ndim() != 2 || a.shape(0) == 0 || a.shape(1) == 0) {
+        throw std::invalid_argument(std::string(name) + " must be a non-empty 2-D array");
+    }
+    std::vector<std::vector<float>> rows(a.shape(0));
+    for (py::ssize_t r = 0; r < a.shape(0); ++r) rows[r].assign(a.data(r, 0), a.data(r, 0) + a.shape(1));
+    return rows;
+}
+
+// The acceptance rule's own harness (rule_harness.h): the emitted tokens' counts by depth, a
+// (depth + 1) x vocab array, for the chain (siblings 0) or a tree of `siblings` children per node.
+py::array_t<int64_t> rule_draws(const FloatArray& logits, const FloatArray& q, int siblings, int64_t n_draws,
+                                uint64_t seed, const std::string& fault, float temperature) {
+    const std::vector<std::vector<float>> l_rows = rows_of(logits, "logits"), q_rows = rows_of(q, "q");
+    const Fault f = fault_named(fault);
+    std::vector<int64_t> hist;
+    {
+        py::gil_scoped_release release;
+        const RuleInputs in{l_rows, q_rows, temperature, n_draws, seed};
+        hist = siblings == 0 ? chain_rule_draws(f, in) : tree_rule_draws(f, in, siblings);
+    }
+    py::array_t<int64_t> out({static_cast<py::ssize_t>(l_rows.size()), static_cast<py::ssize_t>(l_rows[0].size())});
+    std::copy(hist.begin(), hist.end(), out.mutable_data());
+    return out;
+}
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -573,7 +571,7 @@ PYBIND11_MODULE(_core, m) {
         }, py::arg("prompts"), py::arg("k_max"), py::arg("repeats") = 3)
         // Tests of the lossless verdict only: plants a known bug in the speculative loop.
         .def("_inject_fault", [](GuardedEngine& e, const std::string& name) {
-            const Fault fault = parse_fault(name);
+            const Fault fault = fault_named(name);
             locked(e, [&] { e.inject_fault(fault); });
         })
         .def("tokenize", [](GuardedEngine& e, const std::string& text, bool add_special) {
@@ -672,6 +670,9 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("weights"), py::arg("u"));
     m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
           py::arg("seed"));
+    m.def("_rule_draws", &rule_draws, py::arg("logits"), py::arg("q"), py::arg("siblings"), py::arg("n_draws"),
+          py::arg("seed"), py::arg("fault") = "none", py::arg("temperature") = 1.0f,
+          "tests only: the acceptance rule (a planted fault by name) on synthetic rows; counts by depth");
     m.attr("drafter_names") = drafter_names();
     m.def("drafter_defaults", &ngram_drafter_defaults,
           "llama.cpp's n-gram drafter options by CLI name (no dashes) with their defaults at this commit");

@@ -743,19 +743,8 @@ void Engine::judge_round(Sequence& seq, const std::vector<int32_t>& drafts, cons
             target_token = synthetic_reject ? rule_of.target_token(draw) : x;
         } else if (rule == AcceptRule::rejection) {
             if (p.record_margins) seq.margins.push_back(argmax_with_margin(logits, t.n_vocab).margin);
-            // p(x) alone decides an acceptance; the whole of p only a rejection's residual
-            softmax_norm(logits, t.n_vocab, p.temperature, norm);
-            const float p_x = x < t.n_vocab ? softmax_prob(logits, norm, x) : 0.0f;
-            const std::vector<float>& q_i = rule_of.q_of(q, i);
-            if (rule_of.keep(keyed_uniform(p.seed, seq.key, index, Stream::accept), p_x, q_i[x])) {
-                target_token = x;
-            } else {
-                softmax(logits, t.n_vocab, norm, scratch.p_probs);
-                scratch.p_probs.resize(vocab, 0.0f);  // zero beyond the target's vocabulary
-                target_token = rule_of.residual(scratch.p_probs.data(), q_i.data(), vocab,
-                                                keyed_uniform(p.seed, seq.key, index, Stream::residual),
-                                                scratch.residual);
-            }
+            target_token = rule_of.judge_draft(logits, t.n_vocab, vocab, p, seq.key, index, rule_of.q_of(q, i), x,
+                                               scratch);
         } else {  // greedy and match: the target's own (argmax or keyed) sample
             target_token = rule_of.target_token(draw);
         }

@@ -2,6 +2,8 @@
 // each overrides one decision of the correct acceptance rule (acceptor.h) the way a real
 // implementation has been broken, so a test can show that the verdict catches it.
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "acceptor.h"
 #include "tree_acceptor.h"
@@ -87,6 +89,19 @@ struct TreeBranchKvKept final : TreeAcceptor {
     bool drops_branch_cells() const override { return false; }
 };
 
+struct TreeSiblingsWithReplacement final : TreeAcceptor {
+    // SpecInfer's rule for siblings drawn with replacement: q_i = q at every step
+    float sibling_q(const std::vector<float>& q, int32_t x, double, bool) const override { return q[x]; }
+    void update_residual(std::vector<float>& r, const std::vector<float>& q, double, const int32_t* drawn,
+                         int) const override {
+        TreeAcceptor::update_residual(r, q, 1.0, drawn, 0);
+    }
+};
+
+struct TreeSiblingOneUniform final : TreeAcceptor {
+    int uniform_step(int) const override { return 0; }
+};
+
 }  // namespace
 
 std::unique_ptr<TreeAcceptor> make_tree_acceptor(Fault fault) {
@@ -95,6 +110,8 @@ std::unique_ptr<TreeAcceptor> make_tree_acceptor(Fault fault) {
         case Fault::tree_sibling_twice: return std::make_unique<TreeSiblingTwice>();
         case Fault::tree_bonus_wrong_node: return std::make_unique<TreeBonusWrongNode>();
         case Fault::tree_branch_kv_kept: return std::make_unique<TreeBranchKvKept>();
+        case Fault::tree_siblings_with_replacement: return std::make_unique<TreeSiblingsWithReplacement>();
+        case Fault::tree_sibling_one_uniform: return std::make_unique<TreeSiblingOneUniform>();
         default: return std::make_unique<TreeAcceptor>();  // a chain's fault: trees judge correctly
     }
 }
@@ -116,9 +133,29 @@ std::unique_ptr<Acceptor> make_acceptor(Fault fault) {
         case Fault::tree_residual_stale:
         case Fault::tree_sibling_twice:
         case Fault::tree_bonus_wrong_node:
-        case Fault::tree_branch_kv_kept: return std::make_unique<Acceptor>();  // a tree's fault: chains judge correctly
+        case Fault::tree_branch_kv_kept:
+        case Fault::tree_siblings_with_replacement:
+        case Fault::tree_sibling_one_uniform: return std::make_unique<Acceptor>();  // a tree's fault: chains judge correctly
     }
     throw std::invalid_argument("unknown fault");
+}
+
+Fault fault_named(const std::string& name) {
+    static const std::pair<const char*, Fault> faults[] = {
+        {"none", Fault::none}, {"rollback_short", Fault::rollback_short}, {"rollback_long", Fault::rollback_long},
+        {"verify_position", Fault::verify_position}, {"seed_mixup", Fault::seed_mixup},
+        {"bonus_from_q", Fault::bonus_from_q}, {"slow_accept", Fault::slow_accept},
+        {"residual_from_p", Fault::residual_from_p}, {"accept_q_over_p", Fault::accept_q_over_p},
+        {"q_prev_position", Fault::q_prev_position}, {"accept_always", Fault::accept_always},
+        {"skip_draft_trim", Fault::skip_draft_trim}, {"tree_residual_stale", Fault::tree_residual_stale},
+        {"tree_sibling_twice", Fault::tree_sibling_twice}, {"tree_bonus_wrong_node", Fault::tree_bonus_wrong_node},
+        {"tree_branch_kv_kept", Fault::tree_branch_kv_kept},
+        {"tree_siblings_with_replacement", Fault::tree_siblings_with_replacement},
+        {"tree_sibling_one_uniform", Fault::tree_sibling_one_uniform}};
+    for (const auto& [fault_name, fault] : faults) {
+        if (name == fault_name) return fault;
+    }
+    throw std::invalid_argument("unknown fault '" + name + "'");
 }
 
 }  // namespace specnative

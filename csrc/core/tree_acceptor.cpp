@@ -47,10 +47,12 @@ NodeVerdict TreeAcceptor::judge(const NodeToJudge& node, int n_vocab, int vocab,
         bool drawn_before = false;
         for (int j = 0; j < i; ++j) drawn_before |= ch[j] == x;
         const double rest = 1.0 - before;
-        const float q_x = drawn_before || !(rest > 0.0) ? 0.0f : static_cast<float>(q[x] / rest);
+        const float q_x = sibling_q(q, x, rest, drawn_before);
         const float r_x = table ? static_cast<float>(scratch.r[x] / r_sum)
                                 : (x < n_vocab ? softmax_prob(node.logits, scratch.norm, x) : 0.0f);
-        if (draft_accepted(keyed_uniform(p.seed, key, sibling_position(node.index, i), Stream::accept), r_x, q_x)) {
+        const double u_accept =
+            keyed_uniform(p.seed, key, sibling_position(node.index, uniform_step(i)), Stream::accept);
+        if (draft_accepted(u_accept, r_x, q_x)) {
             v.rank = sibling_at(i);
             v.token = x;
             return v;

@@ -56,6 +56,13 @@ public:
 
     // The sibling the walk tries at step i (0-based).
     virtual int sibling_at(int i) const { return i; }
+    // q_i(x) of the sibling x tried at a step: q(x) renormalized without the siblings drawn
+    // before it (`rest`: q's mass left after them), 0 if x is one of them.
+    virtual float sibling_q(const std::vector<float>& q, int32_t x, double rest, bool drawn_before) const {
+        return drawn_before || !(rest > 0.0) ? 0.0f : static_cast<float>(q[x] / rest);
+    }
+    // The step whose accept uniform (sibling_position) the test at step i uses: its own.
+    virtual int uniform_step(int i) const { return i; }
     // After the sibling of step i was rejected: r <- max(0, r - q_i), q_i = q * scale outside
     // the siblings drawn before it (drawn[0..n_drawn)), where q_i is 0.
     virtual void update_residual(std::vector<float>& r, const std::vector<float>& q, double scale,
