@@ -7,9 +7,16 @@ lossless.DIST_ALPHA).
 
     python bench/rejection_power.py --models near,damped,tiny,noisy -np 1,4 --temps 0.7,1.2 --null-pool 32768
     python bench/rejection_power.py --models gemma -np 4 --temps 0.7,1.2 --pool 4096
+    python bench/rejection_power.py --models noisy,noisy-peaked --draft-shape tree:topk=3,depth=4,budget=8 -np 4
+
+A model set spelled NAME-peaked is NAME's pair with every logit of both models scaled by
+PEAKED_GAIN (4): the top tokens carry real mass (a tree node's first child ~29 % of q instead of
+~0.4 %), where the faults of recursive rejection over siblings show. It runs as NAME's files at
+T / PEAKED_GAIN: scaling logits by a power of two is exact in float, so the engine computes the
+same bits as with scaled output weights (its softmax reads logits / T only).
 
 For each pair, concurrency, temperature and fault (switched on with the C++ test-only
-`_inject_fault`), it pools `--pool` emitted positions of `rejection` runs (seeds 0, 1, ...;
+`_inject_fault`; a draft tree's own faults with --draft-shape tree:...), it pools `--pool` emitted positions of `rejection` runs (seeds 0, 1, ...;
 lossless.rejection_run, as the sweep's test, stress runs included), then estimates the failure rate
 at n positions by testing `--draws` random subsets of whole runs of the pool (without replacement
 within a subset; subsets overlap, so rates near the pool size are optimistic), and tests the pool's
@@ -29,42 +36,55 @@ from pathlib import Path
 import numpy as np
 
 from specnative import Engine, build_info, lossless
+from specnative.engine import parse_draft_shape
 from specnative.lossless import distribution
 from specnative.record.provenance import environment
+from specnative.sweep import SweepConfig
 from specnative.workloads import MIXED, Workload
 
 FAULTS = ("none", "residual_from_p", "accept_q_over_p", "q_prev_position", "accept_always", "bonus_from_q")
-SIZES = (128, 256, 512, 1024, 2048, 4096)
-DEFAULT_SIZE = 4096  # the sweep's --dist-positions
+TREE_FAULTS = ("none", "tree_residual_stale", "tree_sibling_twice", "tree_bonus_wrong_node",
+               "tree_siblings_with_replacement", "tree_sibling_one_uniform")
+SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+DEFAULT_SIZE = SweepConfig.dist_positions  # the sweep's --dist-positions
 MODEL_SETS = ("near", "damped", "tiny", "noisy", "gemma")
+PEAKED_GAIN = 4.0  # a power of two: logits * gain at T is the pair at T / gain, bit for bit
+PEAKED = "-peaked"
+
+
+def pair(name: str, directory: Path) -> tuple[str, Path, Path]:
+    """(label, target, draft) of one model set."""
+    from specnative.models import tiny_pair
+    if name == "near":
+        return ("near-copy: 4-layer f32 target (2 damped layers) over its 2-layer base",
+                *tiny_pair(directory, "deep", extra_layers=2))
+    if name == "damped":
+        return ("near-copy: 4-layer f32 target (2 layers damped to 0.05) over its 2-layer base",
+                *tiny_pair(directory, "deep", extra_layers=2, extra_damping=0.05))
+    if name == "tiny":
+        from specnative.models.presets import TINY_EXTRA_LAYERS, tiny_preset
+        p = tiny_preset()
+        return (f"near-copy: tiny preset, Q8_0 target ({TINY_EXTRA_LAYERS} damped layers) over its 2-layer Q8_0 base",
+                p.targets[1], p.draft)
+    if name == "noisy":
+        return ("noisy: f32 target, draft = target + 10 % weight noise", *tiny_pair(directory, "noisy", noise=0.1))
+    from specnative.models.presets import gemma_files
+    files = gemma_files()
+    return "gemma3-270m Q8_0 target, Q4_K_M draft", files["Q8_0"], files["Q4_K_M"]
 
 
 def pairs(names: list[str], directory: Path) -> dict:
+    """label -> (target, draft, logit gain); unknown names refused before any file is written."""
+    unknown = [n for n in names if n.removesuffix(PEAKED) not in MODEL_SETS or n == "gemma" + PEAKED]
+    if unknown:
+        raise SystemExit(f"unknown model set {unknown[0]!r} ({', '.join(MODEL_SETS)}, or a tiny one + '{PEAKED}')")
     out = {}
-    for name in names:
-        if name == "near":
-            from specnative.models import tiny_pair
-            target, draft = tiny_pair(directory, "deep", extra_layers=2)
-            out["near-copy: 4-layer f32 target (2 damped layers) over its 2-layer base"] = (target, draft)
-        elif name == "damped":
-            from specnative.models import tiny_pair
-            target, draft = tiny_pair(directory, "deep", extra_layers=2, extra_damping=0.05)
-            out["near-copy: 4-layer f32 target (2 layers damped to 0.05) over its 2-layer base"] = (target, draft)
-        elif name == "tiny":
-            from specnative.models.presets import TINY_EXTRA_LAYERS, tiny_preset
-            p = tiny_preset()
-            out[f"near-copy: tiny preset, Q8_0 target ({TINY_EXTRA_LAYERS} damped layers) over its 2-layer Q8_0 base"] \
-                = (p.targets[1], p.draft)
-        elif name == "noisy":
-            from specnative.models import tiny_pair
-            target, draft = tiny_pair(directory, "noisy", noise=0.1)
-            out["noisy: f32 target, draft = target + 10 % weight noise"] = (target, draft)
-        elif name == "gemma":
-            from specnative.models.presets import gemma_files
-            files = gemma_files()
-            out["gemma3-270m Q8_0 target, Q4_K_M draft"] = (files["Q8_0"], files["Q4_K_M"])
+    for spelled in names:
+        label, target, draft = pair(spelled.removesuffix(PEAKED), directory)
+        if spelled.endswith(PEAKED):
+            out[f"peaked (logits x {PEAKED_GAIN:g}) {label}"] = (target, draft, PEAKED_GAIN)
         else:
-            raise SystemExit(f"unknown model set {name!r} ({', '.join(MODEL_SETS)})")
+            out[label] = (target, draft, 1.0)
     return out
 
 
@@ -78,7 +98,7 @@ def pooled_runs(engine, prompts, fault: str, temp: float, pool: int, args) -> tu
     try:
         while positions < pool:
             out, values = lossless.rejection_run(engine, prompts, temp, 0, seed, rng, args.stress,
-                                                 n_predict=args.n_predict, k=args.k)
+                                                 n_predict=args.n_predict, **shape_of(args))
             drafted += out.totals["drafted"]
             accepted += out.totals["accepted"]
             outputs.append([list(map(int, t)) for t in out.tokens])
@@ -88,6 +108,11 @@ def pooled_runs(engine, prompts, fault: str, temp: float, pool: int, args) -> tu
     finally:
         engine._core._inject_fault("none")
     return runs, accepted / max(drafted, 1), outputs
+
+
+def shape_of(args) -> dict:
+    """generate()'s draft arguments: k for a chain, draft_shape for a tree."""
+    return {"k": args.k} if args.draft_shape == "chain" else {"draft_shape": args.draft_shape}
 
 
 def changed_share(outputs: list, reference: list) -> float:
@@ -135,6 +160,7 @@ def cell(rate: float | None) -> str:
 
 
 def fault_rows(engine, prompts, temp: float, args, sizes: list, rng) -> list[str]:
+    """One row per fault at the engine temperature `temp` (a peaked pair's T / PEAKED_GAIN)."""
     lines = ["| fault | alpha | runs changed | " + " | ".join(f"n={n}" for n in sizes)
              + f" | {DEFAULT_SIZE}-position blocks: p (tokens alone) | decided by | fails >= 95 % from |",
              "|---|---|---|" + "---|" * len(sizes) + "---|---|---|"]
@@ -195,8 +221,12 @@ def main(argv=None) -> int:
     ap.add_argument("--no-stress", dest="stress", action="store_false",
                     help="every run at the user's draft temperature (the sweep drafts every other run hotter)")
     ap.add_argument("--pairs", default=None, help="only the pairs whose label contains this text")
-    ap.add_argument("--faults", default=",".join(FAULTS),
-                    help="comma-separated, 'none' first (the reference for 'runs changed'; default: all)")
+    ap.add_argument("--draft-shape", default="chain",
+                    help="'chain' (k drafts in a line) or a draft tree's spelling (tree:topk=3,depth=4,budget=8): "
+                         "then the tree's own faults")
+    ap.add_argument("--faults", default=None,
+                    help="comma-separated, 'none' first (the reference for 'runs changed'; default: all of the "
+                         "draft shape's)")
     ap.add_argument("--model-dir", type=Path, default=Path(__file__).parent / "scratch" / "rejection-power",
                     help="where the tiny pairs are written")
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -204,8 +234,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     temps = [float(t) for t in args.temps.split(",")]
-    if args.faults.split(",")[0] != "none" or not set(args.faults.split(",")) <= set(FAULTS):
-        raise SystemExit(f"--faults: 'none' first, then any of {', '.join(FAULTS[1:])}")
+    try:
+        shape = parse_draft_shape(args.draft_shape)
+    except ValueError as e:
+        raise SystemExit(f"--draft-shape: {e}") from None
+    known = FAULTS if args.draft_shape == "chain" else TREE_FAULTS
+    args.faults = args.faults or ",".join(known)
+    if args.faults.split(",")[0] != "none" or not set(args.faults.split(",")) <= set(known):
+        raise SystemExit(f"--faults: 'none' first, then any of {', '.join(known[1:])} ({args.draft_shape})")
     if not all(t > 0 for t in temps):
         raise SystemExit("--temps: the distributional test needs temperatures > 0")
     chosen = pairs(args.models.split(","), args.model_dir)  # unknown names refused before any run
@@ -221,7 +257,8 @@ def main(argv=None) -> int:
              (f"Host: {env['cpu_model']}, {env['cpu_count']} cores, load average {load[0]:.1f} at the start; "
               f"{args.threads} thread(s)  "),
              f"Build: {build_info()['build_flags'].strip()} ({build_info()['backend']})  ",
-             (f"k {args.k}, n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); {stress}; "
+             (f"{'k ' + str(args.k) if args.draft_shape == 'chain' else 'draft tree ' + shape.spelling}, "
+              f"n_predict {args.n_predict}, prompts: the built-in suite (task 'mixed'); {stress}; "
               f"false-alarm rate per test {lossless.DIST_ALPHA:g}; {args.draws} subsets of whole runs per size from a "
               f"pool of {args.pool} positions."), "",
              (f"Cells: share of subsets whose verdict is fail with every statistic (**bold**: >= 95 %), and in "
@@ -232,19 +269,21 @@ def main(argv=None) -> int:
               f"differ from the correct engine's at the same seed (the keyed RNG makes them equal where the fault "
               f"changed no decision)."), ""]
     rng = np.random.default_rng(1)
-    for label, (target, draft) in chosen.items():
+    for label, (target, draft, gain) in chosen.items():
         if args.pairs and args.pairs not in label:
             continue
         for conc in concurrencies:
-            with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc, n_threads=args.threads) as engine:
+            with Engine(target, draft, n_ctx=4096, n_batch=512, n_seq_max=conc * shape.ids_per_sequence,
+                        n_threads=args.threads) as engine:
                 prompts, _ = Workload(target).token_prompts(MIXED, conc, 0)
                 for temp in temps:
-                    print(f"{label}, concurrency {conc}, T {temp:g}", file=sys.stderr, flush=True)
-                    lines += [f"## {label}, concurrency {conc}, T {temp:g}", ""]
-                    lines += fault_rows(engine, prompts, temp, args, sizes, rng) + [""]
+                    run_at = "" if gain == 1.0 else f" (run at T {temp / gain:g})"
+                    print(f"{label}, concurrency {conc}, T {temp:g}{run_at}", file=sys.stderr, flush=True)
+                    lines += [f"## {label}, concurrency {conc}, T {temp:g}{run_at}", ""]
+                    lines += fault_rows(engine, prompts, temp / gain, args, sizes, rng) + [""]
                 if args.null_pool:
                     lines += [f"### False alarms: {label}, concurrency {conc}", ""]
-                    lines += null_rows(engine, prompts, temps[0], args, sizes)
+                    lines += null_rows(engine, prompts, temps[0] / gain, args, sizes)
     lines.append(f"Load average at the end: {os.getloadavg()[0]:.1f}.")
     out = args.out or Path(__file__).parent / "results" / "rejection-power" / f"{args.models.replace(',', '-')}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
