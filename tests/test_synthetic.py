@@ -283,3 +283,18 @@ def test_each_alpha_is_named_for_what_it_counts(synthetic_sweep):
     assert "| α (accepted/drafted) |" in cells
     section = summary.split("## Which alpha would pay: break-even per regime", 1)[1].split("\n## ", 1)[0]
     assert "real alpha (per-token, chain)" in section
+
+
+def test_a_synthetic_row_names_no_acceptance_rule(synthetic_sweep):
+    """A synthetic row's drafts are kept by a keyed draw, whatever the run's rule: its rule column says
+    so (it said `rejection` at T 0 in a run whose grid also held T > 0), and the break-even still
+    pairs it with the real row, whose rule it reports."""
+    import pandas as pd
+
+    from specnative.record import schema
+    frame = schema.read_traces(synthetic_sweep / "traces.csv")
+    assert (schema.synthetic_rows(frame)["accept_rule"] == "synthetic").all()
+    real = schema.real_rows(frame)
+    table = pd.read_csv(synthetic_sweep / "break_even.csv")
+    assert table["accept_rule"].tolist() == real[real["spec_decode"] == "on"]["accept_rule"].tolist()
+    assert table["real_alpha"].notna().all()

@@ -42,7 +42,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("speedup", "float", "tps / tps_baseline"),
     Column("k", "int", "draft length (on rows)"),
     Column("temperature", "float", "sampling temperature for target and draft"),
-    Column("accept_rule", "str", "greedy, match or rejection (on rows)"),
+    Column("accept_rule", "str", "greedy, match or rejection (on rows); synthetic on synthetic acceptance rows, "
+           "whose drafts no rule judges"),
     Column("n_predict", "int", "tokens generated per sequence"),
     Column("warmup", "int", "--warmup: most discarded warm-up runs (warmup_used: how many were)"),
     Column("repeats", "int", "--repeats: fewest timed runs (repeats_used: how many ran); rates are pooled over the "

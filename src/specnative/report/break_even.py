@@ -20,8 +20,9 @@ from specnative.report.figures import caption, colors, empty_panel, new_figure
 from specnative.report.text import floats, md_table
 from specnative.report.trees import is_tree_row
 
-# A regime and drafter: the synthetic rows and the real on row that share these are compared.
-GROUP_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "accept_rule", "task",
+# A regime and drafter: the synthetic rows and the real on row that share these are compared (a
+# synthetic row's accept_rule is "synthetic": the real row's rule is carried into the table).
+GROUP_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task",
               "drafter", "draft_p_min", "prefix_cache", "k")
 
 HOW_TO_ASK = ("No synthetic acceptance was measured. To see which alpha would pay in each regime, add "
@@ -97,7 +98,8 @@ def break_even_table(traces: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
         tree = _matching(trees, key)
         alpha = rows["synthetic_alpha"].astype(float).to_numpy()
         speedup = rows["speedup"].astype(float).to_numpy()
-        out.append({**key, "c": cost.estimate - 1.0, "c_low": cost.low - 1.0, "c_high": cost.high - 1.0,
+        rule = mine["accept_rule"] if mine is not None and "accept_rule" in mine else math.nan
+        out.append({**key, "accept_rule": rule, "c": cost.estimate - 1.0, "c_low": cost.low - 1.0, "c_high": cost.high - 1.0,
                     "alpha_star": star(cost.estimate), "alpha_star_low": star(cost.low),
                     "alpha_star_high": star(cost.high), "measured_alpha_star": _measured_crossing(alpha, speedup),
                     "points": len(rows), "repeats": cost.n, "level": level,

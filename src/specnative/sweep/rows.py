@@ -148,12 +148,18 @@ SYNTHETIC_REASON = ("synthetic acceptance: drafts kept at random at the requeste
                     "target's; a measurement of what that acceptance would pay, never a lossless result")
 
 
+SYNTHETIC_RULE = "synthetic"
+
+
 def synthetic_columns(profile, k: int) -> dict:
     """A synthetic row's own columns: the requested profile (its text, per-position rates at k and
     its per-token alpha; the realised ones are accept_at_pos and token_accept_rate) and its verdict,
     which is neither lossless nor a failure."""
     return {"synthetic_acceptance": profile.text, "synthetic_rates": synthetic.rates_text(profile.rates(k)),
             "synthetic_alpha": profile.alpha(k), "lossless_ok": None, "lossless_method": "synthetic",
+            # no acceptance rule judges these drafts: a keyed draw keeps each, and a dropped one is
+            # replaced by the target's own token (its argmax at T 0, its keyed sample above)
+            "accept_rule": SYNTHETIC_RULE,
             "verdict": "synthetic", "verdict_reason": SYNTHETIC_REASON}
 
 
