@@ -24,7 +24,6 @@ VERBS = {
     "schema": "the traces.csv columns",
     "project": "a run's speedup projected to other hardware with the cost model [projected]",
 }
-SERVE_MOVED = "note: `sweep --serve` is now `specnative serve`; running it as that"
 
 
 def version() -> str:
@@ -63,12 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def sweep_main(argv: list[str] | None = None) -> int:
-    """`specnative sweep`, `python -m specnative.sweep` and `specnative-sweep`; the old spelling
-    `--serve` runs `specnative serve` with the same flags."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if "--serve" in argv:
-        print(SERVE_MOVED, file=sys.stderr)
-        return serve_main([a for a in argv if a != "--serve"])
+    """`specnative sweep`, and `python -m specnative.sweep` (the quick start's spelling)."""
     from specnative.sweep import cli
 
     return cli.main(argv)
