@@ -55,6 +55,17 @@ def test_serving_is_its_own_verb_and_no_sweep_flag(monkeypatch, capsys):
     assert cli.main(["serve", "--request-rate", "1", "-n", "4"]) == 0 and ran == [["--request-rate", "1", "-n", "4"]]
 
 
+def test_report_takes_one_run_folder_and_no_compare_flag(tmp_path, capsys):
+    before = {p.name for p in tmp_path.iterdir()}
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["report", str(tmp_path), "--compare", str(tmp_path)])
+    assert stop.value.code == 2
+    assert "unrecognized arguments: --compare" in capsys.readouterr().err
+    assert {p.name for p in tmp_path.iterdir()} == before
+    assert "--compare" not in help_text(capsys, ["report", "--help"])
+    assert "[RUN ...]" in help_text(capsys, ["compare", "--help"])  # two runs side by side: specnative compare A B
+
+
 def test_the_module_spellings_run_the_same_commands():
     for module in ("specnative", "specnative.sweep"):
         out = subprocess.run([sys.executable, "-m", module, "--help"], check=False, capture_output=True,

@@ -271,24 +271,6 @@ def test_a_serve_resume_with_other_settings_is_refused(finished_serve_run):
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
 
 
-# ---- the report verb ---------------------------------------------------------------------------------------
-def test_report_compare_refuses_a_serve_run_on_either_side(finished_serve_run, tmp_path, capsys):
-    out, _ = finished_serve_run
-    loop = tmp_path / "loop"
-    loop.mkdir()
-    row = {"quant_bits": 4, "spec_decode": "off", "concurrency": 1, "ctx_len": 0, "tps": 10.0, "lossless_ok": True,
-           "seed": 0}
-    schema.append_rows(loop / "traces.csv", [row, dict(row, spec_decode="on", tps=12.0, speedup=1.2, k=4)])
-    for a, b in ((loop, out), (out, loop), (loop, out / "traces.csv")):
-        assert main(["report", str(a), "--compare", str(b)]) == 1
-        assert "--compare takes two sweep runs" in capsys.readouterr().err
-    assert not (loop / "compare.csv").exists()
-    from specnative.report.compare_runs import _compare_source
-    from specnative.report.record_md import ReportInputError
-    with pytest.raises(ReportInputError, match="is a serve run"):
-        _compare_source(out)
-
-
 # ---- the shared checks these rely on -----------------------------------------------------------------------
 def test_dist_positions_has_a_bound(noisy_pair, tmp_path):
     from specnative.sweep import main as sweep_main

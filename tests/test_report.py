@@ -1,17 +1,15 @@
 """Reports from synthetic traces: the figures carry the CSV's series, the closed forms match hand
-computation, lossless failures stay out of the curves and into summary.md, compare mode joins."""
-import copy
+computation, lossless failures stay out of the curves and into summary.md."""
 import re
 
 import numpy as np
 import pytest
 from conftest import assert_real_figure
-from matplotlib.container import BarContainer
 from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_rows, off_row, on_row, write_run
 
 from specnative import report
 from specnative.report import cells as report_cells
-from specnative.report import cli, compare_runs, figures
+from specnative.report import cli, figures
 from specnative.report import summary as report_summary
 from specnative.report.advisor import advise, load_traces, pair_cells
 
@@ -255,42 +253,6 @@ def test_cli_passes_thresholds(tmp_path, capsys, no_figure_files):
     assert cli.main([str(tmp_path), "--min-alpha", "0.7"]) == 0
     assert "alpha 0.60 < 0.7" in (tmp_path / "advice.csv").read_text()
     assert capsys.readouterr().out.strip() == str(tmp_path / "summary.md")
-
-
-def test_compare_joins_two_quants(tmp_path):
-    a = write_run(tmp_path / "a", grid_rows(4, speedups=SPEEDUPS))
-    prov_b = copy.deepcopy(PROVENANCE)
-    prov_b.update(run_id="run-b", cpu_model="Other CPU")
-    b = write_run(tmp_path / "b", grid_rows(8, speedups={k: v * 0.9 for k, v in SPEEDUPS.items()}), prov_b)
-    written = report_summary.write_artifacts(a, compare=b / "traces.csv")
-    joined, keys = compare_runs.compare_runs(pair_cells(load_traces(a)), pair_cells(load_traces(b)))
-    assert "quant_bits" not in keys and {"ctx_len", "concurrency"} <= set(keys)
-    assert len(joined) == 6
-    row = joined[(joined["ctx_len"] == 8192) & (joined["concurrency"] == 4)].iloc[0]
-    assert (row["quant_bits_a"], row["quant_bits_b"]) == (4, 8)
-    assert (row["speedup_a"], row["speedup_b"]) == pytest.approx((1.1, 0.99))
-
-    fig = compare_runs.plot_compare(joined, keys, "A", "B")
-    bars = {c.get_label(): [p.get_width() for p in c] for c in fig.axes[0].containers
-            if isinstance(c, BarContainer)}
-    assert bars["A"] == pytest.approx(joined["speedup_a"].to_list())
-    assert bars["B"] == pytest.approx(joined["speedup_b"].to_list())
-
-    assert written["compare.png"].is_file() and written["compare.csv"].is_file()
-    text = written["summary.md"].read_text()
-    section = text[text.index("## Compare"):]
-    assert "run-b (CPU Other CPU" in section and "| 4 / 8 |" in section
-    assert "![compare](compare.png)" in section
-
-
-def test_compare_same_quant_other_machine_joins_on_quant(tmp_path):
-    a = grid_rows(4, speedups=SPEEDUPS)
-    a[1]["lossless_ok"] = False  # ctx 0, x1 on: left out of the comparison
-    cells_a, cells_b = cells_of(a, tmp_path / "a"), cells_of(grid_rows(4), tmp_path / "b")
-    joined, keys = compare_runs.compare_runs(cells_a, cells_b)
-    assert "quant_bits" in keys
-    assert len(joined) == 5
-    assert not ((joined["ctx_len"] == 0) & (joined["concurrency"] == 1)).any()
 
 
 def test_unfinished_sweep_and_refused_cells_are_said(tmp_path, no_figure_files):

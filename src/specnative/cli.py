@@ -81,12 +81,6 @@ def is_serve_folder(run_dir: Path) -> bool:
     return (Path(run_dir) / "traces.csv").is_file() and is_serve_run(load_traces(Path(run_dir) / "traces.csv"))
 
 
-def _run_folder(path: Path) -> Path:
-    """The run folder of a run folder or of its traces.csv."""
-    path = Path(path)
-    return path if path.is_dir() else path.parent
-
-
 def write_any_report(run_dir: Path) -> Path:
     """The report of a run folder, a sweep's or a serve run's; returns summary.md."""
     if is_serve_folder(run_dir):
@@ -104,8 +98,6 @@ def report_main(argv: list[str] | None = None) -> int:
 
     args = cli.build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        if args.compare is not None and (is_serve_folder(args.run_dir) or is_serve_folder(_run_folder(args.compare))):
-            raise ReportInputError("--compare takes two sweep runs; compare serve runs with specnative compare")
         if not is_serve_folder(args.run_dir):
             return cli.run(args)
         print(write_any_report(args.run_dir))

@@ -1,5 +1,5 @@
-"""`specnative report RUN_DIR` (also `python -m specnative.report`): the figures and summary.md of a
-sweep run again, with the advisor's thresholds as flags."""
+"""`specnative report RUN_DIR`: the figures and summary.md of a sweep run again, with the advisor's
+thresholds as flags (two runs side by side are `specnative compare A B`)."""
 from __future__ import annotations
 
 import argparse
@@ -16,7 +16,6 @@ def build_parser(prog: str = "specnative report") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Write a run folder's figures and summary.md again "
                                      "(a sweep's, or a serve run's).")
     parser.add_argument("run_dir", type=Path, help="directory holding traces.csv (and provenance.json)")
-    parser.add_argument("--compare", type=Path, help="another run directory or traces.csv (B)")
     for name, default, kind in threshold_fields():
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=default,
                             help=f"advisor threshold (default {default})")
@@ -26,7 +25,7 @@ def build_parser(prog: str = "specnative report") -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     thresholds = Thresholds(**{name: getattr(args, name) for name, _, _ in threshold_fields()})
     try:
-        print(write_report(args.run_dir, args.compare, thresholds))
+        print(write_report(args.run_dir, thresholds))
     except (TracesError, ReportInputError) as error:  # a damaged run directory: one line, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -10,7 +10,6 @@ from specnative.record.schema import is_serve_run
 from specnative.report import break_even, factorial, levers
 from specnative.report.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
 from specnative.report.cells import speedup_slope, theory_table
-from specnative.report.compare_runs import write_compare
 from specnative.report.drafter_sections import (
     by_drafter,
     drafters_md,
@@ -46,12 +45,12 @@ from specnative.report.verdict_block import verdict_block
 from specnative.workloads import category_table
 
 
-def write_report(run_dir, compare=None, thresholds: Thresholds | None = None) -> Path:
+def write_report(run_dir, thresholds: Thresholds | None = None) -> Path:
     """Writes the report into run_dir (see write_artifacts); returns the summary.md path."""
-    return write_artifacts(run_dir, compare, thresholds)["summary.md"]
+    return write_artifacts(run_dir, thresholds)["summary.md"]
 
 
-def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None) -> dict:
+def write_artifacts(run_dir, thresholds: Thresholds | None = None) -> dict:
     """Writes figures, advice.csv and summary.md into run_dir; returns {file name: path}."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
@@ -105,9 +104,6 @@ def write_artifacts(run_dir, compare=None, thresholds: Thresholds | None = None)
     sections.insert(3, ("Which alpha would pay: break-even per regime", break_even.section_md(break_even_rows)))
     if (own_time := sweep_time_md((prov or {}).get("sweep_timing") or [])) is not None:
         sections.append(("Where the sweep's time went", own_time))
-    if compare is not None:
-        sections.append(("Compare", write_compare(run_dir, prov, cells, verdicts, compare,
-                                                    thresholds, out)))
     out["summary.md"] = run_dir / "summary.md"
     answer = verdict_block(traces, verdicts, k_advice(traces) if has_k_prediction(traces) else None, all_traces)
     if has_trees(all_traces):
