@@ -2,8 +2,10 @@
 verb has one spelling (`python -m specnative.sweep` runs the sweep, as the quick start does)."""
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +66,16 @@ def test_report_takes_one_run_folder_and_no_compare_flag(tmp_path, capsys):
     assert {p.name for p in tmp_path.iterdir()} == before
     assert "--compare" not in help_text(capsys, ["report", "--help"])
     assert "[RUN ...]" in help_text(capsys, ["compare", "--help"])  # two runs side by side: specnative compare A B
+
+
+def test_one_console_script_and_one_module_per_command():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"] == {"specnative": "specnative.cli:main"}
+    assert importlib.util.find_spec("specnative.report.__main__") is None
+    out = subprocess.run([sys.executable, "-m", "specnative.report", "--help"], check=False, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode != 0 and "cannot be directly executed" in out.stderr
 
 
 def test_the_module_spellings_run_the_same_commands():
