@@ -2,8 +2,9 @@
 
 train-drafter self-distills a llama-architecture GGUF target (its own greedy continuations by
 llama.cpp, its layer inputs by a torch re-implementation checked against llama.cpp), trains an
-EAGLE-3 head with a training-time test, and writes it in the GGUF format llama.cpp's draft-eagle3
-loads. Importing this package does not import torch.
+EAGLE-3 head (with a training-time test) or a DFlash block drafter through one training loop, and
+writes it in the GGUF format llama.cpp's draft-eagle3 or draft-dflash loads. Importing this package
+does not import torch.
 """
 from .deps import TORCH_HINT, MissingTorch
 from .target_check import TargetError, check_target

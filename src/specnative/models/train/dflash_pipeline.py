@@ -2,7 +2,8 @@
 
 Everything before this (the target's checks, the prompts, the self-distilled sequences with their
 features and soft labels, the held-out split, the draft vocabulary) is pipeline.py's, shared with
-EAGLE-3; this picks the mask token, builds the drafter, trains it on the clock and writes the file.
+EAGLE-3, and so are the training loop (loop.py) and the file's writer (writer.py); this picks the
+mask token and builds the drafter and its training recipe.
 """
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import numpy as np
 
 from . import deps
 from .dflash_head import DFlashConfig, make_dflash_head
-from .dflash_trainer import DFlashSettings, evaluate, train
-from .dflash_writer import write_dflash
+from .dflash_trainer import DFlashSettings
 
 
 def choose_mask_token(reader, sequences) -> int:
@@ -54,19 +54,14 @@ def new_dflash(o, info, weights: dict, d2t, layers, mask_token: int):
                             output_norm=torch.from_numpy(weights["output_norm.weight"]))
 
 
-def train_dflash(o, *, info, layers, reader, weights, d2t, t2d, train_set, held_set, row_len: int, deadline):
-    """(config, held-out before, history, held-out after, written path, report extras)."""
+def setup_dflash(o, *, info, layers, reader, weights, d2t, train_set, held_set, row_len: int, deadline, **_):
+    """(the seeded drafter, its training recipe, the report's extras) of --kind dflash."""
     mask = choose_mask_token(reader, train_set[0] + held_set[0])
     head = new_dflash(o, info, weights, d2t, layers, mask)
-    settings = DFlashSettings(seed=o.seed, lr=o.lr, rows_per_batch=o.batch_rows, row_len=row_len, gamma=o.gamma,
-                              max_tokens=o.max_tokens, deadline=deadline, epochs=o.epochs, quiet=o.quiet)
-    eval_kw = {"block_len": o.block_size, "row_len": row_len, "rows_per_batch": settings.rows_per_batch}
-    before = evaluate(head, *held_set, t2d, **eval_kw) if held_set[0] else {}
-    history = train(head, train_set, held_set, t2d, settings)
-    after = history["epochs"][-1].get("held_out", {}) if history["epochs"] else before
-    out = write_dflash(o.out, head=head, d2t=d2t, target_reader=reader, target_info=info, layers=layers)
+    recipe = DFlashSettings(seed=o.seed, lr=o.lr, rows_per_batch=o.batch_rows, row_len=row_len, gamma=o.gamma,
+                            max_tokens=o.max_tokens, deadline=deadline, epochs=o.epochs, quiet=o.quiet)
     extra = {"block_size": o.block_size, "draft_layers": o.draft_layers, "mask_token": mask,
              "loss_weights": f"exp(-(i - 1) / {o.gamma:g}) at block offset i",
-             "block_lengths": f"{min(settings.min_block, o.block_size)}..{o.block_size}, one per batch",
-             "block_tokens_per_row": settings.block_tokens, "rows_per_batch": settings.rows_per_batch}
-    return head.cfg, before, history, after, out, extra
+             "block_lengths": f"{min(recipe.min_block, o.block_size)}..{o.block_size}, one per batch",
+             "block_tokens_per_row": recipe.block_tokens, "rows_per_batch": recipe.rows_per_batch}
+    return head, recipe, extra

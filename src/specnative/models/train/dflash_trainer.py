@@ -10,38 +10,57 @@ accepts. Sequences are packed into rows (batches.pack); a block sees only its ow
 batch draws its block length from 4..block_size, so the drafter also serves the shorter blocks a
 smaller draft length k decodes (llama.cpp's block is k + 1 tokens). The held-out measurement is
 the hard one: the drafter's top-1 against the target's own continuation at every offset, and
-chained from offset 1 (what a greedy verify of one block accepts). The schedule follows
-trainer.py's: warm-up, then a cosine on the clock under a time budget.
+chained from offset 1 (what a greedy verify of one block accepts). The loop (warm-up, then a
+cosine on the clock under a time budget) is loop.py's, which the EAGLE-3 head trains with too.
 """
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
-from tqdm import tqdm
 
 from .batches import _softmax, pack
 from .deps import torch as _torch
 from .dflash_head import block_states
-from .trainer import _lr_factor, _progress
+from .loop import Recipe
 
 
 @dataclass
-class DFlashSettings:
-    seed: int = 0
-    lr: float = 3e-3
-    rows_per_batch: int = 2
-    row_len: int = 512
+class DFlashSettings(Recipe):
+    """DFlash's recipe: packed rows, random anchors opening blocks of a length drawn per batch, the
+    loss of offset i weighted exp(-(i - 1) / gamma) and averaged over the taught offsets."""
     block_tokens: int = 512         # block positions per row and batch: anchors = block_tokens / block length
     min_block: int = 4
     gamma: float = 7.0              # DFlash's loss decay for a block of 16
-    max_tokens: int | None = None
-    deadline: float | None = None
-    epochs: int | None = None
-    warmup_rows: int = 80
-    quiet: bool = False
+    label: ClassVar[str] = "training (dflash)"
+
+    def positions(self, head) -> int:
+        return head.cfg.block_size - 1
+
+    def batches(self, head, sequences, features, t2d, order, rng):
+        soft = sequences[0].soft_ids is not None
+        B = head.cfg.block_size
+        lens = list(range(min(self.min_block, B), B + 1))
+        packed = pack([len(x.tokens) for x in sequences], self.row_len, order)
+        for start in range(0, len(packed), self.rows_per_batch):
+            rows = make_rows(packed[start:start + self.rows_per_batch], sequences, features, t2d, self.row_len)
+            block_len = int(rng.choice(lens))
+            anchors, valid = sample_anchors(eligible(rows, hard=not soft), max(1, self.block_tokens // block_len), rng)
+            yield {**rows, "anchors": anchors, "valid": valid, "block_len": block_len, "soft": soft}
+
+    def loss(self, head, batch):
+        losses = [(ce, n) for ce, n, _ in block_losses(head, batch, batch["anchors"], batch["valid"],
+                                                         batch["block_len"], soft=batch["soft"])]
+        weights = [math.exp(-(i - 1) / self.gamma) for i in range(1, len(losses) + 1)]
+        num = sum(w * ce for w, (ce, _) in zip(weights, losses))
+        den = sum(w * n for w, (_, n) in zip(weights, losses))
+        return num / max(den, 1), losses
+
+    def evaluate(self, head, sequences, features, t2d) -> dict:
+        return evaluate(head, sequences, features, t2d, block_len=head.cfg.block_size, row_len=self.row_len,
+                        rows_per_batch=self.rows_per_batch)
 
 
 def make_rows(rows, sequences, features, t2d, row_len: int) -> dict:
@@ -212,80 +231,3 @@ def evaluate(head, sequences, features, t2d, *, block_len: int, row_len: int, ro
     if per_sequence:
         out["correct"] = correct_of
     return out
-
-
-def train(head, train_set, held_set, t2d, s: DFlashSettings) -> dict:
-    """Train `head` in place on (sequences, features); returns the history (the training curve)."""
-    torch = _torch()
-    torch.manual_seed(s.seed)
-    seqs, feats = train_set
-    soft = seqs[0].soft_ids is not None
-    B = head.cfg.block_size
-    lens = list(range(min(s.min_block, B), B + 1))
-    weights = [math.exp(-(i - 1) / s.gamma) for i in range(1, B)]
-    epoch_tokens = sum(len(x.tokens) for x in seqs)
-    planned = math.inf
-    if s.max_tokens is not None:
-        planned = s.max_tokens
-    if s.epochs is not None:
-        planned = min(planned, s.epochs * epoch_tokens)
-    timed = s.deadline is not None
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    warmup_batches = max(1, -(-s.warmup_rows // s.rows_per_batch))
-    history, done, started = [], 0, time.perf_counter()
-    bar = tqdm(total=None if math.isinf(planned) else int(planned), unit="tok", unit_scale=True,
-               desc="training (dflash)", disable=s.quiet, dynamic_ncols=True)
-    epoch, n_batches, stop = 0, 0, planned <= 0
-    while not stop:
-        rng = np.random.RandomState((s.seed * 1000003 + epoch) & 0xFFFFFFFF)
-        order = rng.permutation(len(seqs))
-        packed = pack([len(x.tokens) for x in seqs], s.row_len, order)
-        sums, counts, seen = np.zeros(B - 1), np.zeros(B - 1), 0
-        for start in range(0, len(packed), s.rows_per_batch):
-            rows = make_rows(packed[start:start + s.rows_per_batch], seqs, feats, t2d, s.row_len)
-            block_len = int(rng.choice(lens))
-            anchors, valid = sample_anchors(eligible(rows, hard=not soft), max(1, s.block_tokens // block_len), rng)
-            if timed and done > 0:
-                rate = done / (time.perf_counter() - started)
-                bar.total = int(min(planned, done + rate * max(s.deadline - time.perf_counter(), 0.0)))
-            factor = _lr_factor(_progress(done, planned, started, s.deadline), n_batches, warmup_batches)
-            for group in opt.param_groups:
-                group["lr"] = s.lr * factor
-            losses = block_losses(head, rows, anchors, valid, block_len, soft=soft)
-            num = sum(weights[j] * ce for j, (ce, n, _) in enumerate(losses))
-            den = sum(weights[j] * n for j, (ce, n, _) in enumerate(losses))
-            total = num / max(den, 1)
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            for j, (ce, n, _) in enumerate(losses):
-                sums[j] += float(ce.detach())
-                counts[j] += n
-            done += rows["tokens"]
-            seen += rows["tokens"]
-            n_batches += 1
-            bar.update(rows["tokens"])
-            bar.set_postfix(epoch=epoch + 1, loss=f"{float(total.detach()):.3f}")
-            if done >= planned or (timed and time.perf_counter() >= s.deadline):
-                stop = True
-                break
-        with np.errstate(invalid="ignore", divide="ignore"):
-            by_offset = (sums / counts).round(4).tolist()
-        entry = {"epoch": epoch + 1, "tokens": seen, "complete": seen == epoch_tokens,
-                 "loss_by_position": by_offset, "elapsed_s": round(time.perf_counter() - started, 1)}
-        if held_set[0]:
-            entry["held_out"] = evaluate(head, *held_set, t2d, block_len=B, row_len=s.row_len,
-                                         rows_per_batch=s.rows_per_batch)
-        history.append(entry)
-        if not s.quiet:
-            held = entry.get("held_out", {})
-            bar.write(f"epoch {epoch + 1}: held-out top-1 by offset {held.get('top1_by_position', [])[:6]}, "
-                      f"chained {held.get('chained_by_position', [])[:6]}")
-        epoch += 1
-        if s.epochs is not None and epoch >= s.epochs:
-            stop = True
-    bar.close()
-    return {"epochs": history, "tokens": done, "batches": n_batches, "train_s": round(time.perf_counter() - started, 1),
-            "planned_tokens": None if math.isinf(planned) else int(planned)}

@@ -14,7 +14,8 @@ E is the target's token embedding (borrowed, frozen here). Training mirrors draf
 (EAGLE-3's training-time test): step 0 runs every position with true features; step j at position
 q takes h2 of step j-1 at q-1 and attends to step-0 keys up to q-j and to the keys of steps
 1..j at their chain positions. Tokens stay teacher-forced: a later draft only matters when the
-earlier ones were right, i.e. equal to the target's tokens.
+earlier ones were right, i.e. equal to the target's tokens. The attention, FFN, output head and
+borrowed embeddings are layers.py's, shared with the DFlash drafter.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import math
 from dataclasses import asdict, dataclass
 
 from .deps import torch as _torch
-from .gguf_target import rms_norm, rope_tables
+from .gguf_target import rms_norm
+from .layers import Attention, Borrowed, OutputHead, SwiGLU, ones, rand, repeat_kv, rope_pairs
 
 
 @dataclass(frozen=True)
@@ -52,42 +54,26 @@ def make_head(cfg: HeadConfig, tok_embd, output_init, seed: int, output_norm=Non
     as a late target state which that output path reads with calibrated logits (random features
     through it give logits tens of nats off, which the first epoch would spend undoing)."""
     torch = _torch()
-    nn = torch.nn
 
-    class Head(nn.Module):
+    class Head(torch.nn.Module, Borrowed, Attention, SwiGLU, OutputHead):
+        arch = "eagle3"
+
         def __init__(self):
             super().__init__()
             g = torch.Generator().manual_seed(int(seed))
-            n, nt, d = cfg.n_embd, cfg.n_embd_target, cfg.d_head
-
-            def rand(*shape, fan_in):
-                return nn.Parameter(torch.randn(*shape, generator=g) / math.sqrt(fan_in))
-
-            self.cfg = cfg
-            self.fc = rand(n, 3 * nt, fan_in=3 * nt)
+            n, nt = cfg.n_embd, cfg.n_embd_target
+            self.init_borrowed(cfg, tok_embd)
+            self.fc = rand(g, n, 3 * nt, fan_in=3 * nt)
             if lens_slice is not None:
                 with torch.no_grad():
                     self.fc.mul_(0.01 * math.sqrt(3 * nt) / math.sqrt(nt))  # small, about 0.01 / sqrt(nt)
                     self.fc[:, lens_slice * nt:(lens_slice + 1) * nt] += torch.eye(n, nt)
-            self.attn_norm = nn.Parameter(torch.ones(n))
-            self.attn_norm_2 = nn.Parameter(torch.ones(n))
-            self.wq = rand(cfg.n_head * d, 2 * n, fan_in=2 * n)
-            self.wk = rand(cfg.n_head_kv * d, 2 * n, fan_in=2 * n)
-            self.wv = rand(cfg.n_head_kv * d, 2 * n, fan_in=2 * n)
-            self.wo = rand(n, cfg.n_head * d, fan_in=cfg.n_head * d)
-            self.ffn_norm = nn.Parameter(torch.ones(n))
-            self.ffn_gate = rand(cfg.n_ff, n, fan_in=n)
-            self.ffn_up = rand(cfg.n_ff, n, fan_in=n)
-            self.ffn_down = rand(n, cfg.n_ff, fan_in=cfg.n_ff)
-            self.output_norm = nn.Parameter(torch.ones(n) if output_norm is None else output_norm.clone().float())
-            self.output = nn.Parameter(output_init.clone().float())
-            self.register_buffer("tok_embd", tok_embd, persistent=False)
-            self._rope = rope_tables(d, cfg.rope_base, 1)
-
-        def rope(self, pos):
-            if self._rope[0].shape[0] <= int(pos.max()):
-                self._rope = rope_tables(cfg.d_head, cfg.rope_base, 2 * int(pos.max()) + 2)
-            return self._rope[0][pos], self._rope[1][pos]
+            # the one decoder layer's tensors live on the head itself (blk.0 in the file)
+            self.attn_norm = ones(n)
+            self.attn_norm_2 = ones(n)
+            self.init_attention(cfg, g, n_in=2 * n)
+            self.init_ffn(cfg, g)
+            self.init_output(output_init, output_norm)
 
         def encode(self, feats):
             return feats @ self.fc.T
@@ -95,37 +81,19 @@ def make_head(cfg: HeadConfig, tok_embd, output_init, seed: int, output_norm=Non
         def qkv(self, tokens, g, pos):
             """Queries, keys, values [B, heads, T, d] of the pairs (tokens, g) at positions pos."""
             eps = cfg.rms_eps
-            embedded = rms_norm(self.tok_embd[tokens], self.attn_norm, eps)
-            x = torch.cat((embedded, rms_norm(g, self.attn_norm_2, eps)), -1)
-            B, T = tokens.shape
+            x = torch.cat((rms_norm(self.embed(tokens), self.attn_norm, eps), rms_norm(g, self.attn_norm_2, eps)), -1)
             cos, sin = self.rope(pos)  # [B, T, d/2]
-            q = (x @ self.wq.T).view(B, T, cfg.n_head, cfg.d_head)
-            k = (x @ self.wk.T).view(B, T, cfg.n_head_kv, cfg.d_head)
-            v = (x @ self.wv.T).view(B, T, cfg.n_head_kv, cfg.d_head)
-            q = _rope_batched(q, cos, sin)
-            k = _rope_batched(k, cos, sin)
-            group = cfg.n_head // cfg.n_head_kv
-            k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
+            q = rope_pairs(self.queries(x), cos, sin)
+            k = rope_pairs(self.keys(x), cos, sin)
+            k, v = repeat_kv(k, cfg, 2), repeat_kv(self.values(x), cfg, 2)
             return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
         def block_out(self, att, g):
             """h2 from the attention output [B, heads, T, d] and the residual g."""
             B, _, T, _ = att.shape
-            h1 = g + att.transpose(1, 2).reshape(B, T, -1) @ self.wo.T
-            x = rms_norm(h1, self.ffn_norm, cfg.rms_eps)
-            return h1 + (torch.nn.functional.silu(x @ self.ffn_gate.T) * (x @ self.ffn_up.T)) @ self.ffn_down.T
-
-        def logits(self, h2):
-            return rms_norm(h2, self.output_norm, cfg.rms_eps) @ self.output.T
+            return self.ffn(g + self.attn_out(att.transpose(1, 2).reshape(B, T, -1)))
 
     return Head()
-
-
-def _rope_batched(x, cos, sin):
-    """apply_rope for x [B, T, heads, d] with per-row positions (cos/sin [B, T, d/2])."""
-    x0, x1 = x[..., 0::2], x[..., 1::2]
-    c, s = cos[:, :, None, :], sin[:, :, None, :]
-    return _torch().stack((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1).flatten(-2)
 
 
 def _shift(x, s: int):
@@ -176,3 +144,23 @@ def ttt_forward(head, batch, steps: int):
             att = att + p[..., T + i - 1:T + i] * _shift(values[i].transpose(1, 2), j - i).transpose(1, 2)
         states.append(head.block_out(att, g))
     return states
+
+
+FILE_NAME = "specnative-eagle3-head"
+
+
+def file_keys(head, target_info) -> tuple[dict, dict]:
+    """The eagle3 file's own keys (after the target layers; in the tokenizer): the target's width."""
+    return {"eagle3.target_hidden_size": target_info.n_embd}, {}
+
+
+def from_file(reader, layers, n_draft_vocab: int, tok_embd, path):
+    """An untrained head of the shape an eagle3 file (`reader`) describes, `tok_embd` borrowed."""
+    field = lambda key: reader.get_field(key).contents()
+    cfg = HeadConfig(n_embd=int(field("eagle3.embedding_length")), n_embd_target=int(field("eagle3.target_hidden_size")),
+                     n_head=int(field("eagle3.attention.head_count")),
+                     n_head_kv=int(field("eagle3.attention.head_count_kv")),
+                     n_ff=int(field("eagle3.feed_forward_length")), n_draft_vocab=n_draft_vocab,
+                     rope_base=float(field("eagle3.rope.freq_base")),
+                     rms_eps=float(field("eagle3.attention.layer_norm_rms_epsilon")))
+    return make_head(cfg, tok_embd, _torch().zeros(n_draft_vocab, cfg.n_embd), seed=0)

@@ -10,18 +10,16 @@ difference of text.
 """
 from __future__ import annotations
 
-import gguf
 import numpy as np
 
 from .batches import t2d_table
 from .deps import engine_class
 from .deps import torch as _torch
 from .dflash_trainer import evaluate as evaluate_blocks
-from .dflash_writer import read_dflash
 from .distill import Sequence
 from .gguf_target import TorchLlama
 from .trainer import evaluate, simulate_rounds
-from .writer import read_head
+from .writer import read_drafter
 
 TIMERS = ("prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", "resample", "decode", "total")
 
@@ -79,19 +77,13 @@ def teacher_forced(target, head_file, sequences, *, k: int, n_predict: int, thre
     torch = _torch()
     torch.set_num_threads(threads)
     model = TorchLlama(target)
-    if gguf.GGUFReader(str(head_file)).get_field("general.architecture").contents() == "dflash":
-        head, d2t, layers = read_dflash(head_file, model.tok_embd)
-        features = [model.forward(s.tokens, layers)[0] for s in sequences]
-        row_len = max(512, max(len(s.tokens) for s in sequences))
-        # llama.cpp decodes a block of k + 1 tokens for a draft of k
-        out = evaluate_blocks(head, sequences, features, t2d_table(d2t, model.info.n_vocab), block_len=k + 1,
-                              row_len=row_len, per_sequence=True)
-        out["rounds"] = simulate_rounds(sequences, out.pop("correct"), k, n_predict)
-        return out
-    head, d2t, layers = read_head(head_file, model.tok_embd)
+    head, d2t, layers = read_drafter(head_file, model.tok_embd)
     features = [model.forward(s.tokens, layers)[0] for s in sequences]
     row_len = max(512, max(len(s.tokens) for s in sequences))
-    out = evaluate(head, sequences, features, t2d_table(d2t, model.info.n_vocab), steps=k, row_len=row_len,
-                   rows_per_batch=4, per_sequence=True)
+    t2d = t2d_table(d2t, model.info.n_vocab)
+    if head.arch == "dflash":  # llama.cpp decodes a block of k + 1 tokens for a draft of k
+        out = evaluate_blocks(head, sequences, features, t2d, block_len=k + 1, row_len=row_len, per_sequence=True)
+    else:
+        out = evaluate(head, sequences, features, t2d, steps=k, row_len=row_len, rows_per_batch=4, per_sequence=True)
     out["rounds"] = simulate_rounds(sequences, out.pop("correct"), k, n_predict)
     return out

@@ -21,16 +21,17 @@ import numpy as np
 
 from . import deps
 from .batches import choose_draft_vocab, coverage, t2d_table
+from .dflash_pipeline import setup_dflash
 from .distill import distill
 from .gguf_target import load_weights
 from .head import HeadConfig, make_head
+from .loop import train
 from .measure import speculative, teacher_forced
 from .prompts import check_spec, load_prompts, split_spec
 from .target_check import check_target, read_target
-from .trainer import TrainSettings, evaluate, train
-from .writer import head_tensors, write_head
+from .trainer import TrainSettings
+from .writer import write_drafter
 
-KINDS = ("eagle3", "dflash")
 # The target's tensors a new head starts from (output.weight is absent where it is tied).
 HEAD_INIT_TENSORS = {"token_embd.weight", "output.weight", "output_norm.weight"}
 # Share of a time budget kept for the final held-out measurement and writing the file.
@@ -101,6 +102,20 @@ def new_head(info, weights: dict, d2t, layers, seed: int):
                      rope_base=info.rope_base, rms_eps=info.rms_eps)
     return make_head(cfg, tok_embd, output if d2t is None else output[torch.from_numpy(d2t)], seed,
                      output_norm=torch.from_numpy(weights["output_norm.weight"]), lens_slice=layers.index(max(layers)))
+
+
+def setup_eagle3(o: Options, *, info, layers, weights, d2t, row_len: int, deadline, **_):
+    """(the seeded head, its training recipe, the report's extras) of --kind eagle3."""
+    head = new_head(info, weights, d2t, layers, o.seed)
+    recipe = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
+                           deadline=deadline, epochs=o.epochs, rows_per_batch=o.batch_rows, quiet=o.quiet)
+    extra = {"ttt_steps": o.ttt_steps, "step_weights": f"0.8^j, j = 0..{o.ttt_steps - 1}",
+             "rows_per_batch": recipe.rows_per_batch}
+    return head, recipe, extra
+
+
+# per kind: (options, target, data, ...) -> (the seeded head, its training recipe, the report's extras)
+KINDS = {"eagle3": setup_eagle3, "dflash": setup_dflash}
 
 
 def check_options(o: Options) -> None:
@@ -219,26 +234,15 @@ def train_drafter(o: Options) -> dict:
     reader, _ = read_target(o.target)
     weights = load_weights(reader, HEAD_INIT_TENSORS)
     row_len = max(512, max(len(s.tokens) for s in data.sequences))
-    if o.kind == "dflash":
-        from .dflash_pipeline import train_dflash
-
-        cfg, before, history, after, out, training_extra = train_dflash(
-            o, info=info, layers=layers, reader=reader, weights=weights, d2t=d2t, t2d=t2d, train_set=train_set,
-            held_set=held_set, row_len=row_len, deadline=deadline)
-    else:
-        head = new_head(info, weights, d2t, layers, o.seed)
-        cfg = head.cfg
-        settings = TrainSettings(seed=o.seed, steps=o.ttt_steps, lr=o.lr, row_len=row_len, max_tokens=o.max_tokens,
-                                 deadline=deadline, epochs=o.epochs, rows_per_batch=o.batch_rows, quiet=o.quiet)
-        eval_kw = {"steps": o.ttt_steps, "row_len": row_len, "rows_per_batch": settings.rows_per_batch}
-        before = evaluate(head, *held_set, t2d, **eval_kw) if held_idx else {}
-        history = train(head, train_set, held_set, t2d, settings)
-        # the last epoch ended with this very measurement (training stops only at an epoch's end or budget)
-        after = history["epochs"][-1].get("held_out", {}) if history["epochs"] else before
-        out = write_head(o.out, tensors=head_tensors(head), d2t=d2t, target_reader=reader, target_info=info, cfg=cfg,
-                         layers=layers)
-        training_extra = {"ttt_steps": o.ttt_steps, "step_weights": f"0.8^j, j = 0..{o.ttt_steps - 1}",
-                          "rows_per_batch": settings.rows_per_batch}
+    head, recipe, training_extra = KINDS[o.kind](o, info=info, layers=layers, reader=reader, weights=weights,
+                                                 d2t=d2t, train_set=train_set, held_set=held_set, row_len=row_len,
+                                                 deadline=deadline)
+    before = recipe.evaluate(head, *held_set, t2d) if held_idx else {}
+    history = train(head, train_set, held_set, t2d, recipe)
+    # the last epoch ended with this very measurement (training stops only at an epoch's end or budget)
+    after = history["epochs"][-1].get("held_out", {}) if history["epochs"] else before
+    out = write_drafter(o.out, head, d2t=d2t, target_reader=reader, target_info=info, layers=layers)
+    cfg = head.cfg
 
     report = {
         "file": out.name, "sha256": _sha256(out), "kind": o.kind,

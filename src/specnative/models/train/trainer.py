@@ -7,35 +7,46 @@ states fed back, as when it drafts position j+1), weighted 0.8^j as EAGLE-3 does
 measurement is always the hard one: top-1 against the continuation's tokens, what a verify at
 T = 0 accepts. A budget in tokens gives the same bytes for the same seed; a
 budget in time stops where the clock says, and its learning-rate schedule runs on the clock too
-(so it reaches its floor at the deadline however the speed changes along the way).
+(so it reaches its floor at the deadline however the speed changes along the way): the loop is
+loop.py's, which the DFlash drafter trains with too; this is what EAGLE-3's recipe adds to it.
 """
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
 from .batches import batches
 from .deps import torch as _torch
 from .head import ttt_forward
+from .loop import Recipe, _lr_factor, _progress, train
+
+__all__ = ["TrainSettings", "_lr_factor", "_progress", "evaluate", "simulate_rounds", "train"]
 
 
 @dataclass
-class TrainSettings:
-    seed: int = 0
+class TrainSettings(Recipe):
+    """EAGLE-3's recipe: packed rows of every position, training-time test `steps` deep, step j's
+    mean loss weighted step_decay^j."""
     steps: int = 3                 # training-time-test depth (draft positions trained)
-    lr: float = 3e-3
-    rows_per_batch: int = 2        # rows of row_len tokens per optimizer step (2 beat 4 and 1 on SmolLM2)
-    row_len: int = 512
-    max_tokens: int | None = None  # sequence tokens through the head, all epochs together
-    deadline: float | None = None  # time.perf_counter() at which training stops
-    epochs: int | None = None
     step_decay: float = 0.8
-    warmup_rows: int = 80          # Adam's first steps at full rate scramble the lens-initialized head
-    quiet: bool = False
+
+    def positions(self, head) -> int:
+        return self.steps
+
+    def batches(self, head, sequences, features, t2d, order, rng):
+        return batches(sequences, features, t2d, rows_per_batch=self.rows_per_batch, row_len=self.row_len,
+                       steps=self.steps, order=order)
+
+    def loss(self, head, batch):
+        losses = [(ce, n) for ce, n, _ in _step_losses(head, batch, self.steps, soft="soft_ids" in batch)]
+        weights = [self.step_decay ** j for j in range(self.steps)]
+        total = sum(w * ce / max(n, 1) for w, (ce, n) in zip(weights, losses)) / sum(weights)
+        return total, losses
+
+    def evaluate(self, head, sequences, features, t2d) -> dict:
+        return evaluate(head, sequences, features, t2d, steps=self.steps, row_len=self.row_len,
+                        rows_per_batch=self.rows_per_batch)
 
 
 def _step_losses(head, batch, steps: int, with_correct: bool = False, soft: bool = False):
@@ -142,87 +153,3 @@ def simulate_rounds(sequences, correct, k: int, n_predict: int) -> dict:
             "alpha": float(accepted_at.sum() / max(drafted_at.sum(), 1)),
             "alpha_by_position": by_position.round(4).tolist(),
             "tau": emitted / max(rounds, 1)}
-
-
-def _lr_factor(progress: float, batch: int, warmup_batches: int) -> float:
-    """Linear warm-up over the first `warmup_batches` batches, then cosine from 1 down to 0.1 at
-    progress 1 (the share of the planned tokens or of the time budget spent, whichever is ahead)."""
-    x = min(max(progress, 0.0), 1.0)
-    return min(1.0, (batch + 1) / warmup_batches) * (0.1 + 0.45 * (1 + math.cos(math.pi * x)))
-
-
-def _progress(done: int, planned: float, started: float, deadline: float | None) -> float:
-    """How far training is, 0..1: by tokens when a token plan exists, by the clock under a deadline."""
-    by_tokens = done / planned if planned > 0 and not math.isinf(planned) else 0.0
-    if deadline is None:
-        return by_tokens
-    by_time = (time.perf_counter() - started) / max(deadline - started, 1e-9)
-    return max(by_tokens, by_time)
-
-
-def train(head, train_set, held_set, t2d, s: TrainSettings) -> dict:
-    """Train `head` in place. train_set/held_set: (sequences, features). Returns the history."""
-    torch = _torch()
-
-    torch.manual_seed(s.seed)
-    seqs, feats = train_set
-    epoch_tokens = sum(len(x.tokens) for x in seqs)
-    planned = math.inf
-    if s.max_tokens is not None:
-        planned = s.max_tokens
-    if s.epochs is not None:
-        planned = min(planned, s.epochs * epoch_tokens)
-    timed = s.deadline is not None
-    params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=s.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    weights = [s.step_decay ** j for j in range(s.steps)]
-    warmup_batches = max(1, -(-s.warmup_rows // s.rows_per_batch))
-    history, done, started = [], 0, time.perf_counter()
-    bar = tqdm(total=None if math.isinf(planned) else int(planned), unit="tok", unit_scale=True,
-               desc="training", disable=s.quiet, dynamic_ncols=True)
-    epoch, n_batches, stop = 0, 0, planned <= 0
-    while not stop:
-        order = np.random.RandomState((s.seed * 1000003 + epoch) & 0xFFFFFFFF).permutation(len(seqs))
-        sums, counts, seen = np.zeros(s.steps), np.zeros(s.steps), 0
-        for batch in batches(seqs, feats, t2d, rows_per_batch=s.rows_per_batch, row_len=s.row_len,
-                             steps=s.steps, order=order):
-            if timed and done > 0:  # the bar's total: what the speed so far reaches by the deadline
-                rate = done / (time.perf_counter() - started)
-                bar.total = int(min(planned, done + rate * max(s.deadline - time.perf_counter(), 0.0)))
-            factor = _lr_factor(_progress(done, planned, started, s.deadline), n_batches, warmup_batches)
-            for group in opt.param_groups:
-                group["lr"] = s.lr * factor
-            losses = _step_losses(head, batch, s.steps, soft="soft_ids" in batch)
-            total = sum(w * ce / max(n, 1) for w, (ce, n, _) in zip(weights, losses)) / sum(weights)
-            opt.zero_grad(set_to_none=True)
-            total.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            opt.step()
-            for j, (ce, n, _) in enumerate(losses):
-                sums[j] += float(ce.detach())
-                counts[j] += n
-            done += batch["tokens"]
-            seen += batch["tokens"]
-            n_batches += 1
-            bar.update(batch["tokens"])
-            bar.set_postfix(epoch=epoch + 1, loss=f"{float(total.detach()):.3f}")
-            if done >= planned or (timed and time.perf_counter() >= s.deadline):
-                stop = True
-                break
-        with np.errstate(invalid="ignore", divide="ignore"):
-            by_step = (sums / counts).round(4).tolist()
-        entry = {"epoch": epoch + 1, "tokens": seen, "complete": seen == epoch_tokens,
-                 "loss_by_position": by_step, "elapsed_s": round(time.perf_counter() - started, 1)}
-        if held_set[0]:
-            entry["held_out"] = evaluate(head, *held_set, t2d, steps=s.steps, row_len=s.row_len,
-                                         rows_per_batch=s.rows_per_batch)
-        history.append(entry)
-        if not s.quiet:
-            held = entry.get("held_out", {}).get("top1_by_position", [])
-            bar.write(f"epoch {epoch + 1}: loss by position {by_step}, held-out top-1 {held}")
-        epoch += 1
-        if s.epochs is not None and epoch >= s.epochs:
-            stop = True
-    bar.close()
-    return {"epochs": history, "tokens": done, "batches": n_batches, "train_s": round(time.perf_counter() - started, 1),
-            "planned_tokens": None if math.isinf(planned) else int(planned)}

@@ -1,13 +1,14 @@
-"""The trained head as a GGUF file in the `eagle3` format llama.cpp loads, and back.
+"""A trained drafter as the GGUF file llama.cpp loads (`eagle3` or `dflash`), and back.
 
-Keys and tensors as llama.cpp's eagle3 loader (src/models/eagle3.cpp) and its converter expect:
-the usual llama hyperparameters for the one decoder layer, `eagle3.target_layers` (3 ids) and
-`eagle3.target_hidden_size`; `fc.weight`, `blk.0.attn_norm` (the token half) and `attn_norm_2` (the
-feature half), the attention and FFN of the layer, `output_norm` and an own `output` over the draft
-vocabulary with `d2t` (int64, the target id of each draft row, absolute ids as llama.cpp's
-converter writes them). The token embeddings are not written: llama.cpp borrows the target's.
-The tokenizer keys are copied from the target, so the engine's vocabulary check passes.
-Everything written is a function of its inputs: the same head gives the same bytes.
+What both kinds' files share is written here: the float32 decoder keys (the target's training
+context, the drafter's widths, heads, RoPE and norm epsilon), `ARCH.target_layers` (the target
+layers whose inputs it reads), the tokenizer keys copied from the target (so the engine's
+vocabulary check passes), the tensors under llama.cpp's names (`fc.weight`, `output_norm`, an own
+`output` over the draft vocabulary, per layer the attention and FFN) and `d2t` (int64, the target id
+of each draft row, absolute ids as llama.cpp's converters write them). The token embeddings are
+not written: llama.cpp borrows the target's. Each kind adds its own keys and tensors (head.py for
+eagle3, dflash_head.py for dflash: FILE_KEYS, from_file). Everything written is a function of its
+inputs: the same head gives the same bytes.
 """
 from __future__ import annotations
 
@@ -18,19 +19,40 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from . import dflash_head
+from . import head as eagle3_head
 
-def _copy_tokenizer(w: gguf.GGUFWriter, reader: gguf.GGUFReader) -> None:
-    for key, field in reader.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        sub_type = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, field.contents(), vtype, sub_type=sub_type)
+KINDS = {"eagle3": eagle3_head, "dflash": dflash_head}
+# parameter -> tensor, in the file's order: the head's own tensors first, then each decoder layer's
+GLOBAL_NAMES = {"fc": "fc.weight", "enc_norm": "enc.output_norm.weight", "output_norm": "output_norm.weight",
+                "output": "output.weight"}
+LAYER_NAMES = {"attn_norm": "attn_norm", "attn_norm_2": "attn_norm_2", "wq": "attn_q", "wk": "attn_k",
+               "wv": "attn_v", "wo": "attn_output", "q_norm": "attn_q_norm", "k_norm": "attn_k_norm",
+               "ffn_norm": "ffn_norm", "ffn_gate": "ffn_gate", "ffn_up": "ffn_up", "ffn_down": "ffn_down"}
 
 
-def add_decoder_header(w: gguf.GGUFWriter, cfg, target_info, n_layer: int) -> None:
-    """The float32 decoder keys a trained drafter file shares (EAGLE-3 head and DFlash drafter alike):
-    the target's training context, the drafter's widths, heads, RoPE and norm epsilon."""
+def tensor_names(head) -> dict:
+    """{parameter name: GGUF tensor name} in the file's order. A decoder layer's tensors on the head
+    itself (EAGLE-3's one layer) are blk.0's, those of `layers.i` are blk.i's."""
+    params = [name for name, _ in head.named_parameters()]
+    out = {name: GLOBAL_NAMES[name] for name in GLOBAL_NAMES if name in params}
+    for name in params:
+        layer, _, attr = name.rpartition(".")
+        if attr in LAYER_NAMES:
+            out[name] = f"blk.{layer.rpartition('.')[2] or 0}.{LAYER_NAMES[attr]}.weight"
+    unnamed = [name for name in params if name not in out]
+    if unnamed:
+        raise ValueError(f"no GGUF tensor name for {unnamed}")
+    return out
+
+
+def head_tensors(head) -> dict:
+    """The torch head's parameters under their GGUF names, as float32 numpy arrays, in file order."""
+    params = dict(head.named_parameters())
+    return {gguf_name: params[name].detach().float().cpu().numpy() for name, gguf_name in tensor_names(head).items()}
+
+
+def _add_decoder_header(w: gguf.GGUFWriter, cfg, target_info, n_layer: int) -> None:
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_context_length(target_info.n_ctx_train)
     w.add_embedding_length(cfg.n_embd)
@@ -43,21 +65,30 @@ def add_decoder_header(w: gguf.GGUFWriter, cfg, target_info, n_layer: int) -> No
     w.add_layer_norm_rms_eps(cfg.rms_eps)
 
 
-def write_head(path, *, tensors: dict, d2t, target_reader: gguf.GGUFReader, target_info, cfg, layers,
-               name: str = "specnative-eagle3-head") -> Path:
-    """Write `tensors` ({gguf name: float32 array in (out, in) order}) and `d2t` (None: the full
-    target vocabulary) as an eagle3 GGUF at `path` (atomically) and return the path."""
+def write_drafter(path, head, *, d2t, target_reader: gguf.GGUFReader, target_info, layers) -> Path:
+    """Write `head` (an eagle3 or dflash torch head) and `d2t` (None: the full target vocabulary) as
+    its kind's GGUF at `path` (atomically) and return the path."""
+    kind = KINDS[head.arch]
+    keys, tokenizer_keys = kind.file_keys(head, target_info)
+    tensors = head_tensors(head)
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        w = gguf.GGUFWriter(tmp, "eagle3")
-        w.add_name(name)
-        add_decoder_header(w, cfg, target_info, n_layer=1)
-        w.add_key_value("eagle3.target_layers", [int(i) for i in layers], gguf.GGUFValueType.ARRAY,
+        w = gguf.GGUFWriter(tmp, head.arch)
+        w.add_name(kind.FILE_NAME)
+        _add_decoder_header(w, head.cfg, target_info, n_layer=len({n.split(".")[1] for n in tensors if n[:4] == "blk."}))
+        w.add_key_value(f"{head.arch}.target_layers", [int(i) for i in layers], gguf.GGUFValueType.ARRAY,
                         sub_type=gguf.GGUFValueType.INT32)
-        w.add_uint32("eagle3.target_hidden_size", int(target_info.n_embd))
+        for key, value in keys.items():
+            w.add_uint32(key, int(value))
         w.add_vocab_size(int(target_info.n_vocab))
-        _copy_tokenizer(w, target_reader)
+        for key, field in target_reader.fields.items():  # the target's tokenizer, less the keys the kind sets
+            if key.startswith("tokenizer.") and key not in tokenizer_keys:
+                vtype = field.types[0]
+                sub_type = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+                w.add_key_value(key, field.contents(), vtype, sub_type=sub_type)
+        for key, value in tokenizer_keys.items():
+            w.add_uint32(key, int(value))
         for tensor_name, value in tensors.items():
             w.add_tensor(tensor_name, np.ascontiguousarray(value, dtype=np.float32))
         if d2t is not None:
@@ -72,59 +103,26 @@ def write_head(path, *, tensors: dict, d2t, target_reader: gguf.GGUFReader, targ
     return path
 
 
-def head_tensors(head) -> dict:
-    """The torch head's parameters under their GGUF names, as float32 numpy arrays."""
-    p = {k: v.detach().float().cpu().numpy() for k, v in head.named_parameters()}
-    return {
-        "fc.weight": p["fc"],
-        "output_norm.weight": p["output_norm"],
-        "output.weight": p["output"],
-        "blk.0.attn_norm.weight": p["attn_norm"],
-        "blk.0.attn_norm_2.weight": p["attn_norm_2"],
-        "blk.0.attn_q.weight": p["wq"],
-        "blk.0.attn_k.weight": p["wk"],
-        "blk.0.attn_v.weight": p["wv"],
-        "blk.0.attn_output.weight": p["wo"],
-        "blk.0.ffn_norm.weight": p["ffn_norm"],
-        "blk.0.ffn_gate.weight": p["ffn_gate"],
-        "blk.0.ffn_up.weight": p["ffn_up"],
-        "blk.0.ffn_down.weight": p["ffn_down"],
-    }
-
-
-_PARAM_OF = {"fc.weight": "fc", "output_norm.weight": "output_norm", "output.weight": "output",
-             "blk.0.attn_norm.weight": "attn_norm", "blk.0.attn_norm_2.weight": "attn_norm_2",
-             "blk.0.attn_q.weight": "wq", "blk.0.attn_k.weight": "wk", "blk.0.attn_v.weight": "wv",
-             "blk.0.attn_output.weight": "wo", "blk.0.ffn_norm.weight": "ffn_norm",
-             "blk.0.ffn_gate.weight": "ffn_gate", "blk.0.ffn_up.weight": "ffn_up", "blk.0.ffn_down.weight": "ffn_down"}
-
-
-def read_head(path, tok_embd):
-    """(torch head, d2t or None, its three target layers) of an eagle3 file this package wrote,
-    with `tok_embd` (the target's token embeddings) borrowed as llama.cpp borrows them."""
+def read_drafter(path, tok_embd, arch: str | None = None):
+    """(torch head, d2t or None, its target layers) of an eagle3 or dflash file this package wrote
+    (`arch`: only that kind), with `tok_embd` (the target's token embeddings) borrowed as llama.cpp
+    borrows them."""
     from gguf.quants import dequantize
 
     from .deps import torch as _torch
-    from .head import HeadConfig, make_head
 
     torch = _torch()
     reader = gguf.GGUFReader(str(path))
-    field = lambda key: reader.get_field(key).contents()
-    if field("general.architecture") != "eagle3":
-        raise ValueError(f"{path} is not an eagle3 file")
+    found = reader.get_field("general.architecture").contents()
+    if found not in KINDS or arch not in (None, found):
+        raise ValueError(f"{path} is not {'an eagle3 or dflash' if arch is None else f'a {arch}'} file")
     arrays = {t.name: np.array(dequantize(t.data, t.tensor_type) if t.name != "d2t" else t.data, copy=True)
               for t in reader.tensors}
     d2t = arrays.get("d2t")
-    n_embd = int(field("eagle3.embedding_length"))
-    cfg = HeadConfig(n_embd=n_embd, n_embd_target=int(field("eagle3.target_hidden_size")),
-                     n_head=int(field("eagle3.attention.head_count")),
-                     n_head_kv=int(field("eagle3.attention.head_count_kv")),
-                     n_ff=int(field("eagle3.feed_forward_length")), n_draft_vocab=arrays["output.weight"].shape[0],
-                     rope_base=float(field("eagle3.rope.freq_base")),
-                     rms_eps=float(field("eagle3.attention.layer_norm_rms_epsilon")))
-    head = make_head(cfg, tok_embd, torch.from_numpy(arrays["output.weight"]), seed=0)
+    layers = tuple(int(i) for i in reader.get_field(f"{found}.target_layers").contents())
+    head = KINDS[found].from_file(reader, layers, arrays["output.weight"].shape[0], tok_embd, path)
     with torch.no_grad():
         params = dict(head.named_parameters())
-        for name, attr in _PARAM_OF.items():
-            params[attr].copy_(torch.from_numpy(arrays[name].reshape(params[attr].shape)))
-    return head, (None if d2t is None else d2t.astype(np.int64)), tuple(int(i) for i in field("eagle3.target_layers"))
+        for name, gguf_name in tensor_names(head).items():
+            params[name].copy_(torch.from_numpy(arrays[gguf_name].reshape(params[name].shape)))
+    return head, (None if d2t is None else d2t.astype(np.int64)), layers
