@@ -113,6 +113,8 @@ def test_serve_command_writes_tree_rows(noisy_pair, tmp_path):
     (["--drafter", "ngram-simple"], "drafted by the draft model or an EAGLE-3 head"),
     (["--prefix-cache", "on"], "use --prefix-cache off with a draft tree"),
     (["--synthetic-acceptance", "0.5"], "synthetic acceptance applies to chains"),
+    (["--max-concurrency", "40"], "over llama.cpp's most sequences per context (256)"),
+    (["--max-concurrency", "4", "-b", "30"], "over --batch-size 30"),
 ])
 def test_serve_refuses_what_a_tree_cannot_run_with_before_any_work(argv, words, tmp_path, capsys):
     from specnative.serving.cli import main

@@ -92,6 +92,16 @@ def tree_problems(args) -> list[str]:
                       "in: use --prefix-cache off with a draft tree")
     if getattr(args, "synthetic_acceptance", None):
         errors.append("--draft-shape: synthetic acceptance applies to chains")
+    tree, slots = parse_draft_shape(args.draft_shape), args.max_concurrency
+    ids = slots * tree.ids_per_sequence
+    if ids > native.max_parallel_sequences:  # each slot's branches are sequence ids of its own
+        errors.append(f"draft tree {tree} has up to {tree.ids_per_sequence} branches per slot, each its own "
+                      f"sequence id (docs/trees.md): at --max-concurrency {slots} that is {ids} sequence ids, over "
+                      f"llama.cpp's most sequences per context ({native.max_parallel_sequences})")
+    if args.batch_size is not None and slots * tree.batch_per_sequence > args.batch_size:
+        errors.append(f"draft tree {tree} puts up to {tree.batch_per_sequence} tokens per slot through one batch "
+                      f"(its nodes and the pending token): at --max-concurrency {slots} that is "
+                      f"{slots * tree.batch_per_sequence}, over --batch-size {args.batch_size}")
     return errors
 
 
