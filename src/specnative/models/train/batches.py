@@ -79,41 +79,49 @@ def pack(lengths, row_len: int, order) -> list[list[int]]:
     return rows
 
 
-def make_batch(rows, sequences, features, t2d, row_len: int, steps: int) -> dict:
-    """Tensors of one batch of packed rows (see head.ttt_forward), with per-step masks `valid`
-    [steps, B, T] of taught positions and `label` [B, T] (draft rows; -100 outside the draft
-    vocabulary or where nothing is taught)."""
+def place(rows, sequences, features, row_len: int) -> dict:
+    """What every packed batch holds (both kinds): feats, pos (in its sequence), seg (the sequence's
+    place in its row, -1 padding), n_prompt [R, T]; "placed": (row, start, sequence index, length)
+    of each sequence; "tokens": the sequence tokens in it."""
     torch = _torch()
-    B, width = len(rows), features[0].shape[1]
-    feats = torch.zeros(B, row_len, width)
-    next_tok = torch.zeros(B, row_len, dtype=torch.long)
-    pos = torch.zeros(B, row_len, dtype=torch.long)
-    seg = torch.full((B, row_len), -1, dtype=torch.long)
-    label = torch.full((B, row_len), -100, dtype=torch.long)
-    target_ok = torch.zeros(B, row_len, dtype=torch.bool)   # token pos + 2 exists
-    n_prompt = torch.zeros(B, row_len, dtype=torch.long)
-    placed = []  # (row, start, sequence index, length): where each sequence sits
+    R, width = len(rows), features[0].shape[1]
+    out = {"feats": torch.zeros(R, row_len, width), "pos": torch.zeros(R, row_len, dtype=torch.long),
+           "seg": torch.full((R, row_len), -1, dtype=torch.long), "n_prompt": torch.zeros(R, row_len, dtype=torch.long),
+           "placed": []}
     for b, members in enumerate(rows):
         start = 0
-        for k, i in enumerate(members):
-            s = sequences[i]
-            L = len(s.tokens)
+        for m, i in enumerate(members):
+            L = len(sequences[i].tokens)
             span = slice(start, start + L)
-            feats[b, span] = features[i]
-            toks = torch.as_tensor(s.tokens)
-            next_tok[b, start:start + L - 1] = toks[1:]
-            pos[b, span] = torch.arange(L)
-            seg[b, span] = k
-            n_prompt[b, span] = s.n_prompt
-            placed.append((b, start, i, L))
-            if L > 2:
-                label[b, start:start + L - 2] = torch.as_tensor(t2d[s.tokens[2:]])
-                target_ok[b, start:start + L - 2] = True
+            out["feats"][b, span] = features[i]
+            out["pos"][b, span] = torch.arange(L)
+            out["seg"][b, span] = m
+            out["n_prompt"][b, span] = sequences[i].n_prompt
+            out["placed"].append((b, start, i, L))
             start += L
+    out["tokens"] = int((out["seg"] >= 0).sum())
+    return out
+
+
+def make_batch(rows, sequences, features, t2d, row_len: int, steps: int) -> dict:
+    """Tensors of one batch of packed rows (see head.ttt_forward): place's, next_tok [B, T] (token
+    q+1), per-step masks `valid` [steps, B, T] of taught positions and `label` [B, T] (draft rows;
+    -100 outside the draft vocabulary or where nothing is taught)."""
+    torch = _torch()
+    out = place(rows, sequences, features, row_len)
+    pos, seg = out["pos"], out["seg"]
+    next_tok = torch.zeros(len(rows), row_len, dtype=torch.long)
+    label = torch.full((len(rows), row_len), -100, dtype=torch.long)
+    target_ok = torch.zeros(len(rows), row_len, dtype=torch.bool)   # token pos + 2 exists
+    for b, start, i, L in out["placed"]:
+        s = sequences[i]
+        next_tok[b, start:start + L - 1] = torch.as_tensor(s.tokens[1:])
+        if L > 2:
+            label[b, start:start + L - 2] = torch.as_tensor(t2d[s.tokens[2:]])
+            target_ok[b, start:start + L - 2] = True
     # step j at q drafts for the anchor q - j, which must be a continuation position
-    valid = torch.stack([(pos - j >= n_prompt - 1) & target_ok & (seg >= 0) for j in range(steps)])
-    out = {"feats": feats, "next_tok": next_tok, "pos": pos, "seg": seg, "label": label, "valid": valid,
-           "tokens": int((seg >= 0).sum()), "placed": placed}
+    out["valid"] = torch.stack([(pos - j >= out["n_prompt"] - 1) & target_ok & (seg >= 0) for j in range(steps)])
+    out.update(next_tok=next_tok, label=label)
     if sequences[rows[0][0]].soft_ids is not None:
         out.update(_soft(rows, sequences, t2d, row_len, pos, seg, steps))
     return out

@@ -20,15 +20,15 @@ The attention, FFN, output head and borrowed embeddings are layers.py's, shared 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .deps import torch as _torch
 from .gguf_target import rms_norm
-from .layers import Attention, Borrowed, OutputHead, SwiGLU, ones, rand, repeat_kv, rope_neox
+from .layers import Attention, Borrowed, OutputHead, Shape, SwiGLU, ones, rand, repeat_kv, rope_neox
 
 
 @dataclass(frozen=True)
-class DFlashConfig:
+class DFlashConfig(Shape):
     n_embd: int
     n_layer: int
     n_head: int
@@ -40,13 +40,6 @@ class DFlashConfig:
     mask_token: int
     rope_base: float
     rms_eps: float
-
-    @property
-    def d_head(self) -> int:
-        return self.n_embd // self.n_head
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def make_dflash_head(cfg: DFlashConfig, tok_embd, output_init, seed: int, output_norm=None):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import deps
 from .dflash_head import DFlashConfig, make_dflash_head
 from .dflash_trainer import DFlashSettings
+from .layers import from_target
 
 
 def choose_mask_token(reader, sequences) -> int:
@@ -44,14 +44,11 @@ def choose_mask_token(reader, sequences) -> int:
 def new_dflash(o, info, weights: dict, d2t, layers, mask_token: int):
     """The seeded, untrained drafter: the target's width and attention shape, o.draft_layers layers, the
     target's output rows of the draft vocabulary and final norm, its token embeddings borrowed."""
-    torch = deps.torch()
-    tok_embd = torch.from_numpy(weights["token_embd.weight"])
-    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
+    tok_embd, output, output_norm = from_target(weights, d2t)
     cfg = DFlashConfig(n_embd=info.n_embd, n_layer=o.draft_layers, n_head=info.n_head, n_head_kv=info.n_head_kv,
                        n_ff=info.n_ff, n_feat=len(layers), n_draft_vocab=info.n_vocab if d2t is None else len(d2t),
                        block_size=o.block_size, mask_token=mask_token, rope_base=info.rope_base, rms_eps=info.rms_eps)
-    return make_dflash_head(cfg, tok_embd, output if d2t is None else output[torch.from_numpy(d2t)], o.seed,
-                            output_norm=torch.from_numpy(weights["output_norm.weight"]))
+    return make_dflash_head(cfg, tok_embd, output, o.seed, output_norm=output_norm)
 
 
 def setup_dflash(o, *, info, layers, reader, weights, d2t, train_set, held_set, row_len: int, deadline, **_):

@@ -21,10 +21,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from .batches import _softmax, pack
+from .batches import _softmax, pack, place
 from .deps import torch as _torch
 from .dflash_head import block_states
-from .loop import Recipe
+from .loop import Recipe, hard_loss, held_out_record, soft_loss
 
 
 @dataclass
@@ -64,39 +64,27 @@ class DFlashSettings(Recipe):
 
 
 def make_rows(rows, sequences, features, t2d, row_len: int) -> dict:
-    """Tensors of packed rows: feats, tok, pos, seg, n_prompt, hard (draft row of the next token,
-    -100 where none or outside the draft vocabulary) and, with soft labels, soft_ids/soft_p (the
-    target's distribution over the next token, per row index)."""
+    """Tensors of packed rows: batches.place's, tok (each position's token), hard (draft row of the next
+    token, -100 where none or outside the draft vocabulary) and, with soft labels, soft_ids/soft_p
+    (the target's distribution over the next token, per row index)."""
     torch = _torch()
-    R, width = len(rows), features[0].shape[1]
+    out = place(rows, sequences, features, row_len)
+    out["tok"] = torch.zeros(len(rows), row_len, dtype=torch.long)
+    out["hard"] = torch.full((len(rows), row_len), -100, dtype=torch.long)
     soft = sequences[rows[0][0]].soft_ids is not None
-    out = {"feats": torch.zeros(R, row_len, width), "tok": torch.zeros(R, row_len, dtype=torch.long),
-           "pos": torch.zeros(R, row_len, dtype=torch.long), "seg": torch.full((R, row_len), -1, dtype=torch.long),
-           "n_prompt": torch.zeros(R, row_len, dtype=torch.long),
-           "hard": torch.full((R, row_len), -100, dtype=torch.long), "placed": []}
     if soft:
         k = sequences[rows[0][0]].soft_ids.shape[1]
-        out["soft_ids"] = torch.zeros(R, row_len, k, dtype=torch.long)
-        out["soft_p"] = torch.zeros(R, row_len, k)
-    for b, members in enumerate(rows):
-        start = 0
-        for m, i in enumerate(members):
-            s = sequences[i]
-            L = len(s.tokens)
-            span = slice(start, start + L)
-            out["feats"][b, span] = features[i]
-            out["tok"][b, span] = torch.as_tensor(s.tokens)
-            out["pos"][b, span] = torch.arange(L)
-            out["seg"][b, span] = m
-            out["n_prompt"][b, span] = s.n_prompt
-            out["hard"][b, start:start + L - 1] = torch.as_tensor(t2d[s.tokens[1:]])
-            if soft:
-                ids = t2d[s.soft_ids]
-                out["soft_ids"][b, span] = torch.as_tensor(np.maximum(ids, 0))
-                out["soft_p"][b, span] = torch.as_tensor(_softmax(np.where(ids >= 0, s.soft_logits, -np.inf)))
-            out["placed"].append((b, start, i, L))
-            start += L
-    out["tokens"] = int((out["seg"] >= 0).sum())
+        out["soft_ids"] = torch.zeros(len(rows), row_len, k, dtype=torch.long)
+        out["soft_p"] = torch.zeros(len(rows), row_len, k)
+    for b, start, i, L in out["placed"]:
+        s = sequences[i]
+        span = slice(start, start + L)
+        out["tok"][b, span] = torch.as_tensor(s.tokens)
+        out["hard"][b, start:start + L - 1] = torch.as_tensor(t2d[s.tokens[1:]])
+        if soft:
+            ids = t2d[s.soft_ids]
+            out["soft_ids"][b, span] = torch.as_tensor(np.maximum(ids, 0))
+            out["soft_p"][b, span] = torch.as_tensor(_softmax(np.where(ids >= 0, s.soft_logits, -np.inf)))
     return out
 
 
@@ -154,30 +142,20 @@ def _targets(rows: dict, anchors, valid, block_len: int, hard: bool):
 
 def block_losses(head, rows: dict, anchors, valid, block_len: int, soft: bool, with_correct: bool = False):
     """Per offset 1..block_len-1: (summed cross-entropy, taught blocks, correct top-1 [R, N] or None)."""
-    torch = _torch()
     x = block_states(head, rows["feats"], rows["pos"], rows["seg"], rows["tok"], anchors, block_len)
     at, ok = _targets(rows, anchors, valid, block_len, hard=not soft)
     R, N = anchors.shape
     out = []
     for i in range(1, block_len):
-        where = at[..., i - 1]
+        where, m = at[..., i - 1], ok[..., i - 1]
+        logits = head.logits(x[:, :, i][m])
         if soft:
-            m = ok[..., i - 1]
-            logp = torch.log_softmax(head.logits(x[:, :, i][m]), -1)
             k = rows["soft_ids"].shape[-1]
             ids = rows["soft_ids"].gather(1, where[..., None].expand(R, N, k))[m]
             p = rows["soft_p"].gather(1, where[..., None].expand(R, N, k))[m]
-            out.append((-(p * logp.gather(-1, ids)).sum(), int(m.sum()), None))
+            out.append((soft_loss(logits, ids, p), int(m.sum()), None))
             continue
-        # a token outside the draft vocabulary (-100) is taught nothing but counts as a wrong draft
-        label = rows["hard"].gather(1, where)
-        m = ok[..., i - 1]
-        logits = head.logits(x[:, :, i][m])
-        ce = torch.nn.functional.cross_entropy(logits, label[m], ignore_index=-100, reduction="sum")
-        correct = None
-        if with_correct:
-            correct = torch.zeros(R, N, dtype=torch.bool)
-            correct[m] = (logits.argmax(-1) == label[m]) & (label[m] >= 0)
+        ce, correct = hard_loss(logits, rows["hard"].gather(1, where)[m], m, with_correct)
         out.append((ce, int(m.sum()), correct))
     return out
 
@@ -223,11 +201,5 @@ def evaluate(head, sequences, features, t2d, *, block_len: int, row_len: int, ro
                 for b, s0, i, length in rows["placed"]:
                     correct_of[i] = grid[b, :, s0:s0 + length].copy()
     head.train()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = {"positions": int(taught[0]), "block_len": block_len,
-               "top1_by_position": (right / taught).round(4).tolist(),
-               "chained_by_position": (chained / anchors_n).round(4).tolist(),
-               "loss_by_position": (loss / taught).round(4).tolist()}
-    if per_sequence:
-        out["correct"] = correct_of
-    return out
+    return held_out_record(taught, right, chained, anchors_n, loss, correct_of if per_sequence else None,
+                           block_len=block_len)

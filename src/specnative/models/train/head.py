@@ -20,15 +20,15 @@ borrowed embeddings are layers.py's, shared with the DFlash drafter.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from .deps import torch as _torch
 from .gguf_target import rms_norm
-from .layers import Attention, Borrowed, OutputHead, SwiGLU, ones, rand, repeat_kv, rope_pairs
+from .layers import Attention, Borrowed, OutputHead, Shape, SwiGLU, ones, rand, repeat_kv, rope_pairs
 
 
 @dataclass(frozen=True)
-class HeadConfig:
+class HeadConfig(Shape):
     n_embd: int
     n_embd_target: int
     n_head: int
@@ -37,13 +37,6 @@ class HeadConfig:
     n_draft_vocab: int
     rope_base: float
     rms_eps: float
-
-    @property
-    def d_head(self) -> int:
-        return self.n_embd // self.n_head
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def make_head(cfg: HeadConfig, tok_embd, output_init, seed: int, output_norm=None, lens_slice: int | None = None):

@@ -1,24 +1,31 @@
 """The building blocks both drafters are made of, as llama.cpp's graphs run them.
 
-Each block is a mix-in of a torch module: it registers its parameters on the module under the names
-llama.cpp's layer tensors have here (wq, wk, wv, wo, q_norm, k_norm; ffn_norm, ffn_gate, ffn_up,
-ffn_down; output_norm, output), so a head's one decoder layer can live on the head itself (EAGLE-3)
-or on layer modules of their own (DFlash), and writer.py names every tensor the same way for both.
-- Borrowed: the target's token embeddings (frozen, not written: llama.cpp borrows the target's) and
-  the RoPE tables, grown on demand; the module's `cfg` (n_embd, n_head, n_head_kv, d_head, n_ff,
-  rope_base, rms_eps).
-- Attention: the q/k/v/o projections of grouped-query attention, with optional per-head q/k norms.
-- SwiGLU: the pre-normed gated FFN with its residual, x + down(silu(gate(f)) * up(f)), f = rms(x).
-- OutputHead: the final norm and an own output over the draft vocabulary (mapped back by d2t),
-  started as the target's rows of that vocabulary and its final norm.
-Parameters draw from one seeded generator in the order they are registered.
+Each is a mix-in of a torch module that registers its parameters on it under the same names for
+both kinds (wq ... k_norm, ffn_*, output_norm, output: writer.py names the file's tensors by them),
+so EAGLE-3's one layer lives on the head itself and DFlash's layers are modules of their own.
+Borrowed: the target's token embeddings (frozen; llama.cpp borrows the target's) and RoPE tables;
+Attention: grouped-query q/k/v/o projections, optionally with per-head q/k norms; SwiGLU: the
+pre-normed gated FFN with its residual; OutputHead: the final norm and an own output over the draft
+vocabulary (d2t). Parameters draw from one seeded generator in the order they are registered.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 from .deps import torch as _torch
 from .gguf_target import rms_norm, rope_tables
+
+
+class Shape:
+    """What a drafter's config (a frozen dataclass with n_embd, n_head, ...) derives."""
+
+    @property
+    def d_head(self) -> int:
+        return self.n_embd // self.n_head
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 def rand(g, *shape, fan_in: int):
@@ -50,6 +57,17 @@ def rope_neox(x, cos, sin):
     x0, x1 = x[..., :half], x[..., half:]
     c, s = cos[..., None, :], sin[..., None, :]
     return _torch().cat((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1)
+
+
+def from_target(weights: dict, d2t):
+    """(token embeddings, output rows of the draft vocabulary, final norm) a new head starts from:
+    the target's tensors (`weights`: float32 arrays; output.weight absent where it is tied to the
+    embeddings), d2t the draft vocabulary's target ids (None: all)."""
+    torch = _torch()
+    tok_embd = torch.from_numpy(weights["token_embd.weight"])
+    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
+    return (tok_embd, output if d2t is None else output[torch.from_numpy(d2t)],
+            torch.from_numpy(weights["output_norm.weight"]))
 
 
 class Borrowed:

@@ -53,6 +53,36 @@ class Recipe:
         raise NotImplementedError
 
 
+def soft_loss(logits, ids, p):
+    """Summed cross-entropy against the target's top-k distribution (ids, p [n, k]) of each row."""
+    return -(p * _torch().log_softmax(logits, -1).gather(-1, ids)).sum()
+
+
+def hard_loss(logits, label, m, with_correct: bool):
+    """(summed cross-entropy against `label` [n] (-100: taught nothing), top-1 right on the grid of
+    `m` (bool, the n positions taught) or None): a label outside the draft vocabulary is a wrong draft."""
+    torch = _torch()
+    ce = torch.nn.functional.cross_entropy(logits, label, ignore_index=-100, reduction="sum")
+    if not with_correct:
+        return ce, None
+    correct = torch.zeros_like(m)
+    correct[m] = (logits.argmax(-1) == label) & (label >= 0)
+    return ce, correct
+
+
+def held_out_record(taught, right, chained, anchors, loss, correct_of, **extra) -> dict:
+    """What both kinds' held-out measurements report, from per-position sums: the positions scored,
+    top-1 agreement on its own and chained from the first draft, mean loss; "correct" (per sequence,
+    step j right at position q) where `correct_of` is given."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = {"positions": int(taught[0]), **extra, "top1_by_position": (right / taught).round(4).tolist(),
+               "chained_by_position": (chained / anchors).round(4).tolist(),
+               "loss_by_position": (loss / taught).round(4).tolist()}
+    if correct_of is not None:
+        out["correct"] = correct_of
+    return out
+
+
 def _lr_factor(progress: float, batch: int, warmup_batches: int) -> float:
     """Linear warm-up over the first `warmup_batches` batches, then cosine from 1 down to 0.1 at
     progress 1 (the share of the planned tokens or of the time budget spent, whichever is ahead)."""

@@ -25,6 +25,7 @@ from .dflash_pipeline import setup_dflash
 from .distill import distill
 from .gguf_target import load_weights
 from .head import HeadConfig, make_head
+from .layers import from_target
 from .loop import train
 from .measure import speculative, teacher_forced
 from .prompts import check_spec, load_prompts, split_spec
@@ -94,14 +95,11 @@ def new_head(info, weights: dict, d2t, layers, seed: int):
     """The seeded, untrained head for a target: its width and attention shape, the target's output
     rows of the draft vocabulary (d2t; None: all) and final norm, its token embeddings borrowed
     (`weights`: the target's HEAD_INIT_TENSORS as float32 arrays, load_weights)."""
-    torch = deps.torch()
-    tok_embd = torch.from_numpy(weights["token_embd.weight"])
-    output = torch.from_numpy(weights.get("output.weight", weights["token_embd.weight"]))
+    tok_embd, output, output_norm = from_target(weights, d2t)
     cfg = HeadConfig(n_embd=info.n_embd, n_embd_target=info.n_embd, n_head=info.n_head, n_head_kv=info.n_head_kv,
                      n_ff=info.n_ff, n_draft_vocab=info.n_vocab if d2t is None else len(d2t),
                      rope_base=info.rope_base, rms_eps=info.rms_eps)
-    return make_head(cfg, tok_embd, output if d2t is None else output[torch.from_numpy(d2t)], seed,
-                     output_norm=torch.from_numpy(weights["output_norm.weight"]), lens_slice=layers.index(max(layers)))
+    return make_head(cfg, tok_embd, output, seed, output_norm=output_norm, lens_slice=layers.index(max(layers)))
 
 
 def setup_eagle3(o: Options, *, info, layers, weights, d2t, row_len: int, deadline, **_):

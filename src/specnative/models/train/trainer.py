@@ -5,10 +5,7 @@ softmaxed over the draft vocabulary) at every position, prompt included, or with
 against its greedy continuation's tokens; for each training-time-test step j (the head's own
 states fed back, as when it drafts position j+1), weighted 0.8^j as EAGLE-3 does. The held-out
 measurement is always the hard one: top-1 against the continuation's tokens, what a verify at
-T = 0 accepts. A budget in tokens gives the same bytes for the same seed; a
-budget in time stops where the clock says, and its learning-rate schedule runs on the clock too
-(so it reaches its floor at the deadline however the speed changes along the way): the loop is
-loop.py's, which the DFlash drafter trains with too; this is what EAGLE-3's recipe adds to it.
+T = 0 accepts. The loop (optimizer, schedule, budgets) is loop.py's, shared with the DFlash drafter.
 """
 from __future__ import annotations
 
@@ -19,8 +16,9 @@ import numpy as np
 from .batches import batches
 from .deps import torch as _torch
 from .head import ttt_forward
-from .loop import Recipe, _lr_factor, _progress, train
+from .loop import Recipe, _lr_factor, _progress, hard_loss, held_out_record, soft_loss, train
 
+# the loop and its schedule are loop.py's, offered here with EAGLE-3's recipe
 __all__ = ["TrainSettings", "_lr_factor", "_progress", "evaluate", "simulate_rounds", "train"]
 
 
@@ -52,23 +50,14 @@ class TrainSettings(Recipe):
 def _step_losses(head, batch, steps: int, with_correct: bool = False, soft: bool = False):
     """Per step: (summed cross-entropy, taught positions, correct top-1 [B, T] or None). soft: against
     the target's distribution at every position (batch["soft_*"]), else against its continuation."""
-    torch = _torch()
     out = []
     for j, h in enumerate(ttt_forward(head, batch, steps)):
         if soft:
             m = batch["soft_valid"][j]
-            logp = torch.log_softmax(head.logits(h[m]), dim=-1)
-            ce = -(batch["soft_p"][m] * logp.gather(-1, batch["soft_ids"][m])).sum()
-            out.append((ce, int(m.sum()), None))
+            out.append((soft_loss(head.logits(h[m]), batch["soft_ids"][m], batch["soft_p"][m]), int(m.sum()), None))
             continue
         m = batch["valid"][j]
-        label = batch["label"][m]
-        logits = head.logits(h[m])
-        ce = torch.nn.functional.cross_entropy(logits, label, ignore_index=-100, reduction="sum")
-        correct = None
-        if with_correct:
-            correct = torch.zeros_like(m)
-            correct[m] = (logits.argmax(-1) == label) & (label >= 0)
+        ce, correct = hard_loss(head.logits(h[m]), batch["label"][m], m, with_correct)
         out.append((ce, int(m.sum()), correct))
     return out
 
@@ -114,14 +103,7 @@ def evaluate(head, sequences, features, t2d, *, steps: int, row_len: int, rows_p
                 for b, start, i, length in batch["placed"]:
                     correct_of[i] = stacked[:, b, start:start + length].copy()
     head.train()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = {"positions": int(taught[0]),
-               "top1_by_position": (right / taught).round(4).tolist(),
-               "chained_by_position": (chained / anchors).round(4).tolist(),
-               "loss_by_position": (loss / taught).round(4).tolist()}
-    if per_sequence:
-        out["correct"] = correct_of
-    return out
+    return held_out_record(taught, right, chained, anchors, loss, correct_of if per_sequence else None)
 
 
 def simulate_rounds(sequences, correct, k: int, n_predict: int) -> dict:

@@ -5,10 +5,10 @@ context, the drafter's widths, heads, RoPE and norm epsilon), `ARCH.target_layer
 layers whose inputs it reads), the tokenizer keys copied from the target (so the engine's
 vocabulary check passes), the tensors under llama.cpp's names (`fc.weight`, `output_norm`, an own
 `output` over the draft vocabulary, per layer the attention and FFN) and `d2t` (int64, the target id
-of each draft row, absolute ids as llama.cpp's converters write them). The token embeddings are
-not written: llama.cpp borrows the target's. Each kind adds its own keys and tensors (head.py for
-eagle3, dflash_head.py for dflash: FILE_KEYS, from_file). Everything written is a function of its
-inputs: the same head gives the same bytes.
+of each draft row, absolute ids as llama.cpp's converters write them); not the token embeddings,
+which llama.cpp borrows from the target. Each kind adds its own keys (file_keys) and reads its
+shape back (from_file): head.py for eagle3, dflash_head.py for dflash. The same head gives the
+same bytes.
 """
 from __future__ import annotations
 
@@ -103,10 +103,9 @@ def write_drafter(path, head, *, d2t, target_reader: gguf.GGUFReader, target_inf
     return path
 
 
-def read_drafter(path, tok_embd, arch: str | None = None):
-    """(torch head, d2t or None, its target layers) of an eagle3 or dflash file this package wrote
-    (`arch`: only that kind), with `tok_embd` (the target's token embeddings) borrowed as llama.cpp
-    borrows them."""
+def read_drafter(path, tok_embd):
+    """(torch head, d2t or None, its target layers) of an eagle3 or dflash file this package wrote,
+    with `tok_embd` (the target's token embeddings) borrowed as llama.cpp borrows them."""
     from gguf.quants import dequantize
 
     from .deps import torch as _torch
@@ -114,8 +113,8 @@ def read_drafter(path, tok_embd, arch: str | None = None):
     torch = _torch()
     reader = gguf.GGUFReader(str(path))
     found = reader.get_field("general.architecture").contents()
-    if found not in KINDS or arch not in (None, found):
-        raise ValueError(f"{path} is not {'an eagle3 or dflash' if arch is None else f'a {arch}'} file")
+    if found not in KINDS:
+        raise ValueError(f"{path} is not an eagle3 or dflash file")
     arrays = {t.name: np.array(dequantize(t.data, t.tensor_type) if t.name != "d2t" else t.data, copy=True)
               for t in reader.tensors}
     d2t = arrays.get("d2t")
