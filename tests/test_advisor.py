@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 from synthetic_traces import cell, off_row, on_row, write_run
 
-from specnative.report import advisor
-from specnative.report.advisor import MORE, OFF, ON, Thresholds, advise, load_traces, verdicts_frame
+from specnative.analysis import advisor
+from specnative.analysis.advisor import MORE, OFF, ON, Thresholds, advise, load_traces, verdicts_frame
 
 
 def judge(rows, tmp_path, **thresholds):

@@ -43,7 +43,7 @@ def test_the_schema_says_rates_are_pooled_and_names_every_lossless_method():
 
 
 def test_the_tidy_column_table_is_tidys():
-    from specnative.report.tidy import COLUMNS
+    from specnative.analysis.tidy import COLUMNS
 
     text = (DOCS / "traces.md").read_text(encoding="utf-8").split("## tidy.csv", 1)[1]
     rows = [line for line in text.splitlines() if line.startswith("| `")]

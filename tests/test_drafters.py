@@ -196,8 +196,8 @@ def test_lookup_cache_files_are_checked_before_decoding(target_only, tmp_path):
 
 # --- the sweep axis ----------------------------------------------------------------------------------
 def test_sweep_measures_each_drafter_as_its_own_cell(noisy_pair, tmp_path):
+    from specnative.analysis.advisor import drafter_advice
     from specnative.record import schema
-    from specnative.report.advisor import drafter_advice
     from specnative.sweep import SweepConfig, run_sweep
 
     target, draft = noisy_pair
@@ -225,7 +225,7 @@ def test_drafter_advice_prefers_the_surest_gain():
     the highest point estimate); `none` when none pays; `measure-more` when the rest is unsure."""
     from synthetic_traces import off_row, on_row
 
-    from specnative.report.advisor import drafter_advice
+    from specnative.analysis.advisor import drafter_advice
 
     rows = []
     for conc, drafters in {1: [("model", 1.5, 0.02), ("ngram-simple", 1.8, 0.02)],    # both pay: the faster
@@ -330,7 +330,7 @@ def test_p_min_is_for_the_draft_model_only(noisy_engine):
 
 
 def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path, no_figure_files):
-    from specnative.report.advisor import k_advice, p_min_advice
+    from specnative.analysis.advisor import k_advice, p_min_advice
     from specnative.sweep import main
 
     target, draft = noisy_pair

@@ -10,8 +10,9 @@ import pytest
 from conftest import PROMPTS, injected
 
 from specnative import _core
+from specnative.analysis import advisor
 from specnative.engine import decoding_ms, engine_own_time
-from specnative.report import advisor, tables
+from specnative.report import tables
 from specnative.sweep.rows import median_row as _median_row
 
 # The busy-wait of Fault::slow_accept, per sequence per iteration (the C++ core's kSlowAcceptMs; read

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specnative.report import factorial, levers, tidy
+from specnative.analysis import factorial, tidy
+from specnative.report import levers
 
 REPEATS = 8
 

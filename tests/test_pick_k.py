@@ -182,7 +182,7 @@ def _on_row(k, recommended, concurrency=1, check=None):
 def test_k_advice_uses_the_largest_k_and_says_none(tmp_path):
     import pandas as pd
 
-    from specnative.report import advisor
+    from specnative.analysis import advisor
 
     frame = pd.DataFrame([_on_row(2, 2), _on_row(3, 2, check=2), _on_row(3, 0, concurrency=4)])
     advice = advisor.k_advice(frame)
@@ -230,7 +230,7 @@ def test_p_min_cell_pairs_with_its_own_baseline_and_is_compared_with_fixed_k(tmp
     import pandas as pd
     from synthetic_traces import cell, off_row, on_row, write_run
 
-    from specnative.report import advisor
+    from specnative.analysis import advisor
 
     rows = cell(conc=1, speedup=1.5, mean_draft_len=4.0) + [
         off_row(conc=1, tps=50.0, cell_id="base|pmin=0.75"),  # another baseline beside the p_min cell

@@ -8,10 +8,10 @@ from conftest import assert_real_figure
 from synthetic_traces import PROVENANCE, assert_tables_well_formed, cell, grid_rows, off_row, on_row, write_run
 
 from specnative import report
+from specnative.analysis.advisor import advise, load_traces, pair_cells
 from specnative.report import cells as report_cells
 from specnative.report import cli, figures
 from specnative.report import summary as report_summary
-from specnative.report.advisor import advise, load_traces, pair_cells
 
 SPEEDUPS = {(0, 1): 1.8, (0, 4): 1.3, (0, 8): 0.85, (8192, 1): 1.4, (8192, 4): 1.1, (8192, 8): 0.7}
 

@@ -55,7 +55,7 @@ def test_a_failing_tree_is_counted_where_verdicts_are_counted(tree_only_run, tmp
 def test_the_lossless_check_counts_exact_dist_verdicts():
     import pandas as pd
 
-    from specnative.report.advisor import REGIME_KEYS
+    from specnative.analysis.advisor import REGIME_KEYS
     from specnative.report.tables import verdicts_of_cells_md
     cells = pd.DataFrame({"verdict": ["exact", "exact-dist", "exact-dist", "numeric"]})
     text = verdicts_of_cells_md(cells.assign(**{c: 0 for c in ("first_divergence", "mismatches", "max_mismatch_gap",

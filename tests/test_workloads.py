@@ -12,8 +12,9 @@ from conftest import TEST_NGL
 from synthetic_traces import PROVENANCE, off_row, on_row
 
 from specnative import _core, sweep, workloads
+from specnative.analysis import advisor
 from specnative.record import schema
-from specnative.report import advisor, drafter_sections
+from specnative.report import drafter_sections
 from specnative.report import summary as report_summary
 from specnative.workloads import ALL, MIXED, PromptFileError, Workload, suite
 from specnative.workloads import prompts as sweep_prompts
@@ -225,7 +226,7 @@ def test_by_task_pools_counts_and_says_on_for_code_off_for_chat(tmp_path):
     assert code["tau"] == pytest.approx((460 + 420) / 200)
     assert code["speedup_median"] == pytest.approx(1.5) and code["n_on"] == 2
     assert summary.loc["chat", "n_off"] == 2
-    line = advisor.task_advice(summary.reset_index())
+    line = drafter_sections.task_advice(summary.reset_index())
     assert line.startswith("on for code (completion, editing)")
     assert "off for chat" in line and "depends on the regime for math" in line
 
@@ -258,5 +259,5 @@ def test_undecided_tasks_say_which_way_they_lean():
         {"task": "code-editing", "speedup_median": 1.2, "n_on": 0, "n_off": 0, "n_measure_more": 2},
         {"task": "chat", "speedup_median": 0.7, "n_on": 0, "n_off": 0, "n_measure_more": 1},
         {"task": "qa", "speedup_median": 0.8, "n_on": 0, "n_off": 1, "n_measure_more": 0}])
-    assert advisor.task_advice(summary) == ("off for qa; measure more for code-editing (median speedup above 1 "
+    assert drafter_sections.task_advice(summary) == ("off for qa; measure more for code-editing (median speedup above 1 "
                                             "so far); measure more for chat (median speedup below 1 so far)")

@@ -75,8 +75,8 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 
 def is_serve_folder(run_dir: Path) -> bool:
+    from specnative.analysis.advisor import load_traces
     from specnative.record.schema import is_serve_run
-    from specnative.report.advisor import load_traces
 
     return (Path(run_dir) / "traces.csv").is_file() and is_serve_run(load_traces(Path(run_dir) / "traces.csv"))
 

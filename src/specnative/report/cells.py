@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from specnative import theory
-from specnative.report.advisor import REGIME_KEYS, as_float
+from specnative.analysis.advisor import REGIME_KEYS, as_float
 from specnative.report.text import floats
 
 CURVE_DIMS = ("quant_bits", "k", "temperature", "accept_rule", "draft_model", "task", "drafter",

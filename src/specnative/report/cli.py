@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from specnative.analysis.advisor import Thresholds, threshold_fields
 from specnative.record.schema import TracesError
-from specnative.report.advisor import Thresholds, threshold_fields
 from specnative.report.record_md import ReportInputError
 from specnative.report.summary import write_report
 

@@ -8,14 +8,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure  # Agg canvas on savefig; pyplot is never imported
 
-from specnative.report.advisor import (
+from specnative.analysis.advisor import (
     REGIME_KEYS,
     Thresholds,
     as_float,
     drafter_advice,
     k_advice,
     p_min_advice,
-    task_advice,
+    task_decision,
 )
 from specnative.report.cells import label, lossless_cells, varied
 from specnative.report.figures import caption, colors, empty_panel, new_figure
@@ -53,6 +53,49 @@ def plot_by_task(summary: pd.DataFrame, note: str = "") -> Figure:
     caption(fig, "Cells of every context length, concurrency and target are pooled per task; lossless "
                   "cells only. See the cells table for each regime.", note)
     return fig
+
+
+def _task_names(tasks: list) -> str:
+    """'code-completion, code-editing, code-explanation, chat' -> 'code (completion, editing,
+    explanation), chat': categories sharing a 'family-' prefix are said together."""
+    families = {}
+    for task in tasks:
+        family, _, rest = str(task).partition("-")
+        families.setdefault(family if rest else task, []).append(rest if rest else None)
+    parts = []
+    for family, members in families.items():
+        named = [m for m in members if m]
+        parts.append(f"{family} ({', '.join(named)})" if len(named) > 1 else
+                     f"{family}-{named[0]}" if named else family)
+    return ", ".join(parts)
+
+
+def task_advice(summary: pd.DataFrame) -> str:
+    """One line, e.g. 'on for code (completion, editing); off for chat, translation; depends on
+    the regime for math'."""
+    if summary.empty:
+        return "No spec-on cell to judge by task."
+    said = {"on": "on for", "off": "off for", "measure-more": "measure more for",
+            "depends": "depends on the regime for"}
+    groups = {}
+    for _, row in summary.iterrows():
+        groups.setdefault(task_decision(row), []).append(row)
+    parts = []
+    for decision in (d for d in said if d in groups):
+        rows = groups[decision]
+        if decision != "measure-more":
+            parts.append(f"{said[decision]} {_task_names([r['task'] for r in rows])}")
+            continue
+        # undecided: say which side of break-even the measured speedups lean to so far
+        for lean, test in (("above", lambda v: v >= 1.0), ("below", lambda v: v < 1.0)):
+            named = [r["task"] for r in rows if math.isfinite(as_float(r["speedup_median"]))
+                     and test(as_float(r["speedup_median"]))]
+            if named:
+                parts.append(f"{said[decision]} {_task_names(named)} (median speedup {lean} 1 so far)")
+        unmeasured = [r["task"] for r in rows if not math.isfinite(as_float(r["speedup_median"]))]
+        if unmeasured:
+            parts.append(f"{said[decision]} {_task_names(unmeasured)}")
+    return "; ".join(parts)
 
 
 def task_md(summary: pd.DataFrame) -> str:

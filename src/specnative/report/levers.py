@@ -1,4 +1,4 @@
-"""summary.md's "Do the levers add?" section and the interaction figure, from factorial.py's
+"""summary.md's "Do the levers add?" section and the interaction figure, from analysis/factorial.py's
 estimates: the 2x2 of quantization x speculation per regime, the combined gain against the product
 of the separate gains, and the interaction terms of the log-linear model that are decided at 95 %.
 """
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 from matplotlib.figure import Figure
 
-from specnative.report.factorial import REGIME_FACTORS, TwoByTwo, level_order, reference_levels
+from specnative.analysis.factorial import REGIME_FACTORS, TwoByTwo, level_order, reference_levels
 from specnative.report.figures import caption, colors, empty_panel, new_figure, ratio_axis
 from specnative.report.text import fmt, md_table
 from specnative.stats import geometric_interval

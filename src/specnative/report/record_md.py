@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from specnative.analysis.advisor import as_float
 from specnative.record.provenance import ProvenanceError, read_provenance
 from specnative.record.run_folder import base_cell
-from specnative.report.advisor import as_float
 from specnative.report.text import fmt, md_table
 
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from specnative.analysis import factorial
+from specnative.analysis.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
 from specnative.record.schema import is_serve_run
-from specnative.report import break_even, factorial, levers
-from specnative.report.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
+from specnative.report import break_even, levers
 from specnative.report.cells import speedup_slope, theory_table
 from specnative.report.drafter_sections import (
     by_drafter,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from specnative.analysis.advisor import K_ADVICE_KEYS, REGIME_KEYS, Thresholds, as_float, threshold_fields
 from specnative.lossless.verdicts import VERDICTS
-from specnative.report.advisor import K_ADVICE_KEYS, REGIME_KEYS, Thresholds, as_float, threshold_fields
 from specnative.report.cells import ENGINE_OWN_GOAL, failed_cells, label, ordered, step_parts
 from specnative.report.record_md import hardware, params_text, size_text
 from specnative.report.text import fmt, interval_text, md_table

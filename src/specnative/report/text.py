@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from specnative.report.advisor import as_float
+from specnative.analysis.advisor import as_float
 
 
 def fmt(value, digits=2) -> str:

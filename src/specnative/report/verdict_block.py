@@ -9,8 +9,8 @@ import math
 
 import pandas as pd
 
+from specnative.analysis.advisor import MORE, OFF, ON, as_float
 from specnative.lossless.verdicts import VERDICTS
-from specnative.report.advisor import MORE, OFF, ON, as_float
 from specnative.report.text import fmt
 from specnative.report.trees import is_tree_row
 

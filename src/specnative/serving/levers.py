@@ -2,7 +2,7 @@
 the serving metrics a serve run measured (output throughput, TTFT and TPOT p50), from its rows: one
 per (rate, trace, prefix cache, spec).
 
-Two views, as the closed loop's factorial (report/factorial.py): per rate, speculation's benefit
+Two views, as the closed loop's factorial (analysis/factorial.py): per rate, speculation's benefit
 with the prefix cache on and off (paired request by request on the same trace, crossover.benefit)
 and their ratio, the interaction, with a Welch interval over the traces; and a log-linear model of
 each metric over the three factors with all two-way interactions (OLS on the logs, statsmodels).
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnative.report.factorial import loglinear, reference_level
+from specnative.analysis.factorial import loglinear, reference_level
 from specnative.report.text import fmt, md_table
 from specnative.serving import arrivals, crossover
 from specnative.stats import LogEstimate, welch_ratio

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from specnative.analysis.advisor import load_traces
 from specnative.record.schema import serve_rows
 from specnative.report import break_even
-from specnative.report.advisor import load_traces
 from specnative.report.figures import save
 from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md, unfinished_md
 from specnative.report.text import md_table

@@ -223,9 +223,9 @@ def shapes_for(on, provenance: dict, search: list) -> tuple:
 
 def project_run(run_dir: Path, devices: list, search: list) -> tuple:
     """(projections, notes) for every measured regime of the run on every device."""
+    from specnative.analysis.advisor import load_traces
     from specnative.record import schema
     from specnative.record.schema import TracesError
-    from specnative.report.advisor import load_traces
 
     run_dir = Path(run_dir)
     traces_path = run_dir / "traces.csv"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from specnative.report.tidy import FACTORS, tidy_frame
+from specnative.analysis.tidy import FACTORS, tidy_frame
 from specnative.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 
 LEVEL = 0.95
