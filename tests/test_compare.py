@@ -13,8 +13,7 @@ import synthetic_runs
 from scipy import stats as scipy_stats
 
 from specnative import cli
-from specnative.record import database
-from specnative.report.compare import (
+from specnative.analysis.compare import (
     IMPROVEMENT,
     NO_CHANGE,
     REGRESSION,
@@ -23,6 +22,7 @@ from specnative.report.compare import (
     classify,
     compare_runs,
 )
+from specnative.record import database
 from specnative.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 
 SLOW = (0, 4)  # the regime a planted slowdown touches

@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from specnative.analysis.compare import ACROSS, DEFAULT_THRESHOLD, CompareError, compare_runs
 from specnative.record import database, run_folder
-from specnative.report.compare import ACROSS, DEFAULT_THRESHOLD, CompareError, compare_runs
 from specnative.report.compare_output import FORMATS
 
 DB_HELP = f"the results database (default {database.DEFAULT_DB})"

@@ -8,8 +8,8 @@ import io
 import json
 import math
 
-from specnative.report.compare import IMPROVEMENT, NO_CHANGE, REGRESSION, UNDECIDED, CellResult, Comparison
-from specnative.report.compare_regimes import LATENCIES, LEVEL, PAIRED, RECORDED, SEEDS
+from specnative.analysis.compare import IMPROVEMENT, NO_CHANGE, REGRESSION, UNDECIDED, CellResult, Comparison
+from specnative.analysis.compare_regimes import LATENCIES, LEVEL, PAIRED, RECORDED, SEEDS
 
 CSV_FIELDS = ("regime", "cell_id_a", "cell_id_b", "status", "tps_off_a", "tps_off_b", "tps_off_ratio",
               "tps_off_ratio_low", "tps_off_ratio_high", "tps_off_status", "speedup_a", "speedup_b", "speedup_ratio",

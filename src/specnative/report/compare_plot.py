@@ -6,7 +6,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure  # no pyplot: no display, no global state (works headless)
 
-from specnative.report.compare import IMPROVEMENT, REGRESSION, Comparison
+from specnative.analysis.compare import IMPROVEMENT, REGRESSION, Comparison
 
 COLORS = {REGRESSION: "#d62728", IMPROVEMENT: "#2ca02c"}  # decided changes stand out; the rest grey
 FORMATS_HINT = ".png, .pdf, .svg"

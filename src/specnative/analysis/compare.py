@@ -20,8 +20,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from specnative.analysis.compare_regimes import FAIL, LATENCIES, LEVEL, PAIRED, Regime, regimes_of
 from specnative.record.run_folder import RunRecord, host_of, kind_of, models_summary
-from specnative.report.compare_regimes import FAIL, LATENCIES, LEVEL, PAIRED, Regime, regimes_of
 from specnative.stats import Interval, speedup_interval, welch_ratio
 
 DEFAULT_THRESHOLD = 0.05
