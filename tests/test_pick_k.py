@@ -12,9 +12,9 @@ import pytest
 from conftest import PROMPTS, assert_lossless_verdict, assert_real_figure
 from synthetic_traces import assert_tables_well_formed
 
+from specnative.analysis import pick_k
 from specnative.report import drafter_sections, figures
 from specnative.report import summary as report_summary
-from specnative.sweep import pick_k
 
 K_MAX = 5  # (k'+1) divides 6 for k' = 1, 2, 5: the exact cases; 3 and 4 straddle
 # stop_at_eos off: a segment that ends on an accepted EOG emits m tokens, not m + 1, and the

@@ -1,9 +1,9 @@
 """Which k, measured: the verify-cost curve of a cell, the speedup predicted at every k' <= k
-(pick_k.py) and, with --check-k, the best predicted k measured."""
+(analysis/pick_k.py) and, with --check-k, the best predicted k measured."""
 from __future__ import annotations
 
 from specnative import theory
-from specnative.sweep import pick_k
+from specnative.analysis import pick_k
 from specnative.sweep.config import SweepConfig
 from specnative.sweep.rows import pooled_steady
 
