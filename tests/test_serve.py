@@ -262,7 +262,7 @@ def _synthetic_rows(benefits: dict, traces: int = 3):
 
 def test_advice_for_an_ngram_drafter_names_its_sizes():
     """llama-server runs an n-gram drafter at its own defaults unless told the sizes measured."""
-    from specnative.serving import crossover
+    from specnative.analysis import crossover
     rows = _synthetic_rows({1.0: 1.5, 4.0: 0.7})
     rows["drafter"] = "ngram-simple"
     rows["drafter_options"] = "spec-ngram-mod-n-min=8;spec-ngram-simple-size-m=48;spec-ngram-simple-size-n=4"
@@ -271,7 +271,7 @@ def test_advice_for_an_ngram_drafter_names_its_sizes():
 
 
 def test_crossover_is_found_between_the_rates_that_decide_it():
-    from specnative.serving import crossover
+    from specnative.analysis import crossover
     rows = _synthetic_rows({1.0: 1.5, 2.0: 1.2, 4.0: 0.8, 8.0: 0.6, math.inf: 0.5})
     table = crossover.benefit_table(rows)
     c = crossover.crossover(table, "output_throughput")
@@ -302,7 +302,8 @@ def test_serving_report_tables():
     paying (each metric, with the rates that decide it), and the advice per load band."""
     from synthetic_traces import assert_tables_well_formed
 
-    from specnative.serving import crossover, report
+    from specnative.analysis import crossover
+    from specnative.serving import report
 
     rows = _synthetic_rows({1.0: 1.5, 2.0: 1.2, 4.0: 0.8, 8.0: 0.6, math.inf: 0.5})
     rows = rows.assign(request_throughput=1.0, ttft_p99_ms=9.0, itl_p50_ms=3.0, e2e_p50_ms=50.0, queue_p50_ms=0.5,
@@ -347,7 +348,7 @@ def test_serving_report_tables():
 
 def test_a_benefit_within_the_practical_margin_is_no_difference():
     from specnative import stats
-    from specnative.serving import crossover
+    from specnative.analysis import crossover
     assert crossover.status(stats.Interval(0.999, 0.9985, 0.9995, 0.95, 3)) == crossover.TIE  # arrival-bound
     assert crossover.status(stats.Interval(0.9, 0.85, 0.95, 0.95, 3)) == crossover.LOSES
     assert crossover.status(stats.Interval(1.3, 1.1, 1.5, 0.95, 3)) == crossover.PAYS

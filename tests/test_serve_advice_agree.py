@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specnative.serving import crossover
+from specnative.analysis import crossover
 from specnative.serving.cli import build_parser
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

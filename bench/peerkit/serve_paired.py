@@ -3,7 +3,7 @@ metric, the ratio ours / llama-server of runs on the same trace measured back to
 geometric mean of the per-trace ratios with its 95 % Student t interval on their logs
 (specnative.stats.speedup_interval, as the closed-loop table pairs its repeats); α on each side
 (accepted / drafted pooled over the traces, stats.ratio_interval) and their paired difference in
-points; speculation's benefit on each side (specnative.serving.crossover.benefit).
+points; speculation's benefit on each side (specnative.analysis.crossover.benefit).
 
 Input: one row per measured run (serve_parity.measure): side, spec_decode, request_rate,
 trace_index and the level metrics of specnative.serving.metrics.level_summary.
@@ -145,7 +145,7 @@ def alpha_table(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
 def benefit_table(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """Speculation's benefit on each side (on/off for rates, off/on for latencies; > 1 pays), per
     rate and metric, paired by trace: does it pay alike on both?"""
-    from specnative.serving import crossover
+    from specnative.analysis import crossover
     out = []
     for (rate, side), _ in rows.groupby(["request_rate", "side"], sort=True):
         sel = rows[(rows["request_rate"] == rate) & (rows["side"] == side)]

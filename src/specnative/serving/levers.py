@@ -14,9 +14,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from specnative.analysis import crossover
 from specnative.analysis.factorial import loglinear, reference_level
 from specnative.report.text import fmt, md_table
-from specnative.serving import arrivals, crossover
+from specnative.serving import arrivals
 from specnative.stats import LogEstimate, welch_ratio
 
 METRICS = ("output_throughput", "ttft_p50_ms", "tpot_p50_ms")

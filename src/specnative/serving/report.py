@@ -1,6 +1,6 @@
 """The load sweep's report (report.py hands serve runs here): latency and goodput against request
 rate with speculation on and off, the benefit per metric with its interval, the crossover marked,
-a summary.md and advice.json (crossover.py's numbers)."""
+a summary.md and advice.json (analysis/crossover.py's numbers)."""
 from __future__ import annotations
 
 import json
@@ -11,13 +11,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from specnative.analysis import crossover
 from specnative.analysis.advisor import load_traces
 from specnative.record.schema import serve_rows
 from specnative.report import break_even
 from specnative.report.figures import save
 from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md, unfinished_md
 from specnative.report.text import md_table
-from specnative.serving import crossover, levers
+from specnative.serving import levers
 from specnative.serving.verdict import methods_text
 
 CURVES = (("tpot_p50_ms", "p50 TPOT (ms)"), ("tpot_p99_ms", "p99 TPOT (ms)"),
