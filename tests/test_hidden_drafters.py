@@ -22,7 +22,7 @@ from specnative.models.tiny_drafters import DRAFTER_KINDS, drafter_pair, write_t
 from specnative.record import schema
 from specnative.report import cells as report_cells
 from specnative.sweep import main
-from specnative.sweep.hidden_drafters import parse_drafter_files
+from specnative.run.hidden_drafters import parse_drafter_files
 
 PROMPTS = ["The city of", "Once upon a time there was a", "Hello", "In the year"]
 BLOCK = 8  # write_tiny_drafter's default dflash.block_size: k up to BLOCK - 1

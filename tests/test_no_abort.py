@@ -122,24 +122,24 @@ def test_the_prompt_tokenizer_makes_the_engines_checks(no_vocab_model):
         _core.VocabModel(str(no_vocab_model))
 
 
-def test_gridcheck_on_real_files(noisy_pair, no_vocab_model, model_dir, capsys):
-    """The grid's model checks (sweep.gridcheck) on tiny files: a good pair passes every check, a
+def test_model_checks_on_real_files(noisy_pair, no_vocab_model, model_dir, capsys):
+    """The grid's model checks (run/model_checks.py) on tiny files: a good pair passes every check, a
     draft whose vocabulary does not match the target's and a file without a tokenizer are each
     refused in a line that names the file."""
     from specnative.models import tiny_pair
-    from specnative.sweep import gridcheck
+    from specnative.run import model_checks
 
     target, draft = noisy_pair
     for path, role in ((target, "target"), (draft, "draft")):
-        gridcheck.header_checked(path, role)
-    vocabs = {path: gridcheck.vocab_model(path, role) for path, role in ((target, "target"), (draft, "draft"))}
-    assert gridcheck.check_vocabularies(vocabs[draft], {target: vocabs[target]}) == []
+        model_checks.header_checked(path, role)
+    vocabs = {path: model_checks.vocab_model(path, role) for path, role in ((target, "target"), (draft, "draft"))}
+    assert model_checks.check_vocabularies(vocabs[draft], {target: vocabs[target]}) == []
     assert capsys.readouterr().err == ""
     shuffled, _ = tiny_pair(model_dir, "copy", vocab="shuffled")  # the same size, other token texts
     with pytest.raises(SystemExit, match=f"^error: the draft cannot speculate for target {re.escape(str(target))}: "):
-        gridcheck.check_vocabularies(gridcheck.vocab_model(shuffled, "draft"), {target: vocabs[target]})
+        model_checks.check_vocabularies(model_checks.vocab_model(shuffled, "draft"), {target: vocabs[target]})
     with pytest.raises(SystemExit, match=f"^error: target {re.escape(str(no_vocab_model))}: .*no tokenizer"):
-        gridcheck.vocab_model(no_vocab_model, "target")
+        model_checks.vocab_model(no_vocab_model, "target")
 
 
 # --- RPC peers that are not rpc-servers ------------------------------------------------------

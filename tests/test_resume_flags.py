@@ -11,7 +11,8 @@ from conftest import TEST_NGL
 
 from specnative import cli
 from specnative.record import schema
-from specnative.sweep import resume_args, runner
+from specnative.run import resume_args
+from specnative.sweep import runner
 
 
 def sweep_argv(pair, out) -> list[str]:

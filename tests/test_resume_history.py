@@ -12,7 +12,8 @@ import pytest
 from test_sweep_safety import argv_for, finished_run, fresh_copy, no_engine  # noqa: F401  (fixture)
 
 from specnative.record import schema
-from specnative.sweep import gridcheck, main
+from specnative.run import model_checks
+from specnative.sweep import main
 
 
 def snapshot(directory) -> dict:
@@ -93,7 +94,7 @@ def test_every_refused_resume_leaves_every_file_byte_identical(noisy_pair, copy_
     refused_unchanged(argv_for(noisy_pair, out, "--resume"), out, "provenance.json is missing")
     (out / "provenance.json").write_bytes(prov)
     # a model problem found after the settings matched: the torn row is still not repaired
-    monkeypatch.setattr(gridcheck, "vocab_model", lambda path, role: (_ for _ in ()).throw(
+    monkeypatch.setattr(model_checks, "vocab_model", lambda path, role: (_ for _ in ()).throw(
         SystemExit(f"error: {role} {path}: cannot generate with it")))
     refused_unchanged(argv_for(noisy_pair, out, "--resume"), out, "cannot generate")
 

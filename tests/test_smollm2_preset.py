@@ -87,7 +87,7 @@ def preset_with_head(monkeypatch, tmp_path, head_kind: str):
     """The smollm2 preset's wiring on tiny files: its target a tiny llama, its head a tiny drafter file."""
     from specnative.models.presets import Preset
     from specnative.models.tiny_drafters import drafter_pair
-    from specnative.sweep import options
+    from specnative.run import options
 
     target, head = drafter_pair(tmp_path, head_kind)
     monkeypatch.setattr(options, "load_preset", lambda name: Preset(name="smollm2", targets=[target], draft=None,
@@ -98,7 +98,7 @@ def preset_with_head(monkeypatch, tmp_path, head_kind: str):
 
 def config_of(argv):
     from specnative.sweep.cli import build_parser
-    from specnative.sweep.options import config_from_args
+    from specnative.sweep import config_from_args
     return config_from_args(build_parser().parse_args(argv), argv)
 
 

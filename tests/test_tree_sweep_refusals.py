@@ -12,7 +12,8 @@ from specnative.cli import merge_main
 from specnative.engine import native, synthetic
 from specnative.record import merge, run_folder, schema, shards
 from specnative.serving import cli as serve_cli
-from specnative.sweep import SweepConfig, main, options, run_sweep, runner
+from specnative.run import options
+from specnative.sweep import SweepConfig, main, run_sweep, runner
 from specnative.sweep import cli as sweep_cli
 
 TREE = "tree:topk=2,depth=2,budget=2"
@@ -87,7 +88,7 @@ def test_one_synthetic_profile_spelled_twice_is_measured_once():
 
 # --- -k that no chain uses ---------------------------------------------------------------------
 def parsed(parser, argv: list[str], verb: str):
-    return options.config_from_args(parser.parse_args(argv), argv, verb)
+    return options.spec_from_args(parser.parse_args(argv), argv, verb)
 
 
 @pytest.mark.parametrize("extra, noted", [
@@ -100,9 +101,9 @@ def parsed(parser, argv: list[str], verb: str):
 def test_sweep_says_when_k_is_not_used(noisy_pair, tmp_path, capsys, extra, noted):
     target, draft = noisy_pair
     argv = ["-m", str(target), "-md", str(draft), "-o", str(tmp_path / "out"), *extra]
-    cfg = parsed(sweep_cli.build_parser(), argv, "sweep")
+    spec = parsed(sweep_cli.build_parser(), argv, "sweep")
     assert ("note: -k/--draft-max 3 is not used" in capsys.readouterr().err) == noted
-    assert cfg.ks == ([3] if "3" in extra else [options.DEFAULT_K])
+    assert spec.drafter.ks == ([3] if "3" in extra else [options.DEFAULT_K])
 
 
 @pytest.mark.parametrize("extra, noted", [(["-k", "3", "--draft-shape", TREE], True), (["-k", "3"], False)])

@@ -115,8 +115,8 @@ def config_from_flags(p: argparse.ArgumentParser, args: argparse.Namespace, argv
     """(ServeConfig, replays) from `specnative serve`'s flags, checked as that command checks them."""
     from specnative.serving import checks, cli
     from specnative.serving.runner import planned_replays
-    from specnative.sweep import options
-    from specnative.sweep.options import default_threads
+    from specnative.run import options
+    from specnative.run.options import default_threads
 
     args.threads = args.threads or default_threads()
     if problems := cli.serve_problems(args):

@@ -109,7 +109,7 @@ def report_main(argv: list[str] | None = None) -> int:
 
 def merge_main(argv: list[str] | None = None) -> int:
     from specnative.record import database, merge
-    from specnative.sweep import options
+    from specnative.run import options
 
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="specnative merge", description="Join the run directories of a sweep's "

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from specnative.engine import gguf_checks
 from specnative.serving import arrivals
-from specnative.sweep import gridcheck, hidden_drafters
-from specnative.sweep.grid import context_refusal, gguf_shape, kv_refusal
+from specnative.run import hidden_drafters, model_checks
+from specnative.run.capacity import context_refusal, gguf_shape, kv_refusal
 
 # The serving loop (csrc/core/serve_loop.cpp) runs the hidden-state drafters as llama-server does
 # (their reading of every mixed batch, per-slot draft cells): this is the only place serve would
@@ -93,17 +93,17 @@ def check_models(cfg, replays: list, n_ctx: int) -> None:
     fields it would abort on, the draft's vocabulary against the target's), the trace's token ids
     against the vocabulary, then the closed loop's refusals for the longest request (training
     context) and the engine's caches (--max-kv-gib). SystemExit before anything is written."""
-    target_vocab = gridcheck.vocab_model(cfg.target, "target")
+    target_vocab = model_checks.vocab_model(cfg.target, "target")
     files = [(cfg.target, "target")] + ([(cfg.draft, "draft")] if cfg.draft else [])
     for path, role in files:
-        gridcheck.header_checked(path, role)
+        model_checks.header_checked(path, role)
     if cfg.draft is not None and cfg.drafter == "model":
-        gridcheck.check_vocabularies(gridcheck.vocab_model(cfg.draft, "draft"), {cfg.target: target_vocab})
+        model_checks.check_vocabularies(model_checks.vocab_model(cfg.draft, "draft"), {cfg.target: target_vocab})
     if cfg.trace is not None:
         n_vocab = gguf_checks.read_header(cfg.target).n_vocab()
         if n_vocab and (problem := vocabulary_problem(cfg.trace, n_vocab, cfg.trace_file)):
             raise SystemExit(f"error: {problem}")
-    shapes = [gridcheck.header_shape(gguf_shape, path, role) for path, role in files]
+    shapes = [model_checks.header_shape(gguf_shape, path, role) for path, role in files]
     longest = max((len(r.prompt) + r.output_len for _, _, trace in replays for r in trace))
     reason = (context_refusal(longest + cfg.k + 1, shapes, "the longest request's prompt + output length + k + 1")
               or kv_refusal(n_ctx, shapes, cfg.max_kv_gib))

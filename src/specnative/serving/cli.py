@@ -1,6 +1,6 @@
 """`specnative serve`: serving under load. Seeded request traces at each request rate replayed
 through the engine's continuous-batching loop, spec off and on on the same trace; its own flags
-(rates, slots, requests, SLOs, a trace file) on top of the shared ones (sweep/options.py).
+(rates, slots, requests, SLOs, a trace file) on top of the shared ones (run/options.py).
 
 Every flag the parser takes is applied and recorded, or refused: a --trace file holds its own
 arrivals, prompts and output lengths, so the flags that would set them are errors beside it; serve
@@ -18,10 +18,10 @@ from specnative.serving import arrivals, checks
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.report import write_report
 from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
-from specnative.sweep import hidden_drafters, options
-from specnative.sweep.config import SweepConfig
-from specnative.sweep.options import int_list, on_off_list
-from specnative.sweep.resume_args import resume_argv, resume_command
+from specnative.run import hidden_drafters, options
+from specnative.run.options import int_list, on_off_list
+from specnative.run.resume_args import resume_argv, resume_command
+from specnative.run.spec import DIST_POSITIONS, RunSpec
 
 DESCRIPTION = ("Serving under load: replay seeded request traces at each --request-rate through continuous "
                "batching, spec off and on on the same trace (-r traces per rate), and write traces.csv, "
@@ -118,7 +118,7 @@ def build_parser(prog: str = "specnative serve") -> argparse.ArgumentParser:
     # the closed loop's grid and measuring settings, fixed (no flag of serve's sets them): a serve
     # run's axis is the request rate, its repeats are seeded traces; the rejection rule's
     # distributional test pools the sweep's default number of tokens (recorded in provenance)
-    p.set_defaults(concurrency=None, draft_p_min=[0.0], dist_positions=SweepConfig.dist_positions,
+    p.set_defaults(concurrency=None, draft_p_min=[0.0], dist_positions=DIST_POSITIONS,
                    warmup=0, warmup_tol=0.1, max_repeats=None, ci_level=0.95, ci_width=0.05, which_k=False,
                    check_k=False, shard=None, context=None)
     return p
@@ -175,37 +175,38 @@ def serve_problems(args) -> list[str]:
     return errors + tree_problems(args)
 
 
-def config_from(sweep_cfg, args, trace: list | None = None) -> ServeConfig:
-    """The load sweep's settings: models, n_predict, threads, k etc. from the shared flags (already
-    checked by options.config_from_args), the serving flags from `args` (serve_problems), a
-    --trace file's requests from `trace`."""
-    if (len(sweep_cfg.targets) != 1 and sweep_cfg.preset is None) or len(sweep_cfg.ks) != 1 \
-            or len(sweep_cfg.drafters) != 1 or len(sweep_cfg.temperatures) != 1:
+def config_from(spec: RunSpec, args, trace: list | None = None) -> ServeConfig:
+    """The load sweep's settings: models, n_predict, threads, k etc. from the run's settings (the
+    shared flags, already checked by options.spec_from_args), the serving flags from `args`
+    (serve_problems), a --trace file's requests from `trace`."""
+    models, decoding, drafting, workload = spec.models, spec.decoding, spec.drafter, spec.workload
+    if (len(models.targets) != 1 and models.preset is None) or len(drafting.ks) != 1 \
+            or len(drafting.drafters) != 1 or len(decoding.temperatures) != 1:
         raise SystemExit("error: serve takes one target (a preset: its first), one -k, one --drafter and one --temp "
                          "(the request rate is its axis)")
     rates = sorted(arrivals.parse_rate(r) for r in (args.request_rate or DEFAULT_RATES).split(","))
-    drafter = sweep_cfg.drafters[0]
+    drafter = drafting.drafters[0]
     # the engine's draft: the draft model, a hidden-state drafter's file (-md or --drafter-file),
     # the target's own nextn head (mtp), or none (an n-gram drafter)
-    draft, mtp = hidden_drafters.engine_draft(drafter, sweep_cfg.draft, sweep_cfg.drafter_files)
+    draft, mtp = hidden_drafters.engine_draft(drafter, models.draft, models.drafter_files)
     return ServeConfig(
-        target=Path(sweep_cfg.targets[0]), draft=Path(draft) if draft else None, mtp=mtp,
+        target=Path(models.targets[0]), draft=Path(draft) if draft else None, mtp=mtp,
         rates=[offered_rate(trace)] if trace is not None else rates,
         max_concurrency=args.max_concurrency,
         n_requests=len(trace) if trace is not None else (args.num_requests or DEFAULT_REQUESTS),
         burstiness=math.nan if trace is not None else (args.burstiness or DEFAULT_BURSTINESS),
-        repeats=sweep_cfg.repeats, draft_shape=args.draft_shape,
-        k=parse_draft_shape(args.draft_shape).budget or sweep_cfg.ks[0], drafter=drafter,
-        drafter_options=sweep_cfg.drafter_options if drafter != "model" else {},
-        temperature=sweep_cfg.temperatures[0], accept_rule=sweep_cfg.accept_rule, n_predict=sweep_cfg.n_predict,
-        slo=serve_metrics.parse_slo(args.slo), slo_text=args.slo or "", seed=sweep_cfg.seed,
-        threads=sweep_cfg.threads, n_batch=sweep_cfg.n_batch, gpu_layers=sweep_cfg.gpu_layers,
-        flash_attn=sweep_cfg.flash_attn, tasks=sweep_cfg.tasks, prompts=sweep_cfg.prompts,
-        prompts_source=sweep_cfg.prompts_source, dataset=sweep_cfg.dataset, trace_file=args.trace, trace=trace,
-        out_dir=sweep_cfg.out_dir, report=sweep_cfg.report, preset=sweep_cfg.preset, command=sweep_cfg.command,
-        dist_positions=sweep_cfg.dist_positions, max_kv_gib=sweep_cfg.max_kv_gib, placement=sweep_cfg.placement,
-        resume=sweep_cfg.resume, ctx_len=sweep_cfg.ctx_lens[0], prefix_caches=args.prefix_cache,
-        synthetic=sweep_cfg.synthetic)
+        repeats=spec.measure.repeats, draft_shape=args.draft_shape,
+        k=parse_draft_shape(args.draft_shape).budget or drafting.ks[0], drafter=drafter,
+        drafter_options=drafting.drafter_options if drafter != "model" else {},
+        temperature=decoding.temperatures[0], accept_rule=decoding.accept_rule, n_predict=decoding.n_predict,
+        slo=serve_metrics.parse_slo(args.slo), slo_text=args.slo or "", seed=decoding.seed,
+        threads=spec.placement.threads, n_batch=spec.placement.n_batch, gpu_layers=spec.placement.gpu_layers,
+        flash_attn=spec.placement.flash_attn, tasks=workload.tasks, prompts=workload.prompts,
+        prompts_source=workload.prompts_source, dataset=workload.dataset, trace_file=args.trace, trace=trace,
+        out_dir=spec.output.out_dir, report=spec.output.report, preset=models.preset, command=spec.output.command,
+        dist_positions=spec.measure.dist_positions, max_kv_gib=spec.placement.max_kv_gib,
+        placement=spec.placement.devices, resume=spec.output.resume, ctx_len=workload.ctx_lens[0],
+        prefix_caches=args.prefix_cache, synthetic=drafting.synthetic, db=spec.output.db)
 
 
 def describe(cfg: ServeConfig) -> str:
@@ -237,8 +238,7 @@ def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
         raise SystemExit("error: " + "\n       ".join(problems))
     trace = checks.read_trace_file(args.trace) if args.trace is not None else None
     args.concurrency = [args.max_concurrency]  # the batch-size check of the shared flags
-    cfg = config_from(options.config_from_args(args, argv, verb="serve"), args, trace)
-    cfg.db = options.database_path(args, cfg.out_dir)
+    cfg = config_from(options.spec_from_args(args, argv, verb="serve"), args, trace)
     print(describe(cfg), file=sys.stderr)
     try:
         traces = run_serve_sweep(cfg)

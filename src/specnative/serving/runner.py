@@ -40,8 +40,8 @@ from specnative.serving.verdict import (
     sampled_serving_verdict,
     serving_verdict,
 )
-from specnative.sweep import hidden_drafters
-from specnative.sweep.rows import synthetic_columns, tree_count_columns
+from specnative.run import hidden_drafters
+from specnative.run.row_columns import synthetic_columns, tree_count_columns
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """`specnative sweep` (also `python -m specnative.sweep`): the closed-batch grid's own flags on top
-of the shared ones (options.py), checked together before any work, then the run and its report."""
+of the shared ones (run/options.py), checked together before any work, then the run and its report."""
 from __future__ import annotations
 
 import argparse
@@ -8,17 +8,17 @@ from pathlib import Path
 
 from specnative.record import shards
 from specnative.report import write_report
-from specnative.sweep import options
-from specnative.sweep.config import SweepConfig
-from specnative.sweep.options import (
+from specnative.run import options
+from specnative.run.options import (
     add_synthetic_flag,
-    config_from_args,
     draft_shape_list,
     float_list,
     int_list,
     on_off_list,
 )
-from specnative.sweep.resume_args import resume_argv, resume_command
+from specnative.run.resume_args import resume_argv, resume_command
+from specnative.run.spec import DIST_POSITIONS
+from specnative.sweep.config import SweepConfig
 from specnative.sweep.runner import run_sweep
 
 DESCRIPTION = ("Measure speculative decoding (spec on vs off) over concurrency x context length x target "
@@ -64,7 +64,7 @@ def add_measuring_flags(p: argparse.ArgumentParser, runs: argparse._ArgumentGrou
     runs.add_argument("--ci-level", type=float, default=0.95, help="confidence level of the intervals")
     runs.add_argument("--ci-width", type=float, default=0.05, help="stop once the speedup's interval is "
                       "narrower than this share of the speedup, even if it contains 1")
-    runs.add_argument("--dist-positions", type=int, default=SweepConfig.dist_positions, metavar="N",
+    runs.add_argument("--dist-positions", type=int, default=DIST_POSITIONS, metavar="N",
                       help="rejection cells: emitted tokens the distributional lossless test pools at least, "
                            "over seeded runs, every other one drafting hotter (its power per size: "
                            "bench/results/rejection-power/)")
@@ -100,14 +100,17 @@ def describe(cfg: SweepConfig) -> str:
             f"{cfg.max_repeats} (until the {cfg.ci_level:.0%} interval decides), threads {cfg.threads}")
 
 
+def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
+    """The sweep's configuration from its parsed flags, checked together before any work."""
+    return SweepConfig.from_spec(options.spec_from_args(args, argv, "sweep"))
+
+
 def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:
     argv = resume_argv("sweep", sys.argv[1:] if argv is None else list(argv))
     args = build_parser(prog).parse_args(argv)
     if args.no_db and args.db is not None:
         raise SystemExit("error: --db and --no-db: give one of them")
     cfg = config_from_args(args, argv)
-    cfg.db = options.database_path(args, cfg.out_dir)
-    cfg.prefix_caches = args.prefix_cache
     print(describe(cfg), file=sys.stderr)
     try:
         traces = run_sweep(cfg)

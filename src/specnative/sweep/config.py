@@ -8,6 +8,7 @@ from pathlib import Path
 from specnative import workloads
 from specnative.engine import HIDDEN_DRAFTERS, TREE_DRAFTERS, default_threads, native, parse_draft_shape
 from specnative.record import shards
+from specnative.run.spec import DIST_POSITIONS, RunSpec
 
 
 # tokens per sequence a sweep needs at least: the first comes from the prefill and a round's last is
@@ -68,10 +69,7 @@ class SweepConfig:
     which_k: bool = False
     # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
     draft_p_mins: list = field(default_factory=lambda: [0.0])
-    # rejection cells: emitted tokens the distributional test pools at least: every planted
-    # rejection-rule fault fails at it with >= 95 % on the tiny pairs and Gemma 3 270M (the residual
-    # drawn from p on Gemma needs it: 74-79 % at 2048; bench/results/rejection-power-gemma*.md)
-    dist_positions: int = 4096
+    dist_positions: int = DIST_POSITIONS  # rejection cells: the distributional test's size (run/spec.py)
     # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
     # unnamed ones use -md (hidden_drafters.py)
     drafter_files: dict = field(default_factory=dict)
@@ -86,6 +84,25 @@ class SweepConfig:
     # their spelling (engine/draft_shape.py), each an on row of the same cell, timed in the same
     # repeats as the chains (paired intervals)
     draft_shapes: list = field(default_factory=lambda: ["chain"])
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec) -> SweepConfig:
+        """The sweep's configuration from the run's settings (the shared flags, run/options.py)."""
+        m, p, d, r, w, x, o = (spec.models, spec.placement, spec.decoding, spec.drafter, spec.workload, spec.measure,
+                               spec.output)
+        return cls(
+            targets=m.targets, draft=m.draft, drafter_files=m.drafter_files, preset=m.preset, notes=m.notes,
+            threads=p.threads, gpu_layers=p.gpu_layers, flash_attn=p.flash_attn, n_batch=p.n_batch,
+            max_kv_gib=p.max_kv_gib, placement=p.devices,
+            temperatures=d.temperatures, accept_rule=d.accept_rule, n_predict=d.n_predict, seed=d.seed,
+            drafters=r.drafters, ks=r.ks, drafter_options=r.drafter_options, draft_shapes=r.draft_shapes,
+            draft_p_mins=r.draft_p_mins, synthetic=r.synthetic,
+            tasks=w.tasks, prompts=w.prompts, prompts_source=w.prompts_source, dataset=w.dataset,
+            ctx_lens=w.ctx_lens, context_file=w.context_file, prefix_caches=w.prefix_caches,
+            warmup=x.warmup, repeats=x.repeats, max_repeats=x.max_repeats, ci_level=x.ci_level,
+            ci_width=x.ci_width, warmup_tol=x.warmup_tol, dist_positions=x.dist_positions, which_k=x.which_k,
+            check_k=x.check_k, concurrencies=spec.load.concurrencies,
+            out_dir=o.out_dir, command=o.command, resume=o.resume, report=o.report, db=o.db, shard=o.shard)
 
 
 def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:

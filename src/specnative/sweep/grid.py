@@ -7,10 +7,10 @@ import sys
 from pathlib import Path
 
 from specnative import workloads
-from specnative.engine import gguf_checks
 from specnative.record import shards
 from specnative.record.provenance import sha256_file
-from specnative.sweep import gridcheck, hidden_drafters
+from specnative.run import hidden_drafters, model_checks
+from specnative.run.capacity import context_refusal, gguf_shape, kv_refusal
 from specnative.sweep.config import Cell, SweepConfig, lookahead
 from specnative.sweep.prompts import workload_for
 
@@ -61,41 +61,6 @@ def kv_cells_needed(cfg: SweepConfig, ctx_len: int, concurrency: int, own_tokens
     return ctx_len + concurrency * per_sequence if shared else concurrency * (ctx_len + per_sequence)
 
 
-def gguf_shape(path: Path) -> dict:
-    """Training context and KV bytes per cell (f16 K and V) from a GGUF header, read before
-    any model is loaded so that impossible cells are refused up front."""
-    header = gguf_checks.read_header(path)
-    arch = header.arch
-    value = lambda key, default=None: header.get(f"{arch}.{key}") if header.get(f"{arch}.{key}") is not None \
-        else default
-    n_head = value("attention.head_count")
-    n_head = max(n_head) if isinstance(n_head, list) else n_head
-    n_head_kv = value("attention.head_count_kv", n_head)
-    n_head_kv = max(n_head_kv) if isinstance(n_head_kv, list) else n_head_kv
-    head_dim = value("embedding_length") // n_head
-    k_len, v_len = value("attention.key_length", head_dim), value("attention.value_length", head_dim)
-    return {"n_ctx_train": int(value("context_length")),
-            "kv_bytes_per_cell": 2 * int(value("block_count")) * int(n_head_kv) * (int(k_len) + int(v_len))}
-
-
-def context_refusal(need: int, shapes: list[dict], what: str) -> str | None:
-    """Why `need` tokens of one sequence (`what` says what they add up from) cannot run with
-    these models (target and draft shapes, gguf_shape), or None."""
-    n_ctx_train = min(s["n_ctx_train"] for s in shapes)
-    if need > n_ctx_train:
-        return f"{what} = {need} exceeds the models' training context {n_ctx_train}"
-    return None
-
-
-def kv_refusal(cells: int, shapes: list[dict], max_kv_gib: float) -> str | None:
-    """Why KV caches of `cells` cells for each model cannot be held within --max-kv-gib, or None."""
-    kv_gib = cells * sum(s["kv_bytes_per_cell"] for s in shapes) / 2**30
-    if kv_gib > max_kv_gib:
-        size = f"{kv_gib:.1f}" if kv_gib >= 0.1 else f"{kv_gib:.2g}"
-        return f"its KV caches would take {size} GiB, over --max-kv-gib {max_kv_gib:g}"
-    return None
-
-
 def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict],
             own_tokens: int = 64, shared: bool = True) -> str | None:
     """Why a cell cannot run with these models (target and draft shapes), or None."""
@@ -106,23 +71,23 @@ def refusal(cfg: SweepConfig, ctx_len: int, concurrency: int, shapes: list[dict]
 
 def checked_grid(cfg: SweepConfig, cells: list, provenance: dict, progress) -> list[tuple]:
     """Every model file through llama.cpp's loader checks, the header reader and the draft's
-    vocabulary against every target (gridcheck.py), then each cell against the models' shapes;
+    vocabulary against every target (model_checks.py), then each cell against the models' shapes;
     for the whole grid before anything is measured. Returns (target, runnable cells, own
     tokens) per target; refused cells are recorded with their reason."""
-    vocabs = {target: gridcheck.vocab_model(target, "target") for target in map(Path, cfg.targets)}
+    vocabs = {target: model_checks.vocab_model(target, "target") for target in map(Path, cfg.targets)}
     for path, role in ([(t, "target") for t in vocabs] + ([(Path(cfg.draft), "draft")] if cfg.draft else [])
                        + [(Path(p), "draft") for p in cfg.drafter_files.values()]):
-        gridcheck.header_checked(path, role)
+        model_checks.header_checked(path, role)
     # no -md: only drafters that need no draft model (n-gram, mtp, hidden drafters by --drafter-file)
     # (-md a hidden-state drafter's file: the Engine checks its vocabulary; the draft model's here)
-    draft_vocab = gridcheck.vocab_model(cfg.draft, "draft") if cfg.draft and "model" in cfg.drafters else None
-    draft_shape = gridcheck.header_shape(gguf_shape, cfg.draft, "draft") if cfg.draft else None
+    draft_vocab = model_checks.vocab_model(cfg.draft, "draft") if cfg.draft and "model" in cfg.drafters else None
+    draft_shape = model_checks.header_shape(gguf_shape, cfg.draft, "draft") if cfg.draft else None
     if "model" in cfg.drafters:
-        provenance["notes"] += [n for n in gridcheck.check_vocabularies(draft_vocab, vocabs)
+        provenance["notes"] += [n for n in model_checks.check_vocabularies(draft_vocab, vocabs)
                                 if n not in provenance["notes"]]
     planned = []
     for target in vocabs:
-        shapes = [shape for shape in (gridcheck.header_shape(gguf_shape, target, "target"), draft_shape) if shape]
+        shapes = [shape for shape in (model_checks.header_shape(gguf_shape, target, "target"), draft_shape) if shape]
         workload = workload_for(cfg, target)
         provenance["workload"] = workload.record()  # on disk with the models (an interrupted run keeps it)
         own_tokens = workload.max_own_tokens(cfg.tasks, max(cfg.concurrencies))

@@ -3,7 +3,8 @@ until the speedup's interval decides, and its rows."""
 from __future__ import annotations
 
 from specnative import stats
-from specnative.sweep import hidden_drafters
+from specnative.run import hidden_drafters
+from specnative.run.row_columns import synthetic_columns
 from specnative.sweep.checks import lossless_check
 from specnative.sweep.config import Cell, SweepConfig, drafter_options_of, kind_args, kind_budget, on_kinds
 from specnative.sweep.prompts import build_prompts
@@ -14,7 +15,6 @@ from specnative.sweep.rows import (
     pooled_steady,
     spec_row,
     steady_rate,
-    synthetic_columns,
     tree_columns,
 )
 from specnative.sweep.which_k import add_k_columns

@@ -278,7 +278,7 @@ def header_attn_scale(path) -> float:
         n_vocab = header.n_vocab() or 32000
         params = n_layer * (4 * n_embd * n_embd + 3 * n_embd * n_ff) + n_embd * n_vocab
         return attn_scale_of({"params_per_token": params, "attn_per_cell": 2 * n_layer * n_embd})
-    except Exception:  # noqa: BLE001 - an estimate only; gridcheck has refused broken files already
+    except Exception:  # noqa: BLE001 - an estimate only; the model checks have refused broken files already
         return DEFAULT_ATTN_SCALE
 
 

@@ -13,7 +13,7 @@ from specnative.lossless.noise_summary import record_noise
 from specnative.record import database, rundir
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.record.schema import append_rows
-from specnative.sweep import hidden_drafters
+from specnative.run import hidden_drafters
 from specnative.sweep import progress as progress_display
 from specnative.sweep.checks import dist_runs
 from specnative.sweep.config import (

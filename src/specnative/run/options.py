@@ -34,8 +34,18 @@ from specnative.models import smollm2
 from specnative.models.presets import FetchError
 from specnative.models.registry import PRESET_DEFAULTS, load_preset
 from specnative.record import rundir
-from specnative.sweep import gridcheck, hidden_drafters
-from specnative.sweep.config import SweepConfig
+from specnative.run import hidden_drafters, model_checks
+from specnative.run.spec import (
+    DecodingSpec,
+    DrafterSpec,
+    LoadSpec,
+    MeasureSpec,
+    ModelsSpec,
+    OutputSpec,
+    PlacementSpec,
+    RunSpec,
+    WorkloadSpec,
+)
 from specnative.workloads import public_sets
 
 
@@ -292,8 +302,9 @@ def chains_run(shapes, drafters: list, synthetic) -> bool:
     return "chain" in shapes or bool(set(drafters) - set(TREE_DRAFTERS)) or bool(synthetic)
 
 
-def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "sweep") -> SweepConfig:
-    """Validates the flags together (before any work) and resolves the models."""
+def spec_from_args(args: argparse.Namespace, argv: list[str], verb: str = "sweep") -> RunSpec:
+    """Validates the flags together (before any work), resolves the models, and gives the run's
+    settings as its typed parts."""
     errors = []
     preset_name = args.preset or ("tiny" if args.target is None and args.draft is None else None)
     preset_defaults = PRESET_DEFAULTS.get(preset_name, {})
@@ -321,7 +332,7 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
         errors.append("--temp values must be finite numbers >= 0")
     if len(set(args.temperature)) != len(args.temperature):
         errors.append("--temp has duplicates")
-    if args.target and (problem := gridcheck.same_content(args.target)):
+    if args.target and (problem := model_checks.same_content(args.target)):
         errors.append(problem)
     if max(args.concurrency) > native.max_parallel_sequences:
         errors.append(f"--concurrency values must be <= {native.max_parallel_sequences} "
@@ -438,27 +449,32 @@ def config_from_args(args: argparse.Namespace, argv: list[str], verb: str = "swe
     dataset = None
     if args.dataset:
         prompts, tasks, dataset = dataset_args(args, targets[0], n_predict)
-    return SweepConfig(
-        targets=targets,
-        draft=(Path(preset.draft) if preset.draft else None) if preset else (Path(args.draft) if args.draft else None),
-        ctx_lens=args.ctx_len, concurrencies=args.concurrency, ks=args.k, temperatures=args.temperature,
-        accept_rule=rule,
-        n_predict=n_predict,
-        warmup=args.warmup, repeats=args.repeats, seed=args.seed, threads=args.threads,
-        max_repeats=args.max_repeats, ci_level=args.ci_level, ci_width=args.ci_width, warmup_tol=args.warmup_tol,
-        gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on", n_batch=args.batch_size,
-        max_kv_gib=args.max_kv_gib,
-        out_dir=args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S"),
-        resume=args.resume, report=not args.no_report, preset=preset.name if preset else None,
-        notes=(preset.notes if preset else []) + ([public_sets.note(dataset)] if dataset else []),
-        tasks=tasks, prompts=prompts, dataset=dataset,
-        prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts else "built-in"),
-        context_file=args.context, shard=args.shard, placement=placement_from_args(args), drafters=args.drafter, drafter_options=drafter_options,
-        check_k=args.check_k, which_k=args.which_k or args.check_k, draft_p_mins=args.draft_p_min,
-        draft_shapes=getattr(args, "draft_shape", ["chain"]),
-        dist_positions=args.dist_positions,
-        drafter_files=drafter_files, synthetic=getattr(args, "synthetic_acceptance", None) or [],
-        command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv))
+    out_dir = args.out or Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    return RunSpec(
+        models=ModelsSpec(
+            targets=targets, drafter_files=drafter_files, preset=preset.name if preset else None,
+            draft=(Path(preset.draft) if preset.draft else None) if preset else (Path(args.draft) if args.draft else None),
+            notes=(preset.notes if preset else []) + ([public_sets.note(dataset)] if dataset else [])),
+        placement=PlacementSpec(threads=args.threads, gpu_layers=args.gpu_layers, flash_attn=args.flash_attn == "on",
+                                n_batch=args.batch_size, max_kv_gib=args.max_kv_gib,
+                                devices=placement_from_args(args)),
+        decoding=DecodingSpec(temperatures=args.temperature, accept_rule=rule, n_predict=n_predict, seed=args.seed),
+        drafter=DrafterSpec(drafters=args.drafter, ks=args.k, drafter_options=drafter_options,
+                            draft_shapes=getattr(args, "draft_shape", ["chain"]), draft_p_mins=args.draft_p_min,
+                            synthetic=getattr(args, "synthetic_acceptance", None) or []),
+        workload=WorkloadSpec(
+            tasks=tasks, prompts=prompts, dataset=dataset, ctx_lens=args.ctx_len, context_file=args.context,
+            prompts_source=(f"dataset {args.dataset}" if args.dataset else str(args.prompts) if args.prompts
+                            else "built-in"),
+            prefix_caches=getattr(args, "prefix_cache", [True])),
+        measure=MeasureSpec(warmup=args.warmup, repeats=args.repeats, max_repeats=args.max_repeats,
+                            ci_level=args.ci_level, ci_width=args.ci_width, warmup_tol=args.warmup_tol,
+                            dist_positions=args.dist_positions, which_k=args.which_k or args.check_k,
+                            check_k=args.check_k),
+        load=LoadSpec(concurrencies=args.concurrency),
+        output=OutputSpec(out_dir=out_dir, resume=args.resume, report=not args.no_report, shard=args.shard,
+                          db=database_path(args, out_dir),
+                          command=f"specnative {verb} " + " ".join(shlex.quote(a) for a in argv)))
 
 
 def draft_shape_list(text: str) -> list[str]:
