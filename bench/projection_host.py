@@ -314,7 +314,7 @@ PAIRS = {"tiny-Q4_0": "tiny-draft", "tiny-Q8_0": "tiny-draft", "qwen-1.5b": "qwe
 
 def host_device(threads: int = CAL_THREADS, bw_threads_max: float = 0.0):
     """The host's starting point for the fit; bw_threads_max is not fitted: it comes from membench."""
-    from specnative.report.projection.device import Device
+    from specnative.analysis.projection.device import Device
 
     return Device(name="host", label="this host", backend="cpu", mem_bw_gbs=10.0, threads=threads,
                   bw_threads_max=bw_threads_max,
@@ -344,7 +344,7 @@ SLICES = (("real models, ctx 0, 1 thread", lambda u: (u["threads"] == CAL_THREAD
 def evaluate(cells: list, shapes: dict, timing: str, bw_threads_max: float = 0.0):
     """Fit the host on the calibration cells' `timing` curves; every cell's predicted and measured
     step, verify ratio and c (a list of dicts) and the fitted device."""
-    from specnative.report.projection import cost, fit
+    from specnative.analysis.projection import cost, fit
 
     curve = f"{timing}_ms"
 
@@ -391,7 +391,7 @@ def evaluate(cells: list, shapes: dict, timing: str, bw_threads_max: float = 0.0
 def analyze(args) -> int:
     import pandas as pd
 
-    from specnative.report.projection.shape import from_gguf
+    from specnative.analysis.projection.shape import from_gguf
 
     rows = [json.loads(line) for line in (args.out / "curves.jsonl").read_text().splitlines()]
     paths = {**cache_models(), **calibration_models(args.scratch)}

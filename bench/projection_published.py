@@ -20,9 +20,9 @@ import csv
 import statistics
 from pathlib import Path
 
-from specnative.report.projection import cost, fit
-from specnative.report.projection.device import Device
-from specnative.report.projection.shape import from_config
+from specnative.analysis.projection import cost, fit
+from specnative.analysis.projection.device import Device
+from specnative.analysis.projection.shape import from_config
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "projection"
@@ -59,7 +59,7 @@ def write_csv(path: Path, rows: list) -> None:
 
 def cuda(folder: Path) -> None:
     """The CUDA scoreboard's rows predicted with the shipped devices (a test: nothing fitted)."""
-    from specnative.report.projection.device import resolve
+    from specnative.analysis.projection.device import resolve
 
     out = []
     for r in csv.DictReader(open(folder / "rows.csv")):

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from synthetic_traces import PROVENANCE, grid_rows, off_row, write_run
 
+from specnative.analysis.projection import cost, fit
+from specnative.analysis.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
+from specnative.analysis.projection.project import LABEL, tau_interval
+from specnative.analysis.projection.shape import from_config, from_gguf
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama
-from specnative.report.projection import cost, fit
-from specnative.report.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
-from specnative.report.projection.project import LABEL, tau_interval
-from specnative.report.projection.shape import from_config, from_gguf
 
 LLAMA_7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                 intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False)

@@ -152,9 +152,9 @@ def models_main(argv: list[str] | None = None) -> int:
 
 
 def project_main(argv: list[str] | None = None) -> int:
-    from specnative.report.projection import cli
+    from specnative.report import projection_cli
 
-    return cli.main(argv)
+    return projection_cli.main(argv)
 
 
 def schema_main(argv: list[str] | None = None) -> int:

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specnative.report.projection.device import Device, type_class
-from specnative.report.projection.shape import ModelShape
+from specnative.analysis.projection.device import Device, type_class
+from specnative.analysis.projection.shape import ModelShape
 
 SCORE_BYTES = 4.0   # F32 attention scores: written, read by softmax and written, read by the V product
 SCORE_PASSES = 3.0

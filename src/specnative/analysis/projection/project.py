@@ -8,7 +8,7 @@ for what the row drafted: a chain of k, a block drafter's one decode of k + 1 (D
 draft tree (its draft_shape and nodes_per_round; cost.step_costs). speedup = tau / (1 + c), and its
 interval widens tau's interval by the device's cost error (the validation's error of 1 + c,
 `cost_error` in the devices table), 1 + c never below 1. A serve run is refused. Nothing here
-writes traces.csv or any file the run's counts and gates read.
+writes a file: report/projection_output.py writes projection.csv, projection.md and the figure.
 """
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative.report.projection import cost
-from specnative.report.projection.device import Device
-from specnative.report.projection.shape import ModelShape, from_gguf
+from specnative.analysis.projection import cost
+from specnative.analysis.projection.device import Device
+from specnative.analysis.projection.shape import ModelShape, from_gguf
 
 LABEL = "[projected]"
 BOOTSTRAP = 2000
@@ -295,74 +295,3 @@ def table(projections: list):
 def shape_label(shape: str, k) -> str:
     """What a row drafts, as its outputs name it: 'chain k=4', 'block k=4' or a tree's spelling."""
     return f"{shape} k={k}" if shape in ("chain", "block") else str(shape)
-
-
-def figure(df, stem: Path) -> list:
-    """Projected speedup against concurrency, one line per device (and context), interval bars."""
-    from matplotlib.figure import Figure
-
-    from specnative.report.figures import save
-
-    groups = list(df.groupby(["target_model", "drafter", "draft_shape", "k", "temperature"], dropna=False))
-    fig = Figure(figsize=(6.4, 4.2 * max(len(groups), 1)))
-    axes = fig.subplots(max(len(groups), 1), 1, squeeze=False)[:, 0]
-    devices = list(dict.fromkeys(df["device"]))
-    contexts = sorted(set(df["ctx_len"]))
-    styles = ["-", "--", ":", "-."]
-    for ax, ((target, drafter, shape, k, temp), g) in zip(axes, groups):
-        for (device, ctx), line in g.groupby(["device", "ctx_len"]):
-            style = dict(color=f"C{devices.index(device) % 10}", ls=styles[contexts.index(ctx) % len(styles)])
-            line = line.groupby("concurrency", as_index=False)[["speedup", "speedup_lo", "speedup_hi"]].median()
-            x = line["concurrency"].to_numpy(float)
-            s = line["speedup"].to_numpy(float)
-            err = np.vstack([np.clip(s - line["speedup_lo"], 0, None), np.clip(line["speedup_hi"] - s, 0, None)])
-            ax.errorbar(x, s, yerr=err, marker="o", capsize=3, label=f"{device}, ctx {ctx}", **style)
-        ax.axhline(1.0, color="grey", lw=0.8, ls="--")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrency")
-        ax.set_ylabel("speedup [projected]")
-        ax.set_title(f"{LABEL} {target}, {drafter} {shape_label(shape, k)} T={temp}", fontsize=9)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{LABEL} speedup from the run's measured acceptance and modelled costs", fontsize=10)
-    fig.tight_layout()
-    return save(fig, stem)
-
-
-def markdown(df, notes: list, run_dir: Path) -> str:
-    lines = [f"# {LABEL} Speedup on other hardware", "",
-             f"{LABEL} From the measured acceptance of {run_dir.name} (tau per round, 95 % bootstrap interval over "
-             "rounds) and the cost model's step, verify and draft times per device. The interval also widens "
-             "1 + c by the device's cost error. These are projections, not measurements: see docs/projection.md "
-             "for when they hold.", ""]
-    lines += [f"{LABEL} note: {n}" for n in notes]
-    lines += ["", "| [projected] device | target | drafter | drafts | N | ctx | tau | step ms | c "
-                  "| speedup (interval) |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for _, r in df.iterrows():
-        lines.append(f"| {LABEL} {r['device']} | {r['target_model']} | {r['drafter']} | "
-                     f"{shape_label(r['draft_shape'], r['k'])} | {r['concurrency']} | "
-                     f"{r['ctx_len']} | {r['tau']:.2f} | {r['step_ms']:.3g} | {r['c']:.2f} | "
-                     f"{r['speedup']:.2f} ({r['speedup_lo']:.2f}-{r['speedup_hi']:.2f}) |")
-    return "\n".join(lines) + "\n"
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """A ProjectionError unless out_dir is a folder or can be made one (no file on its way)."""
-    for path in (Path(out_dir), *Path(out_dir).parents):
-        if path.exists():
-            if not path.is_dir():
-                raise ProjectionError(f"cannot write the projection to {out_dir}: {path} is a file, not a folder")
-            return
-
-
-def write(run_dir: Path, out_dir: Path, devices: list, search: list) -> tuple:
-    """Projects the run and writes projection.csv, projection.md and the figure into out_dir (created
-    only once the projection succeeded); returns (dataframe, written paths)."""
-    check_out_dir(out_dir)
-    projections, notes = project_run(run_dir, devices, search)
-    df = table(projections)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / "projection.csv", out_dir / "projection.md"]
-    df.to_csv(paths[0], index=False)
-    paths[1].write_text(markdown(df, notes, Path(run_dir)))
-    paths += figure(df, out_dir / "projection_speedup")
-    return df, notes, paths

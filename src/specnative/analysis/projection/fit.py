@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from specnative.report.projection.device import Device
+from specnative.analysis.projection.device import Device
 
 EFFICIENCIES = ("bw_efficiency", "compute_efficiency", "batched_bw_efficiency", "serial_share")
 

@@ -9,9 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from specnative.report.projection.device import DeviceError, from_gpu_name, load_devices, resolve
-from specnative.report.projection.project import LABEL, ProjectionError, shape_label, write
-from specnative.report.projection.shape import ShapeError
+from specnative.analysis.projection.device import DeviceError, from_gpu_name, load_devices, resolve
+from specnative.analysis.projection.project import LABEL, ProjectionError, shape_label
+from specnative.analysis.projection.shape import ShapeError
+from specnative.report.projection_output import write
 
 
 def build_parser() -> argparse.ArgumentParser:
