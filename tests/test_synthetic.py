@@ -259,8 +259,10 @@ def test_the_break_even_pairs_a_synthetic_chain_with_the_real_chain_not_a_tree_o
     drafter's own alpha beside a synthetic chain of k (it is shown beside it, named as a tree)."""
     import pandas as pd
 
+    from specnative.analysis.break_even import break_even_table
     from specnative.record import schema
     from specnative.report import break_even
+
     frame = schema.read_traces(synthetic_sweep / "traces.csv")
     chain = schema.real_rows(frame)
     chain = chain[chain["spec_decode"] == "on"].iloc[0]
@@ -268,7 +270,7 @@ def test_the_break_even_pairs_a_synthetic_chain_with_the_real_chain_not_a_tree_o
     tree["draft_shape"], tree["token_accept_rate"], tree["speedup"] = "tree:topk=2,depth=2,budget=3", 1.0, 9.0
     tree["cell_id"] = f"{chain['cell_id']}|shape=tree:topk=2,depth=2,budget=3"
     with_tree = pd.concat([frame, tree.to_frame().T], ignore_index=True)  # the tree row last, as a sweep writes it
-    row = break_even.break_even_table(with_tree).iloc[0]
+    row = break_even_table(with_tree).iloc[0]
     assert row["real_alpha"] == pytest.approx(float(chain["token_accept_rate"]))
     assert row["real_speedup"] == pytest.approx(float(chain["speedup"]))
     assert row["tree_shape"] == "tree:topk=2,depth=2,budget=3" and row["tree_alpha"] == 1.0

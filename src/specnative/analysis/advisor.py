@@ -95,7 +95,7 @@ class Verdict:
 def load_traces(source, synthetic: bool = False) -> pd.DataFrame:
     """traces.csv (a path, a run directory, or a DataFrame) with every schema column present;
     a cell written twice (a resumed sweep) keeps its last row. The synthetic acceptance rows (never
-    lossless: report/break_even.py) only with `synthetic`: every verdict, advice and gate is about
+    lossless: analysis/break_even.py) only with `synthetic`: every verdict, advice and gate is about
     real drafters."""
     if isinstance(source, pd.DataFrame):
         frame = source.copy()

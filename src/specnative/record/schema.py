@@ -502,3 +502,10 @@ def real_rows(traces: pd.DataFrame) -> pd.DataFrame:
     if "synthetic_acceptance" not in traces:
         return traces
     return traces[traces["synthetic_acceptance"].isna()]
+
+
+def is_tree_row(traces: pd.DataFrame) -> pd.Series:
+    """Rows of draft trees (an on row with a draft_shape)."""
+    if "draft_shape" not in traces:
+        return pd.Series(False, index=traces.index)
+    return traces["draft_shape"].fillna("").astype(str).str.startswith("tree:")

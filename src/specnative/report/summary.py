@@ -8,7 +8,8 @@ import pandas as pd
 
 from specnative.analysis import factorial
 from specnative.analysis.advisor import Thresholds, advise, by_task, k_advice, load_traces, pair_cells, verdicts_frame
-from specnative.record.schema import is_serve_run
+from specnative.analysis.break_even import break_even_table, with_break_even
+from specnative.record.schema import is_serve_run, is_tree_row
 from specnative.report import break_even, levers
 from specnative.report.cells import speedup_slope, theory_table
 from specnative.report.drafter_sections import (
@@ -41,7 +42,7 @@ from specnative.report.record_md import (
     unfinished_md,
 )
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
-from specnative.report.trees import has_trees, is_tree_row, tree_verdicts_md, trees_md
+from specnative.report.trees import has_trees, tree_verdicts_md, trees_md
 from specnative.report.verdict_block import verdict_block
 from specnative.workloads import category_table
 
@@ -79,7 +80,7 @@ def write_artifacts(run_dir, thresholds: Thresholds | None = None) -> dict:
         figures["by_drafter"] = plot_by_drafter(by_drafter(cells), note)
     if has_k_prediction(traces):
         figures["which_k"] = plot_which_k(traces, note)
-    break_even_rows = break_even.break_even_table(with_synthetic, float(traces["ci_level"].dropna().iloc[0])
+    break_even_rows = break_even_table(with_synthetic, float(traces["ci_level"].dropna().iloc[0])
                                                   if traces["ci_level"].notna().any() else 0.95)
     if not break_even_rows.empty:
         figures["break_even"] = break_even.plot_break_even(with_synthetic, break_even_rows, note)
@@ -87,7 +88,7 @@ def write_artifacts(run_dir, thresholds: Thresholds | None = None) -> dict:
     for name, fig in figures.items():
         out[f"{name}.png"], out[f"{name}.pdf"] = save(fig, run_dir / name)
     out["advice.csv"] = run_dir / "advice.csv"
-    advice_rows(break_even.with_break_even(verdicts, break_even_rows), all_traces[tree_rows],
+    advice_rows(with_break_even(verdicts, break_even_rows), all_traces[tree_rows],
                 thresholds).to_csv(out["advice.csv"], index=False)
     if not break_even_rows.empty:
         out["break_even.csv"] = run_dir / "break_even.csv"

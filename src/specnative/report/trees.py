@@ -8,14 +8,8 @@ import math
 import pandas as pd
 
 from specnative import stats
+from specnative.record.schema import is_tree_row
 from specnative.report.text import fmt, md_table
-
-
-def is_tree_row(traces: pd.DataFrame) -> pd.Series:
-    """Rows of draft trees (an on row with a draft_shape)."""
-    if "draft_shape" not in traces:
-        return pd.Series(False, index=traces.index)
-    return traces["draft_shape"].fillna("").astype(str).str.startswith("tree:")
 
 
 def has_trees(traces: pd.DataFrame) -> bool:

@@ -11,8 +11,8 @@ import pandas as pd
 
 from specnative.analysis.advisor import MORE, OFF, ON, as_float
 from specnative.lossless.verdicts import VERDICTS
+from specnative.record.schema import is_tree_row
 from specnative.report.text import fmt
-from specnative.report.trees import is_tree_row
 
 # Regime keys worth naming in a one-line description (the rest are usually constant in a run).
 NAMED_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "task", "drafter", "prefix_cache")

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from specnative.analysis import crossover
 from specnative.analysis.advisor import load_traces
+from specnative.analysis.break_even import serve_table
 from specnative.record.schema import serve_rows
 from specnative.report import break_even
 from specnative.report.figures import save
@@ -206,7 +207,7 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict, with_syn
                                                     else ""), crossover_md(table, crosses),
              *(["## Do the levers add under load?", section] if (section := levers.section_md(all_rows)) else []),
              "## Which alpha would pay under load", break_even.serve_section_md(
-                 break_even.serve_table(with_synthetic if with_synthetic is not None else traces)),
+                 serve_table(with_synthetic if with_synthetic is not None else traces)),
              "## Per load level (means over the seeded traces)",
              "Latencies in ms. TTFT counts the queueing delay; TPOT is the mean time per output token after the "
              "first, per request; ITL the gaps between emissions: a speculative round emits its accepted drafts and "
