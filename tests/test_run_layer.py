@@ -46,3 +46,34 @@ def test_both_verbs_compose_their_configuration_from_one_run_spec(noisy_pair, tm
     serve = serve_cli.config_from(options.spec_from_args(args, serve_argv, "serve"), args)
     assert (serve.target, serve.draft, serve.k, serve.n_predict, serve.threads, serve.seed, serve.db) == \
         (target, draft, 3, 12, 1, 7, None)
+
+
+# --- the sweep's axis table -------------------------------------------------------------------------
+def test_cell_ids_are_those_run_folders_already_carry():
+    """The cell id is read off the axis table: every id below is one that committed run folders carry,
+    so older runs still resume, merge and compare."""
+    from specnative.sweep.config import Cell
+    sha, target = "ab" * 32, Path("t.gguf")
+    assert Cell(target, 8192, 4, 0.0).key(sha, "greedy") == f"{sha[:16]}|ctx8192|c4|T0|greedy|task=mixed"
+    assert Cell(target, 0, 1, 0.8, "code").key(sha, "rejection", 4) == \
+        f"{sha[:16]}|ctx0|c1|T0.8|rejection|task=code|k4"
+    cell = Cell(target, 0, 2, 0.0, "mixed", "ngram-simple", 0.0, 3, False)
+    assert cell.key(sha, "greedy", "tree:topk=2,depth=2,budget=3") == \
+        f"{sha[:16]}|ctx0|c2|T0|greedy|task=mixed|drafter=ngram-simple|batch=3|prefix=off|shape=tree:topk=2,depth=2,budget=3"
+    assert Cell(target, 0, 1, 0.0, draft_p_min=0.5).key(sha, "greedy", 4, "0.3") == \
+        f"{sha[:16]}|ctx0|c1|T0|greedy|task=mixed|pmin=0.5|k4|synthetic=0.3"
+
+
+def test_the_recorded_grid_names_a_later_axis_only_where_the_run_left_its_old_value():
+    from specnative.engine import synthetic
+    from specnative.sweep import SweepConfig, axes
+    cfg = SweepConfig(targets=[Path("t.gguf")], draft=Path("d.gguf"))
+    assert axes.grid_record(cfg) == {"ctx_len": [0, 8192, 32768], "concurrency": [1, 4, 8], "k": [4],
+                                     "temperature": [0.0], "accept_rule": "greedy", "n_predict": 32,
+                                     "task": ["mixed"], "drafter": ["model"]}
+    changed = SweepConfig(targets=[Path("t.gguf")], draft=Path("d.gguf"), prefix_caches=[True, False],
+                          draft_p_mins=[0.0, 0.5], draft_shapes=["chain", "tree:topk=2,depth=2,budget=3"],
+                          synthetic=synthetic.parse_profiles("0.5"))
+    grid = axes.grid_record(changed)
+    assert (grid["prefix_cache"], grid["draft_p_min"], grid["draft_shape"], grid["synthetic_acceptance"]) == \
+        (["on", "off"], [0.0, 0.5], ["chain", "tree:topk=2,depth=2,budget=3"], ["0.5"])

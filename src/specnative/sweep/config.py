@@ -2,13 +2,14 @@
 regime of the grid), with the cell id every traces.csv row carries."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from specnative import workloads
 from specnative.engine import HIDDEN_DRAFTERS, TREE_DRAFTERS, default_threads, native, parse_draft_shape
 from specnative.record import shards
 from specnative.run.spec import DIST_POSITIONS, RunSpec
+from specnative.sweep import axes
 
 
 # tokens per sequence a sweep needs at least: the first comes from the prefill and a round's last is
@@ -201,22 +202,8 @@ class Cell:
         keeps no per-sequence state from each sequence's own prefill (hidden-state drafters do)."""
         return self.prefix_cache and self.drafter not in HIDDEN_DRAFTERS
 
-    def key(self, target_sha: str, rule: str, k: int | None = None, synthetic: str | None = None) -> str:
-        """The cell id; with k an on row's, with `synthetic` (a profile's text) a synthetic row's."""
-        base = self._key(target_sha, rule, k)
-        return base if synthetic is None else f"{base}|synthetic={synthetic}"
-
-    def _key(self, target_sha: str, rule: str, k: int | None = None) -> str:
-        base = (f"{target_sha[:16]}|ctx{self.ctx_len}|c{self.concurrency}|T{self.temperature:g}|{rule}"
-                f"|task={self.task}")
-        if self.drafter != "model":  # draft-model keys stay as before (--resume of older runs)
-            base += f"|drafter={self.drafter}"
-        if self.draft_p_min > 0:  # likewise: fixed-k keys (p_min 0) are unchanged
-            base += f"|pmin={self.draft_p_min:g}"
-        if self.batch > 0:
-            base += f"|batch={self.batch}"
-        if not self.prefix_cache:  # prefix-cached keys are unchanged (older runs resume)
-            base += "|prefix=off"
-        if isinstance(k, str):  # a draft tree's on row
-            return f"{base}|shape={k}"
-        return base if k is None else f"{base}|k{k}"
+    def key(self, target_sha: str, rule: str, k: int | str | None = None, synthetic: str | None = None) -> str:
+        """The cell id (axes.py); with k an on row's (a chain's k or a tree's spelling), with
+        `synthetic` (a profile's text) a synthetic row's."""
+        values = {field.name: getattr(self, field.name) for field in fields(self)}
+        return axes.cell_key(target_sha, {**values, "accept_rule": rule}, k, synthetic)

@@ -14,6 +14,7 @@ from specnative.record import database, rundir
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.record.schema import append_rows
 from specnative.run import hidden_drafters
+from specnative.sweep import axes
 from specnative.sweep import progress as progress_display
 from specnative.sweep.checks import dist_runs
 from specnative.sweep.config import (
@@ -150,10 +151,7 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
                   "max_repeats": cfg.max_repeats, "ci_level": cfg.ci_level, "ci_width": cfg.ci_width,
                   "warmup_tol": cfg.warmup_tol, "dist_positions": cfg.dist_positions, "which_k": cfg.which_k,
                   "n_threads": cfg.threads, "n_gpu_layers": cfg.gpu_layers, "flash_attn": cfg.flash_attn,
-                  "grid": {"ctx_len": cfg.ctx_lens, "concurrency": cfg.concurrencies, "k": cfg.ks,
-                           "temperature": cfg.temperatures, "accept_rule": cfg.accept_rule,
-                           "n_predict": cfg.n_predict, "task": cfg.tasks,
-                           "drafter": cfg.drafters},
+                  "grid": axes.grid_record(cfg),
                   "drafter_options": {d: drafter_options_text(d, drafter_options_of(cfg, d))
                                       for d in cfg.drafters if d != "model"},
                   "models": [], "notes": list(cfg.notes) + hidden_drafters.prefix_note(cfg.prefix_caches, cfg.drafters),
@@ -162,14 +160,6 @@ def _run_sweep_locked(cfg: SweepConfig) -> Path:
     provenance["cells_planned"] = len(cells)  # this shard's: a report of an unfinished run counts what is missing
     if cfg.drafter_files:  # only when set: older run directories still resume
         provenance["settings"]["drafter_files_sha256"] = {d: sha256_file(p) for d, p in cfg.drafter_files.items()}
-    if list(cfg.prefix_caches) != [True]:  # only when set: older run directories still resume
-        provenance["grid"]["prefix_cache"] = ["on" if on else "off" for on in cfg.prefix_caches]
-    if list(cfg.draft_p_mins) != [0.0]:  # only when set: older run directories still resume
-        provenance["grid"]["draft_p_min"] = list(cfg.draft_p_mins)
-    if list(cfg.draft_shapes) != ["chain"]:  # only when set: older run directories still resume
-        provenance["grid"]["draft_shape"] = list(cfg.draft_shapes)
-    if cfg.synthetic:  # only when set: older run directories still resume
-        provenance["grid"]["synthetic_acceptance"] = [p.text for p in cfg.synthetic]
     if cfg.placement:  # only when set: older run directories still resume
         provenance["placement"] = cfg.placement
     if cfg.shard is not None:
