@@ -14,6 +14,7 @@ from pathlib import Path
 
 VERBS = {
     "sweep": "measure speculation over a grid of regimes (closed batch); the main job",
+    "bench": "llama-bench's tests and rows, with speculative rows beside them (-md, --spec-type)",
     "serve": "serving under load: request rates x spec on/off through continuous batching",
     "report": "write a run folder's figures and summary.md again",
     "merge": "join the run folders of a sweep's shards into one run",
@@ -64,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
 def sweep_main(argv: list[str] | None = None) -> int:
     """`specnative sweep`, and `python -m specnative.sweep` (the quick start's spelling)."""
     from specnative.sweep import cli
+
+    return cli.main(argv)
+
+
+def bench_main(argv: list[str] | None = None) -> int:
+    from specnative.bench_verb import cli
 
     return cli.main(argv)
 

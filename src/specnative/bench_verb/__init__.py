@@ -1,0 +1,1 @@
+"""`specnative bench`: llama-bench with speculation (cli, grid, measure, output, fields)."""
