@@ -11,10 +11,9 @@ from specnative.bench_verb.grid import BenchError, parse
 def main(argv: list[str] | None = None, out=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     out = sys.stdout if out is None else out
-    if any(a in ("-h", "--help") for a in argv):
+    if any(a in ("-h", "--help") for a in argv):  # argparse's help: printed, then SystemExit(0)
         from specnative.bench_verb.grid import build_parser
-        build_parser().print_help(out)
-        return 0
+        build_parser().parse_args(["--help"])
     try:
         plan = parse(argv)
     except BenchError as error:
