@@ -135,7 +135,8 @@ std::unique_ptr<Acceptor> make_acceptor(Fault fault) {
         case Fault::tree_bonus_wrong_node:
         case Fault::tree_branch_kv_kept:
         case Fault::tree_siblings_with_replacement:
-        case Fault::tree_sibling_one_uniform: return std::make_unique<Acceptor>();  // a tree's fault: chains judge correctly
+        case Fault::tree_sibling_one_uniform:
+            return std::make_unique<Acceptor>();  // a tree's fault: chains judge correctly
     }
     throw std::invalid_argument("unknown fault");
 }

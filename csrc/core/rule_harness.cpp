@@ -99,15 +99,16 @@ std::vector<int64_t> tree_rule_draws(Fault fault, const RuleInputs& in, int sibl
                 weights = in.q[d];
                 for (int j = 0; j < siblings; ++j) {
                     const uint64_t pos = static_cast<uint64_t>(d) + (static_cast<uint64_t>(j) << 32);
-                    const int32_t t = sample_from_weights(weights.data(), vocab, keyed_uniform(p.seed, key, pos, Stream::draft));
+                    const double u = keyed_uniform(p.seed, key, pos, Stream::draft);
+                    const int32_t t = sample_from_weights(weights.data(), vocab, u);
                     if (!(weights[t] > 0.0f)) break;  // q has no mass left
                     children.push_back(t);
                     weights[t] = 0.0f;
                 }
             }
             const int row = leaf ? rule->bonus_node(d, d - 1) : d;
-            const NodeVerdict v = rule->judge(NodeToJudge{in.logits[row].data(), children, leaf ? nullptr : &in.q[d], d},
-                                              vocab, vocab, p, AcceptRule::rejection, key, margins, scratch);
+            const NodeToJudge node{in.logits[row].data(), children, leaf ? nullptr : &in.q[d], d};
+            const NodeVerdict v = rule->judge(node, vocab, vocab, p, AcceptRule::rejection, key, margins, scratch);
             hist[static_cast<size_t>(d) * vocab + v.token] += 1;
             if (v.rank < 0) break;
         }
