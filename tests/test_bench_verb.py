@@ -129,11 +129,12 @@ def test_plain_run_has_llama_benchs_columns_only(models):
 @pytest.mark.parametrize("argv", [
     ["-ctk", "q8_0"], ["-d", "512"], ["--foo"], ["-p", "1-x"], ["-o", "xml"], ["-ub", "128"], ["-pg", "512"],
     ["--spec-type", "eagle9"], ["--spec-draft-n-max", "4"], ["-fa", "maybe"], ["-r", "0"],
-    ["--spec-type", "draft-simple"], ["-md", "/nonexistent.gguf"],
+    ["--spec-type", "draft-simple"], ["-md", "/nonexistent.gguf"], ["-md", "DRAFT", "--spec-type", "draft-simple,draft-eagle3"],
 ])
 def test_bad_flags_refused_in_one_line(models, argv, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     out = io.StringIO()
+    argv = [models[1] if a == "DRAFT" else a for a in argv]
     assert cli.main(["-m", models[0], *argv], out=out) == 2
     err = capsys.readouterr().err
     assert out.getvalue() == "" and len(err.strip().splitlines()) == 1 and err.startswith("specnative bench: error:")

@@ -241,6 +241,10 @@ def _specs(a) -> list[Spec]:
         if t not in SPEC_TYPES:
             raise BenchError(f"--spec-type {t!r}: must be one of {', '.join(SPEC_TYPES)} (llama-server's names)")
     types = [t for t in types if t != "none"]
+    with_file = sorted({t for t in types if t.startswith("draft-") and t != "draft-mtp"})
+    if len(with_file) > 1:
+        raise BenchError(f"--spec-type {','.join(with_file)}: each reads the one -md file; bench them in separate "
+                         f"runs")
     ks = _ints(a.spec_draft_n_max, "--spec-draft-n-max")
     if ks is not None and not types:
         raise BenchError("--spec-draft-n-max: needs -md or --spec-type (there is nothing to draft)")
