@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from specnative.engine import drafter_name, native, parse_draft_shape
-from specnative.serving import arrivals, checks
+from specnative.serving import arrivals, checks, vllm_result
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.report import write_report
 from specnative.serving.runner import ServeConfig, offered_rate, run_serve_sweep
@@ -68,6 +68,12 @@ def add_serving_flags(p: argparse.ArgumentParser) -> None:
                          help="what the on runs draft: chain (-k tokens) or one draft tree verified in one batch, "
                               "e.g. tree:topk=4,depth=5,budget=8 (its node budget is then k; the draft model or "
                               "an EAGLE-3 head; docs/trees.md)")
+    serving.add_argument("--save-result", action="store_true",
+                         help="also write each level's `vllm bench serve` result as its own JSON file, named as "
+                              "vLLM names them, in --result-dir (vllm_results.jsonl, one result a line, is always "
+                              "written beside requests.jsonl; docs/serving.md)")
+    serving.add_argument("--result-dir", type=Path, default=None, metavar="DIR",
+                         help=f"where --save-result writes (default: {vllm_result.RESULT_DIR}/ in the run folder)")
     serving.add_argument("--prefix-cache", type=on_off_list, default=[False], metavar="on,off",
                          help="on: the requests' common prefix (the shared documents, the chat template's head) "
                               "computed once and copied into each admitted slot; off: every request prefills its "
@@ -152,6 +158,10 @@ def serve_problems(args) -> list[str]:
         serve_metrics.parse_slo(args.slo)
     except ValueError as error:
         errors.append(str(error))
+    if args.result_dir is not None and not args.save_result:
+        errors.append("--result-dir is where --save-result writes: give --save-result too")
+    elif args.result_dir is not None and (problem := vllm_result.result_dir_problem(args.result_dir)):
+        errors.append(problem)
     if not 1 <= args.max_concurrency <= native.max_parallel_sequences:
         errors.append(f"--max-concurrency must be in [1, {native.max_parallel_sequences}] (llama.cpp's most "
                       f"sequences per context), not {args.max_concurrency}")
@@ -246,6 +256,9 @@ def main(argv: list[str] | None = None, prog: str = "specnative serve") -> int:
         print(f"\ninterrupted: finished levels are in {cfg.out_dir / 'traces.csv'}; continue with: "
               f"{resume_command('serve', cfg.out_dir)}", file=sys.stderr)
         return 130
+    result_dir = (args.result_dir or cfg.out_dir / vllm_result.RESULT_DIR) if args.save_result else None
+    print(f"vllm bench serve results: {vllm_result.write_results(cfg.out_dir, result_dir)}"
+          + (f" and {result_dir}/" if result_dir else ""), file=sys.stderr)
     if cfg.report:
         print(f"report: {write_report(cfg.out_dir)}", file=sys.stderr)
     print(traces)

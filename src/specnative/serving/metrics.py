@@ -6,6 +6,8 @@ included, as a client sees it); E2E = finish - arrival; TPOT = (E2E - TTFT) / (o
 the mean time per output token after the first; ITL = the gaps between consecutive emissions.
 ITL and TPOT differ under speculation: a round emits its accepted drafts and the correction
 together, so one gap carries several tokens (ITL counts the gap once, TPOT divides by tokens).
+Each request also keeps its round counts (round_counts), from which vllm_result.py computes
+vLLM's acceptance metrics per request and per level.
 
 Per level: mean, p50, p90, p99 of each (ITL pooled over all gaps of all requests); request and
 output throughput over the run's duration (start to last completion); goodput under an SLO
@@ -61,7 +63,18 @@ def request_metrics(record: dict) -> dict:
         "emissions": int(len(emit)),
         "drafted": int(counts.get("drafted", 0)),
         "accepted": int(counts.get("accepted", 0)),
+        **round_counts(counts),
     }
+
+
+def round_counts(counts: dict) -> dict:
+    """A request's rounds as vLLM's acceptance metrics read them: rounds, drafts (rounds that drafted
+    at least one token: vLLM's num_drafts), rounds that drafted / accepted draft position j+1, and
+    rounds that accepted exactly m drafts. Plain ints (a requests.jsonl line)."""
+    drafted_at = [int(v) for v in counts.get("drafted_at", [])]
+    return {"rounds": int(counts.get("rounds", 0)), "drafts": drafted_at[0] if drafted_at else 0,
+            "drafted_at": drafted_at, "accepted_at": [int(v) for v in counts.get("accepted_at", [])],
+            "accept_len_hist": [int(v) for v in counts.get("accept_len_hist", [])]}
 
 
 def meets_slo(metrics: dict, slo: dict) -> bool:

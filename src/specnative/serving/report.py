@@ -1,6 +1,7 @@
 """The load sweep's report (report.py hands serve runs here): latency and goodput against request
 rate with speculation on and off, the benefit per metric with its interval, the crossover marked,
-a summary.md and advice.json (analysis/crossover.py's numbers)."""
+a summary.md and advice.json (analysis/crossover.py's numbers); vllm_results.jsonl (vllm_result.py)
+rewritten from the same records."""
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ from specnative.report import break_even
 from specnative.report.figures import save
 from specnative.report.record_md import ReportInputError, hardware, load_provenance, provenance_md, unfinished_md
 from specnative.report.text import md_table
-from specnative.serving import levers
+from specnative.serving import levers, vllm_result
 from specnative.serving.verdict import methods_text
 
 CURVES = (("tpot_p50_ms", "p50 TPOT (ms)"), ("tpot_p99_ms", "p99 TPOT (ms)"),
@@ -234,4 +235,5 @@ def write_report(run_dir) -> Path:
     traces = load_traces(with_synthetic)
     if traces.empty:
         raise ReportInputError(f"{run_dir / 'traces.csv'}: a header but no rows: nothing was measured")
+    vllm_result.write_results(run_dir)  # the levels in vLLM's names, from the same records
     return write_serve_report(run_dir, traces, load_provenance(run_dir), with_synthetic)["summary.md"]
