@@ -1,6 +1,8 @@
-"""Serve results in `vllm bench serve`'s names (serving/vllm_result.py): on a replay with known
-counts every vLLM key is there with vLLM's definition and type; a real serve run writes
-vllm_results.jsonl beside requests.jsonl (and with --save-result one file per level)."""
+"""Serve results in `vllm bench serve`'s names (serving/vllm_result.py) and the advice in each
+engine's config form (analysis/engine_forms.py): on a replay with known counts every vLLM key is
+there with vLLM's definition and type; a real serve run writes vllm_results.jsonl beside
+requests.jsonl (and with --save-result one file per level); the vLLM and SGLang forms agree with
+the llama-server flags and the k per batch size they come from."""
 from __future__ import annotations
 
 import json
@@ -175,6 +177,12 @@ def test_a_serve_run_writes_vllm_results_beside_requests_and_per_level_files(noi
     files = sorted(p.name for p in results.glob("*.json"))
     assert len(files) == 2 and all("infqps-concurrency2" in name for name in files)
     assert {json.loads((results / name).read_text())["specnative"]["cell_id"] for name in files} == set(rows["cell_id"])
+    advice = json.loads((out / "advice.json").read_text())
+    forms = advice["engine_forms"]
+    paid = any(k > 0 for k in advice["k_by_batch_size"].values())
+    assert (forms["vllm"]["speculative_config"] is not None) == paid == (forms["sglang"]["flags"] is not None)
+    summary = (out / "summary.md").read_text()
+    assert "In other engines' forms" in summary and forms["vllm"]["derived_from"] in summary
 
 
 @pytest.mark.parametrize("extra, message", [(["--result-dir", "DIR"], "--result-dir"),
@@ -187,3 +195,62 @@ def test_bad_result_flags_are_refused_before_anything_is_written(tmp_path, extra
     with pytest.raises(SystemExit, match=message):
         main(["serve", "--request-rate", "inf", "--num-requests", "2", "-r", "1", "-o", str(out), *extra])
     assert not out.exists() and not (tmp_path / "DIR").exists() and (tmp_path / "FILE").read_text() == "x"
+
+
+# ---- the advice in each engine's form ------------------------------------------------------------------
+def _advice(k_by_batch, threshold=None, k=4, drafter="model", bands=("on",)):
+    return {"k": k, "drafter": drafter, "k_by_batch_size": k_by_batch, "disable_by_batch_size": threshold,
+            "max_concurrency": len(k_by_batch),
+            "load_bands": [{"speculation": b, "llama_server_flags": f"-md DRAFT.gguf --spec-draft-n-max {k}"}
+                           for b in bands]}
+
+
+def test_vllm_config_carries_k_and_the_measured_schedule():
+    from specnative.analysis import engine_forms
+    adv = _advice({"1": 4, "2": 4, "3": 4, "4": 0, "5": 0}, threshold=4, bands=("on", "off"))
+    forms = engine_forms.engine_forms(adv, host="CPU X")
+    v = forms["vllm"]
+    cfg = v["speculative_config"]
+    assert cfg["method"] == "draft_model" and cfg["num_speculative_tokens"] == 4
+    assert cfg["num_speculative_tokens_per_batch_size"] == [[1, 3, 4], [4, 5, 0]]
+    assert cfg["disable_by_batch_size"] == 4
+    assert v["flags"] == "--speculative-config '" + json.dumps(cfg) + "'"
+    assert "llama.cpp" in v["derived_from"] and "CPU X" in v["derived_from"] and "starting point" in v["derived_from"]
+    # the schedule is the k per batch size, size by size
+    for lo, hi, k in cfg["num_speculative_tokens_per_batch_size"]:
+        assert all(adv["k_by_batch_size"][str(s)] == k for s in range(lo, hi + 1))
+    # k at every measured size: no schedule to give
+    flat = engine_forms.engine_forms(_advice({"1": 4, "2": 4}), host="h")["vllm"]["speculative_config"]
+    assert "num_speculative_tokens_per_batch_size" not in flat and "disable_by_batch_size" not in flat
+    # nothing pays: speculation left off, as the llama-server flags say
+    off = engine_forms.engine_forms(_advice({"1": 0, "2": 0}, threshold=1, bands=("off",)), host="h")
+    assert off["vllm"]["speculative_config"] is None and off["sglang"]["flags"] is None
+
+
+def test_sglang_flags_for_chains_and_topk_trees():
+    from specnative.analysis import engine_forms
+    chain = engine_forms.engine_forms(_advice({"1": 4}), host="h")["sglang"]
+    assert chain["flags"] == ("--speculative-algorithm STANDALONE --speculative-draft-model-path DRAFT "
+                              "--speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5")
+    tree = engine_forms.engine_forms(_advice({"1": 8}, k=8, drafter="eagle3"), host="h",
+                                     draft_shape="tree:topk=4,depth=5,budget=8")
+    s = tree["sglang"]
+    assert s["flags"] == ("--speculative-algorithm EAGLE3 --speculative-draft-model-path EAGLE3_HEAD "
+                          "--speculative-num-steps 5 --speculative-eagle-topk 4 --speculative-num-draft-tokens 9")
+    assert tree["vllm"]["speculative_config"] is None and "tree" in tree["vllm"]["note"]
+    split = engine_forms.engine_forms(_advice({"1": 8}, k=8), host="h", draft_shape="tree:branches=4,p_split=0.1,budget=8")
+    assert split["sglang"]["flags"] is None
+    ngram = engine_forms.engine_forms(_advice({"1": 4}, drafter="ngram-simple"), host="h")
+    assert ngram["vllm"]["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 4}
+    mtp = engine_forms.engine_forms(_advice({"1": 2}, k=2, drafter="mtp"), host="h")
+    assert mtp["vllm"]["speculative_config"]["method"] == "mtp"
+    assert mtp["sglang"]["flags"].startswith("--speculative-algorithm NEXTN")
+
+
+def test_the_summary_renders_both_forms_with_their_provenance():
+    from specnative.analysis import engine_forms
+    from specnative.serving.report import engine_forms_md
+    forms = engine_forms.engine_forms(_advice({"1": 4, "2": 0}, threshold=2, bands=("on", "off")), host="CPU X")
+    text = engine_forms_md(forms)
+    assert "`--speculative-config '" in text and "`--speculative-algorithm STANDALONE" in text
+    assert "derived from a llama.cpp measurement on CPU X" in text and "not a measured fact" in text

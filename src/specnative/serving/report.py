@@ -1,7 +1,7 @@
 """The load sweep's report (report.py hands serve runs here): latency and goodput against request
 rate with speculation on and off, the benefit per metric with its interval, the crossover marked,
-a summary.md and advice.json (analysis/crossover.py's numbers); vllm_results.jsonl (vllm_result.py)
-rewritten from the same records."""
+a summary.md and advice.json (analysis/crossover.py's numbers, with the vLLM and SGLang forms of
+analysis/engine_forms.py); vllm_results.jsonl (vllm_result.py) rewritten from the same records."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from specnative.analysis import crossover
+from specnative.analysis import crossover, engine_forms
 from specnative.analysis.advisor import load_traces
 from specnative.analysis.break_even import serve_table
 from specnative.record.schema import serve_rows
@@ -167,7 +167,18 @@ def advice_md(adv: dict) -> str:
                       "speculation", "llama-server flags"], rows) +
             f"\n\n`disable_by_batch_size`: **{adv['disable_by_batch_size']}** ({adv['disable_by_batch_size_note']}). "
             f"k per batch size: `{json.dumps(adv['k_by_batch_size'])}` ({adv['k_by_batch_size_note']}). "
-            "All of it is in advice.json.")
+            "All of it is in advice.json." + engine_forms_md(adv.get("engine_forms")))
+
+
+def engine_forms_md(forms: dict | None) -> str:
+    """The vLLM and SGLang forms of the advice, each with what it is derived from."""
+    if not forms:
+        return ""
+    lines = [f"\n\nIn other engines' forms ({forms['vllm']['derived_from']}):\n"]
+    for name, form in (("vLLM", forms["vllm"]), ("SGLang", forms["sglang"])):
+        shown = f"`{form['flags']}`" if form.get("flags") else "no flags"
+        lines.append(f"- **{name}**: {shown} ({form['note']})")
+    return "\n".join(lines)
 
 
 def _json_safe(value):
@@ -178,6 +189,15 @@ def _json_safe(value):
     if isinstance(value, list):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _draft_shape(rows: pd.DataFrame) -> str | None:
+    """The on rows' draft tree spelling; None for chains."""
+    if "draft_shape" not in rows:
+        return None
+    shapes = rows.loc[rows["spec_decode"] == "on", "draft_shape"].dropna().astype(str)
+    shapes = shapes[shapes.str.startswith("tree:")]
+    return shapes.iloc[0] if len(shapes) else None
 
 
 def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict, with_synthetic: pd.DataFrame | None = None
@@ -192,6 +212,8 @@ def write_serve_report(run_dir: Path, traces: pd.DataFrame, prov: dict, with_syn
     table = crossover.benefit_table(rows)
     crosses = crossover.crossovers(table)
     adv = crossover.advice(rows, table)
+    adv["engine_forms"] = engine_forms.engine_forms(adv, hardware(prov) if prov else "a host not recorded",
+                                                    _draft_shape(rows))
     note = f"Self-measured on {hardware(prov)}." if prov else "Hardware not recorded."
     slo_text = next(iter(rows["slo"].dropna()), "") if "slo" in rows else ""
     figures = {"latency_vs_rate": plot_latency(rows, crosses, note),
