@@ -216,6 +216,12 @@ def test_vllm_config_carries_k_and_the_measured_schedule():
     assert cfg["disable_by_batch_size"] == 4
     assert v["flags"] == "--speculative-config '" + json.dumps(cfg) + "'"
     assert "llama.cpp" in v["derived_from"] and "CPU X" in v["derived_from"] and "starting point" in v["derived_from"]
+    # the same k as the llama-server flags of the bands where it is on
+    import re
+    on_k = {int(re.search(r"--spec-draft-n-max (\d+)", b["llama_server_flags"]).group(1))
+            for b in adv["load_bands"] if b["speculation"] == "on"}
+    assert on_k == {cfg["num_speculative_tokens"]}
+    assert f"--speculative-num-steps {cfg['num_speculative_tokens']} " in forms["sglang"]["flags"]
     # the schedule is the k per batch size, size by size
     for lo, hi, k in cfg["num_speculative_tokens_per_batch_size"]:
         assert all(adv["k_by_batch_size"][str(s)] == k for s in range(lo, hi + 1))
