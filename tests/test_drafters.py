@@ -13,7 +13,7 @@ from scipy import stats
 from synthetic_traces import assert_tables_well_formed
 
 from specnative import _core, lossless, theory
-from specnative.engine import DRAFTERS, drafter_defaults
+from specnative.engine import DRAFTERS, DecodeSpec, drafter_defaults
 from specnative.models import FIRST_NORMAL_ID
 from specnative.report import summary as report_summary
 
@@ -324,9 +324,9 @@ def test_p_min_is_for_the_draft_model_only(noisy_engine):
     with pytest.raises(ValueError, match="draft model only"):
         noisy_engine.generate(P_MIN_PROMPTS, **P_MIN_RUN, drafter="ngram-simple", draft_p_min=0.5)
     with pytest.raises(ValueError, match="draft_p_min"):  # the C++ check, should Python's be bypassed
-        noisy_engine._core.generate(noisy_engine.to_token_prompts(P_MIN_PROMPTS), n_predict=8, temperature=0.0,
-                                    seed=0, spec=True, k=2, accept_rule="greedy", stop_at_eog=True,
-                                    record_margins=False, draft_p_min=1.0)
+        params = DecodeSpec(n_predict=8, spec=True, k=2).core_params()
+        params.draft_p_min = 1.0
+        noisy_engine._core.generate(noisy_engine.to_token_prompts(P_MIN_PROMPTS), params)
 
 
 def test_sweep_p_min_axis_rows_ids_and_report(noisy_pair, tmp_path, no_figure_files):

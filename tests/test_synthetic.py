@@ -10,7 +10,7 @@ from conftest import PROMPTS, check_counts
 from scipy.stats import binom
 
 from specnative import lossless, theory
-from specnative.engine import synthetic
+from specnative.engine import DecodeSpec, synthetic
 from specnative.serving import arrivals
 from specnative.serving.loop import serve
 
@@ -80,9 +80,9 @@ def test_invalid_synthetic_runs_raise_python_errors(copy_engine):
     prompts = [copy_engine.tokenize(p).tolist() for p in PROMPTS]
     for bad in ([0.5, float("nan")], [0.5, 1.5], [0.5]):
         with pytest.raises(ValueError, match="synthetic acceptance"):
-            copy_engine._core.generate(prompts, n_predict=8, temperature=0.0, seed=0, spec=True, k=2,
-                                       accept_rule="greedy", stop_at_eog=True, record_margins=False,
-                                       synthetic=bad)
+            params = DecodeSpec(n_predict=8, spec=True, k=2).core_params()
+            params.synthetic = bad
+            copy_engine._core.generate(prompts, params)
 
 
 def test_a_rejection_emits_the_target_token_and_rolls_back_like_a_real_round(copy_engine, copy_pair):

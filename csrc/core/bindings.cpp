@@ -187,29 +187,17 @@ std::function<bool()> stop_poll(GuardedEngine& engine) {
     };
 }
 
-GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts, int n_predict,
-                        float temperature, uint64_t seed, bool spec, int k, const std::string& rule,
-                        bool stop_at_eog, bool record_margins, const std::string& drafter,
-                        const std::map<std::string, std::string>& drafter_options, float draft_p_min,
-                        float draft_temperature, bool drafter_settings, bool record_pit, int prefix_limit, bool prefix_cache,
-                        const std::vector<double>& synthetic, const std::string& tree_kind,
-                        const std::map<std::string, double>& tree) {
-    GenerateParams p = decoding_params(n_predict, temperature, seed, spec, k, rule, stop_at_eog, record_margins,
-                                       drafter, drafter_options, draft_p_min);
-    p.tree = tree_shape(tree_kind, tree);
-    if (draft_temperature != 0.0f) {
-        check_temperature(draft_temperature);
-        if (temperature <= 0.0f || drafter != "model") {
+// Python's DecodeSpec fills a GenerateParams (the bound struct) and checked it; the core checks
+// again before decoding (Engine::generate), and here what only this path has: the draft temperature.
+GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
+                        const GenerateParams& params) {
+    const GenerateParams p = params;  // Python may change its object once the GIL is released
+    if (p.draft_temperature != 0.0f) {
+        check_temperature(p.draft_temperature);
+        if (p.temperature <= 0.0f || p.drafter.type != "model") {
             throw std::invalid_argument("draft_temperature applies to the draft model when sampling (temperature > 0)");
         }
     }
-    p.draft_temperature = draft_temperature;
-    p.drafter_settings = drafter_settings;
-    p.record_pit = record_pit;
-    p.reuse_prompts = record_pit;  // a distributional-test run: its prefill is no measurement
-    p.prefix_cache = prefix_cache;
-    p.prefix_limit = prefix_limit;
-    p.synthetic = synthetic;
     const auto should_stop = stop_poll(engine);
     return locked(engine, [&] {
         GenerateOutput out;
@@ -452,6 +440,48 @@ PYBIND11_MODULE(_core, m) {
     m.def("rpc_device_names", [](const std::vector<std::string>& endpoints) { return rpc_device_names(endpoints); },
           py::arg("endpoints"), "device names (RPC0, ...) of RPC servers an Engine added, in their order");
 
+    // What one generate() decodes (engine.h), field by field: Python's DecodeSpec fills it.
+    py::enum_<AcceptRule>(m, "AcceptRule")
+        .value("greedy", AcceptRule::greedy)
+        .value("match", AcceptRule::match)
+        .value("rejection", AcceptRule::rejection);
+    py::class_<DrafterParams>(m, "DrafterParams")
+        .def(py::init<>())
+        .def_readwrite("type", &DrafterParams::type)
+        .def_readwrite("options", &DrafterParams::options);
+    py::enum_<TreeShape::Kind>(m, "TreeKind")
+        .value("none", TreeShape::Kind::none)
+        .value("topk", TreeShape::Kind::topk)
+        .value("split", TreeShape::Kind::split);
+    py::class_<TreeShape>(m, "TreeShape")
+        .def(py::init<>())
+        .def_readwrite("kind", &TreeShape::kind)
+        .def_readwrite("topk", &TreeShape::topk)
+        .def_readwrite("depth", &TreeShape::depth)
+        .def_readwrite("budget", &TreeShape::budget)
+        .def_readwrite("branches", &TreeShape::branches)
+        .def_readwrite("p_split", &TreeShape::p_split);
+    py::class_<GenerateParams>(m, "GenerateParams")
+        .def(py::init<>())
+        .def_readwrite("n_predict", &GenerateParams::n_predict)
+        .def_readwrite("temperature", &GenerateParams::temperature)
+        .def_readwrite("seed", &GenerateParams::seed)
+        .def_readwrite("spec", &GenerateParams::spec)
+        .def_readwrite("k", &GenerateParams::k)
+        .def_readwrite("rule", &GenerateParams::rule)
+        .def_readwrite("stop_at_eog", &GenerateParams::stop_at_eog)
+        .def_readwrite("record_margins", &GenerateParams::record_margins)
+        .def_readwrite("record_pit", &GenerateParams::record_pit)
+        .def_readwrite("reuse_prompts", &GenerateParams::reuse_prompts)
+        .def_readwrite("prefix_cache", &GenerateParams::prefix_cache)
+        .def_readwrite("prefix_limit", &GenerateParams::prefix_limit)
+        .def_readwrite("drafter", &GenerateParams::drafter)
+        .def_readwrite("draft_p_min", &GenerateParams::draft_p_min)
+        .def_readwrite("draft_temperature", &GenerateParams::draft_temperature)
+        .def_readwrite("drafter_settings", &GenerateParams::drafter_settings)
+        .def_readwrite("tree", &GenerateParams::tree)
+        .def_readwrite("synthetic", &GenerateParams::synthetic);
+
     py::class_<GuardedEngine>(m, "Engine")
         .def(py::init([](const std::string& target, const std::string& draft, int n_ctx, int n_batch,
                          int n_threads, int n_gpu_layers, int n_seq_max, int flash_attn, bool kv_unified,
@@ -485,13 +515,8 @@ PYBIND11_MODULE(_core, m) {
              py::arg("devices") = std::vector<std::string>{}, py::arg("draft_devices") = std::vector<std::string>{},
              py::arg("n_gpu_layers_draft") = py::none(), py::arg("rpc_servers") = std::vector<std::string>{},
              py::arg("rpc_timeout_ms") = 5000, py::arg("mtp") = false)
-        .def("generate", &generate, py::arg("prompts"), py::arg("n_predict"), py::arg("temperature"),
-             py::arg("seed"), py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
-             py::arg("record_margins"), py::arg("drafter") = "model",
-             py::arg("drafter_options") = std::map<std::string, std::string>{}, py::arg("draft_p_min") = 0.0f,
-             py::arg("draft_temperature") = 0.0f, py::arg("drafter_settings") = false, py::arg("record_pit") = false,
-             py::arg("prefix_limit") = -1, py::arg("prefix_cache") = true, py::arg("synthetic") = std::vector<double>{},
-             py::arg("tree_kind") = "none", py::arg("tree") = std::map<std::string, double>{})
+        .def("generate", &generate, py::arg("prompts"), py::arg("params"),
+             "decode the prompts under a GenerateParams (Python builds it from a DecodeSpec)")
         .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
              py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
              py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),

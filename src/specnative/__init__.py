@@ -1,5 +1,5 @@
 """specnative: measure speculative decoding from inside llama.cpp."""
-from specnative.engine import Engine, GenerationResult, build_info, quantize
+from specnative.engine import DecodeSpec, Engine, GenerationResult, build_info, quantize
 
 __version__ = "0.1.0"
-__all__ = ["Engine", "GenerationResult", "build_info", "quantize", "__version__"]
+__all__ = ["DecodeSpec", "Engine", "GenerationResult", "__version__", "build_info", "quantize"]

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specnative import _core
+
 TREE_DRAFTERS = ("model", "eagle3")  # drafters that draft trees: the draft model and an EAGLE-3 head
 TOPK_KEYS = ("topk", "depth", "budget")
 SPLIT_KEYS = ("branches", "p_split", "budget")
@@ -91,6 +93,14 @@ class DraftShape:
         if self.kind == "split":
             return {"tree_kind": "split", "tree": {k: float(getattr(self, k)) for k in SPLIT_KEYS}}
         return {"tree_kind": "none", "tree": {}}
+
+    def fill_core(self, tree) -> None:
+        """Sets the native core's TreeShape (GenerateParams.tree) to this shape; a chain leaves it off."""
+        if not self.is_tree:
+            return
+        tree.kind = getattr(_core.TreeKind, self.kind)
+        for key in TOPK_KEYS if self.kind == "topk" else SPLIT_KEYS:
+            setattr(tree, key, getattr(self, key))
 
 
 CHAIN = DraftShape()

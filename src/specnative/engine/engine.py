@@ -6,6 +6,7 @@ into token lists, checks what is cheaper to check here, and wraps the result.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +15,9 @@ from typing import Sequence, Union
 import numpy as np
 
 from specnative import _core
-from specnative.engine import synthetic
 from specnative.engine import gguf_checks
-from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
-from specnative.engine.draft_shape import TREE_DRAFTERS, DraftShape
-from specnative.engine.draft_shape import parse as parse_draft_shape
+from specnative.engine.decode_spec import _INT32, DecodeSpec, _c_int
 
-ACCEPT_RULES = ("greedy", "match", "rejection")
 Prompt = Union[str, Sequence[int], np.ndarray]
 
 
@@ -37,19 +34,6 @@ def _flash_attn_code(flash_attn) -> int:
     if isinstance(flash_attn, bool):
         return int(flash_attn)
     raise ValueError(f"flash_attn must be True, False or 'auto', not {flash_attn!r}")
-
-
-_INT32 = (-2**31, 2**31)
-
-
-def _c_int(value, name: str) -> int:
-    """An integer argument for the C++ core: out-of-range values are a ValueError here rather
-    than a TypeError from the binding."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, not {value!r}")
-    if not _INT32[0] <= int(value) < _INT32[1]:
-        raise ValueError(f"{name}={value} is out of range")
-    return int(value)
 
 
 def _token_ids(tokens, what: str) -> list[int]:
@@ -346,14 +330,18 @@ class Engine:
             out.append(tokens)
         return out
 
-    def generate(self, prompts, *, n_predict: int = 32, temperature: float = 0.0, seed: int = 0,
-                 spec: bool = False, k: int = 4, accept_rule: str = "greedy",
-                 stop_at_eos: bool = True, record_margins: bool = False, drafter: str = "model",
-                 drafter_options: dict | None = None, draft_p_min: float = 0.0,
-                 draft_temperature: float | None = None, drafter_settings: bool = False,
-                 record_pit: bool = False, prefix_cache: bool = True, synthetic=None,
-                 prefix_limit: int | None = None, draft_shape=None) -> GenerationResult:
-        """Decode all prompts together. With spec=True the drafter proposes up to k tokens per
+    def generate(self, prompts, decode: DecodeSpec | None = None, **fields) -> GenerationResult:
+        """Decode all prompts together under `decode`, a DecodeSpec (engine/decode_spec.py); or give
+        its fields as keywords, generate(prompts, n_predict=64, spec=True, k=4), which builds one;
+        keywords beside a spec replace its fields. Every field is checked when the spec is made (one
+        ValueError naming the field); the call runs in the C++ core with the GIL released.
+
+        The fields: n_predict=32, temperature=0.0, seed=0, spec=False, k=4, accept_rule="greedy",
+        stop_at_eos=True, record_margins=False, drafter="model", drafter_options=None (or {}),
+        draft_p_min=0.0, draft_temperature=None, drafter_settings=False, record_pit=False,
+        prefix_cache=True, synthetic=None, prefix_limit=None, draft_shape=None.
+
+        With spec=True the drafter proposes up to k tokens per
         round and `accept_rule` (greedy, match or rejection) decides what the target keeps.
         drafter: "model" (the draft GGUF) or one of llama.cpp's model-free n-gram drafters
         (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache), which propose 0..k
@@ -398,47 +386,15 @@ class Engine:
         nodes are verified in one target batch; the engine needs n_seq_max >= sequences x
         DraftShape.ids_per_sequence. Counts then also hold offered_rank/accepted_rank (siblings by
         rank), and drafted counts every verified node."""
-        draft_p_min = check_draft_p_min(draft_p_min)  # the type here; range and drafter in C++ too
-        if accept_rule not in ACCEPT_RULES:
-            raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
-        seed = _seed(seed)
-        temperature = _temperature(temperature)
-        if draft_temperature is not None:  # what it applies to, said before the value (the core checks both)
-            if not _temperature(draft_temperature) > 0:
-                raise ValueError(f"draft_temperature must be > 0 (None: the generation temperature), "
-                                 f"not {draft_temperature!r}")
-            if drafter_name(drafter) != "model":
-                raise ValueError(f"draft_temperature applies to the draft model (drafter 'model'); drafter "
-                                 f"{drafter!r} has no draft distribution to sample at another temperature")
-            if not temperature > 0:
-                raise ValueError("draft_temperature applies when sampling (temperature > 0); at temperature 0 "
-                                 "the draft model proposes greedily")
-        draft_temperature = 0.0 if draft_temperature is None else _temperature(draft_temperature)  # 0: the same
-        if record_pit and not (spec and accept_rule == "rejection" and temperature > 0):
-            raise ValueError("record_pit applies to the rejection rule when sampling (spec=True, temperature > 0)")
-        n_predict, k = _c_int(n_predict, "n_predict"), _c_int(k, "k")
-        drafter = drafter_name(drafter)
-        options = checked_drafter_options(drafter, drafter_options)
-        synthetic_probs = synthetic_probabilities(synthetic, k, spec)
-        if prefix_limit is not None and (isinstance(prefix_limit, (bool, np.bool_))
-                                         or not isinstance(prefix_limit, (int, np.integer)) or prefix_limit < 0):
-            raise ValueError(f"prefix_limit must be an integer >= 0 (None: the whole common prefix), "
-                             f"not {prefix_limit!r}")
-        shape = parse_draft_shape(draft_shape)
-        if shape.is_tree and spec and drafter not in TREE_DRAFTERS:
-            raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model') or an EAGLE-3 head "
-                             f"(drafter 'eagle3'), not {drafter!r}")
+        if decode is None:
+            decode = DecodeSpec(**fields)
+        elif not isinstance(decode, DecodeSpec):
+            raise ValueError(f"decode must be a DecodeSpec, not {type(decode).__name__}")
+        elif fields:
+            decode = dataclasses.replace(decode, **fields)
         token_prompts = self.to_token_prompts(prompts)
-        raw = self._core.generate(token_prompts, n_predict=n_predict,
-                                  temperature=float(temperature), seed=int(seed), spec=bool(spec),
-                                  k=k, accept_rule=accept_rule, stop_at_eog=bool(stop_at_eos),
-                                  record_margins=bool(record_margins), drafter=drafter,
-                                  drafter_options=options, draft_p_min=draft_p_min,
-                                  draft_temperature=float(draft_temperature),
-                                  drafter_settings=bool(drafter_settings), record_pit=bool(record_pit),
-                                  prefix_cache=bool(prefix_cache), synthetic=synthetic_probs,
-                                  prefix_limit=-1 if prefix_limit is None else _c_int(prefix_limit, "prefix_limit"),
-                                  **(shape.core_args() if spec else DraftShape().core_args()))
+        raw = self._core.generate(token_prompts, decode.core_params())
+        spec_on = raw.speculative
         return GenerationResult(
             tokens=raw.tokens, texts=[t.decode("utf-8", errors="replace") for t in raw.texts],
             times=raw.times,
@@ -449,10 +405,10 @@ class Engine:
             steady={"steps": raw.steady_steps, "tokens": raw.steady_tokens, "ms": raw.steady_ms,
                     "tps": raw.steady_tps, "iteration_ms": raw.steady_iteration_ms, "tau": raw.steady_tau},
             occupancy=raw.occupancy,
-            totals=raw.totals if raw.speculative else {}, counts=raw.counts if raw.speculative else [],
-            margins=raw.margins, pit=raw.pit if record_pit else [], drafter=drafter if raw.speculative else "",
-            drafter_options=options if raw.speculative else {},
-            draft_p_min=draft_p_min if raw.speculative else 0.0,
+            totals=raw.totals if spec_on else {}, counts=raw.counts if spec_on else [],
+            margins=raw.margins, pit=raw.pit if decode.record_pit else [], drafter=decode.drafter if spec_on else "",
+            drafter_options=dict(decode.drafter_options) if spec_on else {},
+            draft_p_min=decode.draft_p_min if spec_on else 0.0,
             prefill_tokens=raw.prefill_tokens, kv_prompt_cells=raw.kv_prompt_cells)
 
     def prompt_logits(self, tokens) -> np.ndarray:
@@ -464,33 +420,6 @@ class Engine:
         generate() left (which stays unchanged): shows whether rollback left it consistent."""
         return self._core.pending_logits(_c_int(seq, "seq"))
 
-
-def synthetic_probabilities(profile, k: int, spec: bool) -> list[float]:
-    """The probability the engine keeps each of the k draft positions with (given the earlier ones
-    were kept) under a synthetic acceptance profile; [] for None (the acceptance rule decides)."""
-    if profile is None:
-        return []
-    if not spec:
-        raise ValueError("synthetic acceptance applies to speculative runs (spec=True)")
-    if not isinstance(profile, synthetic.Profile):
-        profile = synthetic.parse_profile(profile)
-    return profile.conditional(k)
-
-
-def _seed(value) -> int:
-    """An integer seed in [0, 2**64): 1.7 or "3" are refused, not truncated or parsed."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"seed must be an integer in [0, 2**64), not {value!r}")
-    if not 0 <= int(value) < 2**64:
-        raise ValueError(f"seed must be in [0, 2**64), not {value}")
-    return int(value)
-
-
-def _temperature(value) -> float:
-    """A temperature as a number (the core checks its range): a string such as '0.5' is refused."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"temperature must be a number, not {value!r}")
-    return float(value)
 
 
 def build_info() -> dict:
