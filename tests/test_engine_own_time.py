@@ -20,7 +20,9 @@ from specnative.sweep.rows import median_row as _median_row
 SLOW_ACCEPT_MS = float(_core.slow_accept_ms)  # the C++ constant, not a copy of it
 RUNS = [pytest.param({"spec": False}, id="off"),
         pytest.param({"spec": True, "k": 4}, id="on-model"),
-        pytest.param({"spec": True, "k": 4, "drafter": "ngram-simple"}, id="on-ngram")]
+        pytest.param({"spec": True, "k": 4, "drafter": "ngram-simple"}, id="on-ngram"),
+        # a tree's round runs the same accept phase as a chain's (one round loop for every shape)
+        pytest.param({"spec": True, "draft_shape": "tree:topk=2,depth=3,budget=4"}, id="on-tree")]
 
 
 def _generate(engine, **kw):

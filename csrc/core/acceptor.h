@@ -1,6 +1,7 @@
-// The acceptance rule's decisions for one round of one sequence, as Engine::judge_round asks
-// them: which verify row holds a draft's logits, which q weighs it, whether it is kept, what
-// replaces a rejected draft, the bonus token, how many cells the rollback keeps.
+// The acceptance rule's decisions for one round of one sequence, as the chain walk
+// (chain_round.cpp) asks them: which verify row holds a draft's logits, which q weighs it,
+// whether it is kept, what replaces a rejected draft, the bonus token, how many cells the
+// rollback keeps.
 //
 // The engine always runs the correct rule (Acceptor itself). Tests of the lossless verdicts swap
 // in one planted fault (planted_faults.cpp, through Engine::inject_fault): a subclass that
@@ -73,7 +74,7 @@ public:
     virtual bool keep(double u, float p_x, float q_x) const { return draft_accepted(u, p_x, q_x); }
     // The rejection rule at a drafted position: x when kept (keep), else its replacement (residual),
     // from the position's verify-row logits and the q that weighs x; the accept and residual
-    // uniforms are keyed by (p.seed, key, index). Engine::judge_round's decision, and the rule tests'.
+    // uniforms are keyed by (p.seed, key, index). the chain walk's decision, and the rule tests'.
     int32_t judge_draft(const float* logits, int n_vocab, int vocab, const GenerateParams& p, uint64_t key,
                         int64_t index, const std::vector<float>& q_i, int32_t x, AcceptScratch& scratch) const;
     // A rejected draft's replacement, drawn from norm(max(0, p - q)).

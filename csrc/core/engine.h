@@ -57,7 +57,7 @@ struct DrafterParams {
     std::map<std::string, std::string> options;  // llama.cpp CLI names, e.g. spec-ngram-mod-n-min
 };
 
-// A draft tree instead of a chain (tree_loop.cpp, drafters/model_tree.cpp): the draft model
+// A draft tree instead of a chain (tree_round.cpp, drafters/model_tree.cpp): the draft model
 // proposes a tree whose nodes are all verified in one target batch. none: a chain of k tokens.
 struct TreeShape {
     enum class Kind { none, topk, split };
@@ -296,10 +296,8 @@ struct CostCurve {
 
 class Acceptor;        // acceptor.h
 class TreeAcceptor;    // tree_acceptor.h
-class TreeDrafter;     // tree_drafter.h
-struct DraftTree;      // tree_drafter.h
 enum class Fault;      // acceptor.h
-class Drafter;         // drafter.h
+class Proposals;       // round.h
 struct AcceptScratch;  // engine_internal.h
 struct ServeRequest;   // serve.h
 struct ServeParams;
@@ -407,41 +405,18 @@ private:
     void load_hidden_draft(const std::string& kind);
     GenerateResult run_baseline(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
                                 const std::function<bool()>& should_stop);
-    std::unique_ptr<Drafter> make_drafter(const GenerateParams& p, int n_seq);
-    // The decoding loops' shared steps (engine.cpp), used by generate() and serve().
-    void step_baseline(Sequence& seq, const float* logits, const GenerateParams& p, SoftmaxNorm& norm);
-    static int draft_budget(const Sequence& seq, const GenerateParams& p);
-    void judge_round(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
-                     int row, const GenerateParams& p, Drafter& drafter, AcceptScratch& scratch);
-    void record_pit(Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,
-                    int row, int64_t base_index, int accepted, int32_t last, const GenerateParams& p,
-                    AcceptScratch& scratch);
     // Checks of generate() that serve() shares: the decoding parameters for n_seq sequences
     // (returns the look-ahead cells a round holds), and one prompt with its n_predict.
     int validate_params(const GenerateParams& p, int n_seq) const;
     void validate_prompt(int index, const std::vector<int32_t>& prompt, int n_predict, int lookahead) const;
     // serve()'s refusals; returns the prefix the prefix cache shares (0: none).
     int validate_serve(const std::vector<ServeRequest>& requests, const ServeParams& params) const;
-    GenerateResult run_speculative(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
-                                   const std::function<bool()>& should_stop);
-    // Draft trees (tree_loop.cpp): the round loop with a tree per sequence, verified in one batch.
-    void validate_tree(const GenerateParams& p, int n_seq) const;
-    std::unique_ptr<TreeDrafter> make_tree_drafter(const GenerateParams& p, int n_seq);
-    static int tree_depth_cap(const Sequence& seq, const GenerateParams& p);
-    static void reset_tree_counts(SeqCounts& counts, const TreeShape& shape);
-    void share_with_branches(int id, int n_seq, int per);
-    struct TreeRows {  // a tree's rows in the verify batch, and the scratch that places them
-        std::vector<int> row;
-        std::vector<std::vector<int>> slots;
-        std::vector<int> ids;
-    };
-    void add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, TreeRows& rows);
-    GenerateResult run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
-                            const std::function<bool()>& should_stop);
-    void judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows, const GenerateParams& p,
-                    TreeDrafter& drafter, AcceptScratch& scratch, int n_seq);
-    void record_tree_pit(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
-                         const std::vector<int>& path, int32_t last, const GenerateParams& p, AcceptScratch& scratch);
+    void validate_tree(const GenerateParams& p, int n_seq) const;  // draft trees (tree_round.cpp)
+    // The run's proposals (round.h): a chain or a tree with its drafter, or none (spec off).
+    std::unique_ptr<Proposals> make_proposals(const GenerateParams& p, int n_seq);
+    // generate()'s speculative rounds (round_loop.cpp), whatever the proposals' shape.
+    GenerateResult run_rounds(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
+                              const std::function<bool()>& should_stop);
 
     EngineParams params_;
     std::string target_path_, draft_path_;

@@ -1,4 +1,5 @@
-// Engine internals shared by the engine's source files (engine.cpp: the decoding loops;
+// Engine internals shared by the engine's source files (engine.cpp: the facade, prefill and the
+// baseline; round_loop.cpp with round.h: the speculative round; serve_loop.cpp: serving;
 // replay.cpp: teacher-forced passes for the lossless verdict). Not part of the public API.
 #pragma once
 
@@ -167,7 +168,7 @@ struct Engine::Sequence {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Pieces of the decoding loops shared by the closed batch (engine.cpp) and serving (serve.cpp).
+// Pieces of the decoding loops shared by the closed batch and serving (round_loop.cpp).
 // ---------------------------------------------------------------------------------------------
 // Samples token number `index` of the sequence keyed `key` from target logits: greedy at
 // temperature 0, else inverse CDF with the position-keyed uniform (the same draw in baseline and

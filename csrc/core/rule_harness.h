@@ -24,12 +24,13 @@ struct RuleInputs {
 };
 
 // How often each token was emitted at each depth, [depth + 1][vocab] flattened.
-// A chain: each draw proposes drafts x_i ~ q[i] (i < depth) and walks them as Engine::judge_round
-// does: the verify row, the q that weighs x_i, keep or replace, the bonus after all were kept.
+// A chain: each draw proposes drafts x_i ~ q[i] (i < depth) and walks them as the chain walk
+// (chain_round.cpp) does: the verify row, the q that weighs x_i, keep or replace, the bonus
+// after all were kept.
 std::vector<int64_t> chain_rule_draws(Fault fault, const RuleInputs& in);
 // A tree: each node at depth d < depth gets `siblings` children drawn from q[d] without
 // replacement (as the tree drafters draw them), and the walk follows the accepted child as
-// Engine::judge_tree does, down to the leaf at `depth` and its bonus token.
+// the tree walk (tree_round.cpp) does, down to the leaf at `depth` and its bonus token.
 std::vector<int64_t> tree_rule_draws(Fault fault, const RuleInputs& in, int siblings);
 
 // The rejection kernel alone (rejection_step): x ~ q, then accept or resample; the histogram of

@@ -4,13 +4,16 @@
 //      the prefix is in the cache, it waits for the holder sequence that prefills it);
 //   2. draft (spec): the drafter proposes up to k tokens for every decoding slot (or a draft tree:
 //      each slot's branches are sequence ids of its own, tree_drafter.h);
+//      steps 2 to 5 are the round every loop shares (round_loop.cpp), its proposals' shape
+//      behind Proposals (round.h: a chain, a tree, or the baseline's pending token alone);
 //   3. one target llama_decode: decoding slots' pending (+ drafts) first, then prompt chunks of
 //      prefilling slots (the shared prefix's holder first) in admission order while the batch has
 //      room (at most n_batch tokens); each sequence's tokens are contiguous in the batch;
 //   4. a hidden-state drafter reads the batch's features (common_speculative_process over the
 //      whole mixed batch, as llama-server after each decode: prompt chunks and verify tokens);
-//   5. accept or sample per decoding slot, first token for a slot whose prompt ended in the batch;
-//      finished requests free their KV cells (target and draft);
+//   5. accept or sample per decoding slot (then a tree drafter that reads the target ingests the
+//      accepted paths), first token for a slot whose prompt ended in the batch; finished requests
+//      free their KV cells (target and draft);
 //   6. the drafter takes in the prompts of slots that just got their first token (the draft
 //      model prefills them; a hidden-state drafter begins the slot's history).
 // With no slot busy it waits (real time) for the next arrival, or jumps there (virtual clock).
@@ -28,7 +31,7 @@
 
 #include "drafter.h"
 #include "engine_internal.h"
-#include "tree_drafter.h"
+#include "round.h"
 
 namespace specnative {
 
@@ -176,12 +179,8 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         slots[s].done = true;
     }
     // made before any prefill: a hidden-state drafter switches the target's feature extraction on
-    const bool tree = p.spec && p.tree.on();
-    const int per = tree ? p.tree.ids_per_seq() : 1;  // sequence ids per slot (draft trees: one per branch)
-    std::unique_ptr<Drafter> drafter = p.spec && !tree ? make_drafter(p, n_slots) : nullptr;
-    std::unique_ptr<TreeDrafter> tree_drafter = tree ? make_tree_drafter(p, n_slots) : nullptr;
-    const bool ingests = (drafter && is_hidden_drafter(p.drafter.type)) ||  // reads every target batch
-                         (tree_drafter && tree_drafter->reads_target());
+    std::unique_ptr<Proposals> shape = make_proposals(p, n_slots);
+    const bool ingests = shape->reads_target();  // the drafter reads every target batch
 
     // The prefix cache's holder: sequence n_slots prefills the shared prefix once (no logits), its
     // cells are then copied into each admitted slot. The request whose admission started it is
@@ -190,7 +189,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     Sequence holder;
     holder.id = holder_id;
     if (shared > 0) holder.prompt.assign(requests[0].prompt.begin(), requests[0].prompt.begin() + shared);
-    if (drafter) drafter->share_prefix(shared, holder_id);  // a draft model's cache shares it likewise
+    shape->share_prefix(shared, holder_id);  // a draft model's cache shares it likewise
     bool holder_started = false, holder_ready = false;
     int holder_request = -1;
     std::vector<char> waits_prefix(n_slots, 0);
@@ -199,13 +198,8 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     PhaseClock clock;
     ServeClock serve_clock(sp.virtual_clock);
     // llama.cpp time is added to times.llama only for the phases charged to decoding buckets.
-    const auto llama_now = [&] {
-        return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + (drafter ? drafter->library_ms() : 0.0) +
-               (tree_drafter ? tree_drafter->library_ms() : 0.0);
-    };
-    const auto removal_now = [&] {
-        return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0) + (tree_drafter ? tree_drafter->kv_ms() : 0.0);
-    };
+    const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + shape->library_ms(); };
+    const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0) + shape->kv_ms(); };
     double llama_mark = llama_now(), removal_mark = removal_now();
     const auto charge = [&](double& bucket, bool decoding) {
         clock.charge(bucket);
@@ -220,13 +214,9 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
 
     size_t next = 0;                // the next request to admit
     std::deque<int> prefilling;     // slots whose prompt is not all in the target cache, by admission
-    std::vector<int> row(n_slots), last_row(n_slots), emitted_before(n_slots);
-    std::vector<int> k_max(n_slots);
-    std::vector<std::vector<int32_t>> drafts(n_slots);
-    DraftDists q(n_slots, std::vector<std::vector<float>>(std::max(p.k, 1)));
-    std::vector<DraftTree> trees(n_slots);
-    std::vector<TreeRows> tree_rows(n_slots);
-    AcceptScratch scratch;
+    std::vector<int> last_row(n_slots), emitted_before(n_slots);
+    std::vector<int> budget(n_slots);
+    SoftmaxNorm norm;  // first tokens' sampling
     std::vector<int> first_token_now;  // slots that got their first token this iteration
     size_t completed = 0;
 
@@ -242,11 +232,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             seq.key = static_cast<uint64_t>(i);
             seq.n_predict = requests[i].n_predict;
             seq.prompt = requests[i].prompt;
-            if (tree) {
-                reset_tree_counts(seq.counts, p.tree);
-            } else {
-                reset_counts(seq.counts, p.spec ? p.k : 0);
-            }
+            shape->reset_counts(seq.counts);
             request_of[s] = i;
             if (shared > 0 && holder_ready) {  // the prefix's cells are in the cache: shared, not fed
                 llama_memory_seq_cp(t.memory(), holder_id, s, -1, -1);
@@ -280,15 +266,10 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         // ---- draft ---------------------------------------------------------------------------
         if (p.spec && decoding > 0) {
             for (int s = 0; s < n_slots; ++s) {
-                drafts[s].clear();
                 const bool decodes = request_of[s] >= 0 && !slots[s].out.empty();
-                k_max[s] = !decodes ? -1 : tree ? tree_depth_cap(slots[s], p) : draft_budget(slots[s], p);
+                budget[s] = decodes ? shape->budget(slots[s]) : -1;
             }
-            if (tree) {
-                tree_drafter->draft(slots, k_max, trees);
-            } else {
-                drafter->draft(slots, k_max, drafts, q);
-            }
+            shape->draft(slots, budget);
             charge(r.times.draft, true);
         }
 
@@ -298,17 +279,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             Sequence& seq = slots[s];
             last_row[s] = -1;
             emitted_before[s] = static_cast<int>(seq.out.size());
-            if (request_of[s] < 0 || seq.out.empty()) continue;
-            if (tree) {
-                add_tree_nodes(seq, trees[s], n_slots, per, tree_rows[s]);
-                continue;
-            }
-            row[s] = t.add(seq.pending(), seq.n_past_target, seq.id, true);
-            if (p.spec) {
-                for (size_t j = 0; j < drafts[s].size(); ++j) {
-                    t.add(drafts[s][j], seq.n_past_target + 1 + static_cast<int32_t>(j), seq.id, true);
-                }
-            }
+            if (request_of[s] >= 0 && !seq.out.empty()) shape->place(seq, s);
         }
         const int decode_tokens = t.batch.n_tokens;
         for (int s : prefilling) {
@@ -333,11 +304,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         double& step_bucket = decode_tokens == 0 ? r.times.prefill_target : p.spec ? r.times.verify : r.times.decode;
         charge(step_bucket, decode_tokens > 0);
         if (ingests) {  // before the accept: the verify rows' features are the ones accept keeps
-            if (tree) {
-                tree_drafter->after_target_decode(t.batch, decode_tokens);  // prompt chunks; paths after the accept
-            } else {
-                drafter->after_target_decode(t.batch);
-            }
+            shape->read_verify(t.batch, decode_tokens);
             charge(decode_tokens > 0 ? r.times.draft_ingest : r.times.prefill_draft, decode_tokens > 0);
         }
         if (holder_started && !holder_ready && holder.n_past_target == shared) {  // the prefix is cached now
@@ -353,27 +320,19 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
 
         // ---- accept or sample; first tokens; completions --------------------------------------
         for (int s = 0; s < n_slots; ++s) {
-            if (request_of[s] < 0 || emitted_before[s] == 0) continue;
-            if (tree) {
-                judge_tree(slots[s], trees[s], tree_rows[s].row, p, *tree_drafter, scratch, n_slots);
-            } else if (p.spec) {
-                judge_round(slots[s], drafts[s], q[s], row[s], p, *drafter, scratch);
-            } else {
-                step_baseline(slots[s], t.logits(row[s]), p, scratch.norm);
-            }
+            if (request_of[s] >= 0 && emitted_before[s] > 0) shape->accept(slots[s], s);
         }
-        if (tree && decode_tokens > 0) {  // a hidden-state head reads the accepted paths' features
+        if (p.spec && decode_tokens > 0) {  // a tree drafter that reads the target: the accepted paths
             charge(r.times.resample, true);
-            tree_drafter->after_verify();
+            shape->after_accept();
             charge(r.times.draft_ingest, true);
         }
         first_token_now.clear();
         for (int s = 0; s < n_slots; ++s) {
             if (last_row[s] < 0) continue;
             Sequence& seq = slots[s];
-            if (tree) share_with_branches(s, n_slots, per);  // every branch id holds the prompt
-            seq.out.push_back(sample_target(t.logits(last_row[s]), t.n_vocab, p, seq.key, 0, seq.margins,
-                                            scratch.norm));
+            shape->prompt_ready(seq);  // a tree: every branch id holds the prompt
+            seq.out.push_back(sample_target(t.logits(last_row[s]), t.n_vocab, p, seq.key, 0, seq.margins, norm));
             seq.done = finished(seq, p, t.vocab);
             prefilling.erase(std::find(prefilling.begin(), prefilling.end(), s));
             first_token_now.push_back(s);
@@ -393,11 +352,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             rec.finish_ms = stamp;
             rec.tokens = std::move(seq.out);
             rec.counts = std::move(seq.counts);
-            for (int j = 0; j < per; ++j) {  // the slot's cells are free for the next request
-                t.remove_from(branch_id(seq.id, j, n_slots, per), 0);
-            }
-            if (drafter) drafter->release(seq);
-            if (tree_drafter) tree_drafter->release(seq);
+            shape->release(seq);  // the slot's cells (every id it used, target and draft) are free
             seq.out.clear();
             request_of[s] = -1;
             completed += 1;
@@ -414,22 +369,18 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
                decode_tokens > 0);
 
         // ---- the drafter takes in the new prompts ---------------------------------------------
-        if (drafter || tree_drafter) {
+        if (p.spec) {
             bool admitted = false;
             for (int s : first_token_now) {
                 if (request_of[s] < 0) continue;  // finished on its first token
-                if (tree_drafter) {
-                    tree_drafter->admit(slots[s]);
-                } else {
-                    drafter->admit(slots[s]);
-                }
+                shape->admit(slots[s]);
                 admitted = true;
             }
             if (admitted) charge(r.times.prefill_draft, false);
         }
     }
     if (holder_started) t.remove_from(holder_id, 0);  // the prefix's cells go with the last request
-    if (drafter) drafter->share_prefix(0, holder_id);
+    shape->share_prefix(0, holder_id);
     r.times.total = clock.elapsed_ms();
     r.skipped_ms = serve_clock.skipped_ms();
     const int n_seq_max = static_cast<int>(llama_n_seq_max(t.ctx));

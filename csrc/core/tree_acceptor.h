@@ -1,5 +1,5 @@
-// The acceptance rule at one node of a draft tree (Engine::judge_tree asks it node by node along
-// the accepted path), beside the chain's Acceptor, which stays the chain's hot path.
+// The acceptance rule at one node of a draft tree (the tree walk, tree_round.cpp, asks it node by
+// node along the accepted path), beside the chain's Acceptor, which stays the chain's hot path.
 //
 // Greedy (and `match`): the target's own token at the node (argmax, or the position-keyed sample)
 // is kept when it equals one of the node's children: the walk follows the longest path matching

@@ -1,5 +1,5 @@
 // Draft trees: what a tree drafter proposes for one sequence in one round (DraftTree), and the
-// interface the tree round loop (core/tree_loop.cpp) drives, beside the chain's Drafter.
+// interface the round loop drives for a tree (core/tree_round.cpp), beside the chain's Drafter.
 //
 // Branches are llama.cpp sequence ids: every id of a sequence holds its whole history in the KV
 // cache (shared cells, several ids per cell), and one branch's id also holds that branch's path

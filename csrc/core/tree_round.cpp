@@ -1,7 +1,8 @@
-// The round loop with draft trees (GenerateParams::tree): per round the draft model or an EAGLE-3
-// head proposes one tree per sequence (drafters/model_tree.cpp, eagle3_tree.cpp), every node of every sequence's tree goes through
-// the target in ONE llama_decode, the acceptance rule walks each tree from its root
-// (tree_acceptor.h), and the KV caches keep the accepted path only.
+// A draft tree as a round's proposal (round.h; GenerateParams::tree): per round the draft model or an
+// EAGLE-3 head proposes one tree per sequence (drafters/model_tree.cpp, eagle3_tree.cpp), every
+// node of every sequence's tree goes through the target in the round's one verify decode, the
+// acceptance rule walks each tree from its root (tree_acceptor.h), and the KV caches keep the
+// accepted path only.
 //
 // Branches are sequence ids (tree_drafter.h): the root (pending token) carries every id of its
 // sequence, a node the ids of the leaves below it, so each leaf's id sees exactly its root-to-leaf
@@ -14,24 +15,13 @@
 
 #include "engine.h"
 #include "engine_internal.h"
+#include "round.h"
 #include "tree_acceptor.h"
 #include "tree_drafter.h"
 
 namespace specnative {
 
 namespace {
-
-int active_count(const std::vector<Engine::Sequence>& seqs) {
-    int n = 0;
-    for (const auto& seq : seqs) n += seq.done ? 0 : 1;
-    return n;
-}
-
-int64_t generated_count(const std::vector<Engine::Sequence>& seqs) {
-    int64_t n = 0;
-    for (const auto& seq : seqs) n += static_cast<int64_t>(seq.out.size());
-    return n;
-}
 
 // By node: the branch slots (leaves) below it, ascending; the root's are all of them.
 void leaf_slots(const DraftTree& tree, std::vector<std::vector<int>>& slots) {
@@ -142,144 +132,104 @@ void Engine::validate_tree(const GenerateParams& p, int n_seq) const {
     }
 }
 
-// The deepest a sequence's tree may go this round (its round's correction or bonus must still fit).
-int Engine::tree_depth_cap(const Sequence& seq, const GenerateParams& p) {
-    return std::min<int>(p.tree.max_depth(), seq.n_predict - static_cast<int>(seq.out.size()) - 1);
-}
 
-void Engine::reset_tree_counts(SeqCounts& counts, const TreeShape& shape) {
-    reset_counts(counts, shape.max_depth());
-    counts.offered_rank.assign(shape.max_siblings(), 0);
-    counts.accepted_rank.assign(shape.max_siblings(), 0);
-}
+namespace {
 
-// Every branch id of sequence `id` takes a copy of what the sequence's own id holds (its prompt).
-void Engine::share_with_branches(int id, int n_seq, int per) {
-    Context& t = *target_;
-    for (int j = 1; j < per; ++j) {
-        const int branch = branch_id(id, j, n_seq, per);
-        llama_memory_seq_rm(t.memory(), branch, -1, -1);
-        llama_memory_seq_cp(t.memory(), id, branch, -1, -1);
+class TreeProposals final : public Proposals {
+public:
+    TreeProposals(Engine::Context& target, const TreeAcceptor& rule, std::unique_ptr<TreeDrafter> drafter,
+                  const GenerateParams& p, int n_seq)
+        : t_(target), rule_(rule), drafter_(std::move(drafter)), p_(p), n_seq_(n_seq), per_(p.tree.ids_per_seq()),
+          trees_(n_seq), rows_(n_seq) {}
+
+    bool reads_target() const override { return drafter_->reads_target(); }
+    void read_prefill(const llama_batch& batch) override { drafter_->after_target_decode(batch, 0); }
+    void reset_counts(SeqCounts& counts) const override {
+        specnative::reset_counts(counts, p_.tree.max_depth());
+        counts.offered_rank.assign(p_.tree.max_siblings(), 0);
+        counts.accepted_rank.assign(p_.tree.max_siblings(), 0);
     }
-}
-
-// Appends every node of `tree` (sequence `seq`) to the target batch, each carrying the ids of the
-// branches through it; rows[v]: node v's row (its buffers reused round after round).
-void Engine::add_tree_nodes(const Sequence& seq, const DraftTree& tree, int n_seq, int per, TreeRows& rows) {
-    std::vector<std::vector<int>>& slots = rows.slots;
-    std::vector<int>& ids = rows.ids;
-    leaf_slots(tree, slots);
-    rows.row.assign(tree.size(), -1);
-    for (int v = 0; v < tree.size(); ++v) {
-        ids.clear();
-        if (v == 0) {  // the root carries every id: unused branches keep pace with the rest
-            for (int j = 0; j < per; ++j) ids.push_back(branch_id(seq.id, j, n_seq, per));
-        } else {
-            for (int j : slots[v]) ids.push_back(branch_id(seq.id, j, n_seq, per));
+    // Every branch id of the sequence takes a copy of what the sequence's own id holds (its prompt).
+    void prompt_ready(Engine::Sequence& seq) override {
+        for (int j = 1; j < per_; ++j) {
+            const int branch = branch_id(seq.id, j, n_seq_, per_);
+            llama_memory_seq_rm(t_.memory(), branch, -1, -1);
+            llama_memory_seq_cp(t_.memory(), seq.id, branch, -1, -1);
         }
-        rows.row[v] = target_->add_shared(tree.token[v], seq.n_past_target + tree.depth[v], ids.data(),
-                                          static_cast<int>(ids.size()), true);
     }
-}
+    void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) override {
+        drafter_->begin(seqs, shared_prefix);
+    }
+    void admit(Engine::Sequence& seq) override { drafter_->admit(seq); }
+    void release(const Engine::Sequence& seq) override {
+        for (int j = 0; j < per_; ++j) t_.remove_from(branch_id(seq.id, j, n_seq_, per_), 0);
+        drafter_->release(seq);
+    }
 
-// The tree drafter of a run: the draft model, or the engine's EAGLE-3 head.
-std::unique_ptr<TreeDrafter> Engine::make_tree_drafter(const GenerateParams& p, int n_seq) {
-    if (p.drafter.type == "eagle3") return make_eagle3_tree_drafter(*hidden_, *target_, p, n_seq);
-    auto prefill_draft = [this, reuse = p.reuse_prompts](std::vector<Sequence>& ss, int shared) {
-        prefill(*draft_, ss, shared, {}, {}, reuse);
+    // The deepest the sequence's tree may go this round.
+    int budget(const Engine::Sequence& seq) const override {
+        return std::min<int>(p_.tree.max_depth(), seq.n_predict - static_cast<int>(seq.out.size()) - 1);
+    }
+    void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget) override {
+        drafter_->draft(seqs, budget, trees_);
+    }
+    // Every node of the sequence's tree, each carrying the ids of the branches through it.
+    void place(const Engine::Sequence& seq, int s) override {
+        const DraftTree& tree = trees_[s];
+        TreeRows& rows = rows_[s];  // buffers reused round after round
+        leaf_slots(tree, rows.slots);
+        rows.row.assign(tree.size(), -1);
+        for (int v = 0; v < tree.size(); ++v) {
+            rows.ids.clear();
+            if (v == 0) {  // the root carries every id: unused branches keep pace with the rest
+                for (int j = 0; j < per_; ++j) rows.ids.push_back(branch_id(seq.id, j, n_seq_, per_));
+            } else {
+                for (int j : rows.slots[v]) rows.ids.push_back(branch_id(seq.id, j, n_seq_, per_));
+            }
+            rows.row[v] = t_.add_shared(tree.token[v], seq.n_past_target + tree.depth[v], rows.ids.data(),
+                                        static_cast<int>(rows.ids.size()), true);
+        }
+    }
+    // Serving's prompt chunks (the rows from first_prompt_row on); the verify rows' features are
+    // read after the accept, the accepted paths' only (after_accept).
+    void read_verify(const llama_batch& batch, int first_prompt_row) override {
+        drafter_->after_target_decode(batch, first_prompt_row);
+    }
+    void accept(Engine::Sequence& seq, int s) override { judge(seq, trees_[s], rows_[s]); }
+    void after_accept() override { drafter_->after_verify(); }
+    double library_ms() const override { return drafter_->library_ms(); }
+    double kv_ms() const override { return drafter_->kv_ms(); }
+
+private:
+    struct TreeRows {  // a tree's rows in the verify batch, and the scratch that places them
+        std::vector<int> row;                    // by node
+        std::vector<std::vector<int>> slots;     // by node: the branch slots (leaves) below it
+        std::vector<int> ids;
     };
-    return make_model_tree_drafter(*draft_, prefill_draft, p, target_->n_vocab, n_seq);
-}
+    void judge(Engine::Sequence& seq, const DraftTree& tree, const TreeRows& rows);
+    void record_pit(Engine::Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
+                    const std::vector<int>& path, int32_t last);
 
-GenerateResult Engine::run_tree(std::vector<Sequence>& seqs, int shared_prefix, const GenerateParams& p,
-                                const std::function<bool()>& should_stop) {
-    GenerateResult r;
-    r.speculative = true;
-    PhaseClock clock;
-    Context& t = *target_;
-    const int n_seq = static_cast<int>(seqs.size());
-    const int per = p.tree.ids_per_seq();
-    std::unique_ptr<TreeDrafter> drafter = make_tree_drafter(p, n_seq);
-    clock.charge(r.times.prefill_draft);
-    // A drafter that reads the target's hidden states ingests every prefill chunk (its draft's prefill).
-    double ingest_in_prefill = 0;
-    const bool reads = drafter->reads_target();
-    Engine::AfterDecode ingest;
-    if (reads) {
-        ingest = [&](const llama_batch& batch) {
-            const ScopedMs timer(ingest_in_prefill);
-            drafter->after_target_decode(batch, 0);
-        };
-    }
-    prefill(t, seqs, shared_prefix, sample_first_token(p, t.n_vocab), ingest, p.reuse_prompts && !reads);
-    if (reads) t.forget_prompts();  // cells made under the drafter's settings
-    for (Sequence& seq : seqs) {
-        share_with_branches(seq.id, n_seq, per);
-        seq.done = finished(seq, p, t.vocab);
-        reset_tree_counts(seq.counts, p.tree);
-    }
-    clock.charge(r.times.prefill_target);
-    r.times.prefill_target -= ingest_in_prefill;
-    r.times.prefill_draft += ingest_in_prefill;
-    drafter->begin(seqs, shared_prefix);
-    clock.charge(r.times.prefill_draft);
-    const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + drafter->library_ms(); };
-    const double llama_before = llama_now();
-    const auto removal_now = [&] { return t.kv_removal_ms + (draft_ ? draft_->kv_removal_ms : 0.0) + drafter->kv_ms(); };
-    const double removal_before = removal_now();
-
-    std::vector<int> cap(n_seq);
-    std::vector<DraftTree> trees(n_seq);
-    std::vector<TreeRows> rows(n_seq);
-    AcceptScratch scratch;
-    r.n_seq = n_seq;
-    while (true) {
-        if (should_stop && should_stop()) throw Interrupted();
-        const int active_now = active_count(seqs);
-        const int64_t tokens_before = generated_count(seqs);
-        const double ms_before = r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample;
-        bool any = false;
-        for (int s = 0; s < n_seq; ++s) {
-            cap[s] = seqs[s].done ? -1 : tree_depth_cap(seqs[s], p);
-            any |= !seqs[s].done;
-        }
-        if (!any) break;
-
-        // ---- draft: a tree per sequence ----------------------------------------------------
-        drafter->draft(seqs, cap, trees);
-        clock.charge(r.times.draft);
-
-        // ---- verify: every node of every tree in one target decode ---------------------------
-        t.clear_batch();
-        for (int s = 0; s < n_seq; ++s) {
-            if (!seqs[s].done) add_tree_nodes(seqs[s], trees[s], n_seq, per, rows[s]);
-        }
-        t.decode("tree verify");
-        clock.charge(r.times.verify);
-
-        // ---- accept, emit, keep the accepted path ---------------------------------------------
-        for (int s = 0; s < n_seq; ++s) {
-            if (!seqs[s].done) judge_tree(seqs[s], trees[s], rows[s].row, p, *drafter, scratch, n_seq);
-        }
-        clock.charge(r.times.resample);
-        drafter->after_verify();  // a hidden-state head reads the accepted paths' features
-        clock.charge(r.times.draft_ingest);
-        count_iteration(r, active_now, generated_count(seqs) - tokens_before,
-                        r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample - ms_before);
-    }
-    r.times.llama = llama_now() - llama_before;
-    r.times.kv_removal = removal_now() - removal_before;
-    r.times.total = clock.elapsed_ms();
-    return r;
-}
+    Engine::Context& t_;
+    const TreeAcceptor& rule_;
+    std::unique_ptr<TreeDrafter> drafter_;
+    const GenerateParams& p_;
+    const int n_seq_, per_;
+    std::vector<DraftTree> trees_;
+    std::vector<TreeRows> rows_;
+    AcceptScratch scratch_;
+};
 
 // Walks one sequence's tree from its root under the acceptance rule, counts, records the
 // distributional evidence when asked, keeps the accepted path's cells under every id of the
 // sequence (the rest are dropped), tells the drafter, and emits.
-void Engine::judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows, const GenerateParams& p,
-                        TreeDrafter& drafter, AcceptScratch& scratch, int n_seq) {
-    Context& t = *target_;
-    const TreeAcceptor& rule_of = *tree_acceptor_;
+void TreeProposals::judge(Engine::Sequence& seq, const DraftTree& tree, const TreeRows& tree_rows) {
+    Engine::Context& t = t_;
+    const TreeAcceptor& rule_of = rule_;
+    const GenerateParams& p = p_;
+    TreeDrafter& drafter = *drafter_;
+    AcceptScratch& scratch = scratch_;
+    const std::vector<int>& rows = tree_rows.row;
     const AcceptRule rule = p.temperature > 0.0f ? p.rule : AcceptRule::greedy;
     const int vocab = drafter.n_vocab();
     const int64_t base_index = seq.next_index();
@@ -321,7 +271,7 @@ void Engine::judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<
     std::swap(ts.r, scratch.residual);
     const int accepted = static_cast<int>(path.size());
     if (p.record_pit && rule == AcceptRule::rejection) {
-        record_tree_pit(seq, tree, rows, path, stopped_on_eog ? -1 : correction, p, scratch);
+        record_pit(seq, tree, rows, path, stopped_on_eog ? -1 : correction);
     }
     for (int d = 1; d <= tree.max_depth(); ++d) seq.counts.drafted_at[d - 1] += 1;
     seq.counts.drafted += tree.nodes();
@@ -331,9 +281,9 @@ void Engine::judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<
     seq.counts.emitted += accepted + (stopped_on_eog ? 0 : 1);
 
     // ---- the target's cache: the accepted path under every id, nothing else -------------------
-    const int per = p.tree.ids_per_seq();
-    std::vector<std::vector<int>> slots;
-    leaf_slots(tree, slots);
+    const int per = per_;
+    const int n_seq = n_seq_;
+    const std::vector<std::vector<int>>& slots = tree_rows.slots;  // the tree's leaves below each node
     const int deepest = accepted > 0 ? path.back() : 0;
     const int keep_slot = slots[deepest].empty() ? 0 : slots[deepest].front();
     const int keep_id = branch_id(seq.id, keep_slot, n_seq, per);
@@ -359,14 +309,15 @@ void Engine::judge_tree(Sequence& seq, const DraftTree& tree, const std::vector<
     seq.done = finished(seq, p, t.vocab);
 }
 
-// The tree's counterpart of record_pit: every token the round emitted placed in the p of the
+// The tree's counterpart of the chain's record_pit: every token the round emitted placed in the p of the
 // verify row of the node it was emitted at (its parent on the path; the leaf's own row for a
 // bonus), under the q that node's children were drawn from, and every sibling the correct walk
 // tried (node_decisions), computed apart from the rule.
-void Engine::record_tree_pit(Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
-                             const std::vector<int>& path, int32_t last, const GenerateParams& p,
-                             AcceptScratch& scratch) {
-    Context& t = *target_;
+void TreeProposals::record_pit(Engine::Sequence& seq, const DraftTree& tree, const std::vector<int>& rows,
+                               const std::vector<int>& path, int32_t last) {
+    Engine::Context& t = t_;
+    const GenerateParams& p = p_;
+    AcceptScratch& scratch = scratch_;
     const int64_t base_index = seq.next_index() - static_cast<int64_t>(path.size());
     int node = 0;
     for (size_t i = 0; i <= path.size(); ++i) {
@@ -391,6 +342,15 @@ void Engine::record_tree_pit(Sequence& seq, const DraftTree& tree, const std::ve
         }
         if (i < path.size()) node = path[i];
     }
+}
+
+
+}  // namespace
+
+std::unique_ptr<Proposals> make_tree_proposals(Engine::Context& target, const TreeAcceptor& rule,
+                                               std::unique_ptr<TreeDrafter> drafter, const GenerateParams& p,
+                                               int n_seq) {
+    return std::make_unique<TreeProposals>(target, rule, std::move(drafter), p, n_seq);
 }
 
 }  // namespace specnative
