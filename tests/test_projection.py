@@ -67,7 +67,7 @@ def test_verify_costs_little_on_a_bandwidth_bound_gpu_and_a_lot_on_a_cpu():
     cpu = Device("cpu", "cpu", "cpu", 20.0, {"float": 0.01, "legacy": 0.02, "kquant": 0.02}, threads=2)
     on_gpu = cost.step_costs(shape, gpu, k=4)
     on_cpu = cost.step_costs(shape, cpu, k=4)
-    assert on_gpu.verify_ratio < 1.3 < on_cpu.verify_ratio
+    assert on_gpu.verify_ratio < 1.5 < on_cpu.verify_ratio  # the GPU's matrix-vector kernel redoes its columns
     assert cost.step_costs(shape, gpu, 4, ctx=32768).step_s > on_gpu.step_s  # KV reads grow with context
     assert cost.step_costs(shape, gpu, 4, draft=None).c_draft == 0  # an n-gram lookup costs nothing
 

@@ -2,17 +2,23 @@
 other hardware with the cost model. Every line it prints and every file it writes is labelled
 [projected]; a refusal (unknown hardware, a bad field in a devices file, a serve run, a run with no
 acceptance by position, a model file that cannot be found or whose sha256 is not the run's, an
-output path through a file) is one line and writes nothing."""
+output path through a file) is one line and writes nothing.
+
+`specnative project --bench TESTS --model MODEL --hardware NAMES`: llama-bench's tests priced on
+each device (analysis/projection/bench.py), printed as markdown, csv or json; a refusal (unknown
+device or type, a malformed config, a test it cannot price) is one line."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
+from specnative.analysis.projection.bench import BenchError, bench, load_model, parse_tests
+from specnative.analysis.projection.bench import table as bench_table
 from specnative.analysis.projection.device import DeviceError, from_gpu_name, load_devices, resolve
 from specnative.analysis.projection.project import LABEL, ProjectionError, shape_label
 from specnative.analysis.projection.shape import ShapeError
-from specnative.report.projection_output import write
+from specnative.report.projection_output import bench_text, write
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,6 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "recorded paths and before the model cache; the first file with the run's sha256 is taken)")
     p.add_argument("-o", "--out", type=Path, default=None, help="output folder (default: RUN_DIR/projection)")
     p.add_argument("--list-hardware", action="store_true", help="list the known devices and their sources")
+    bench = p.add_argument_group("llama-bench for hardware you don't have (no run folder)")
+    bench.add_argument("--bench", default=None, metavar="TESTS",
+                       help="llama-bench's tests to price, comma-separated: ppN, tgN, ppA-B (e.g. pp512,tg128,pp1-16); "
+                            "one row per (hardware, test)")
+    bench.add_argument("--model", type=Path, default=None, help="with --bench: a GGUF file or an HF config.json")
+    bench.add_argument("--type", default=None, help="with --bench and a config.json: the weight type (Q4_0, Q4_K_M, F16, ...)")
+    bench.add_argument("--flash-attn", choices=("on", "off"), default="off", help="with --bench: llama.cpp's -fa (default off)")
+    bench.add_argument("--output", choices=("md", "csv", "json"), default="md", help="with --bench: the format printed")
     return p
 
 
@@ -51,6 +65,20 @@ def _names(spec: str, devices_file) -> list:
     return resolve(names, devices_file)
 
 
+def _bench(args) -> int:
+    """`project --bench`: every (hardware, test) priced and printed; refusals raise before anything prints."""
+    if args.run_dir is not None:
+        raise BenchError("--bench prices a model, not a run folder: give --model FILE, not RUN_DIR")
+    if args.model is None or args.hardware is None:
+        raise BenchError("--bench needs --model FILE (a GGUF or a config.json) and --hardware NAME[,NAME...]")
+    tests = parse_tests(args.bench)
+    devices = _names(args.hardware, args.devices)
+    shape = load_model(args.model, args.type)
+    rows = bench(shape, devices, tests, flash_attn=args.flash_attn == "on", type_label=args.type.upper() if args.type else None)
+    sys.stdout.write(bench_text(bench_table(rows), args.output))
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -61,6 +89,8 @@ def main(argv=None) -> int:
             for name, d in table.items():
                 print(f"{name:<12} {d.backend:<5} {d.mem_bw_gbs:>6g} GB/s  {d.label}: {d.source}")
             return 0
+        if args.bench is not None:
+            return _bench(args)
         if args.run_dir is None or args.hardware is None:
             raise ProjectionError("give a run folder and --hardware NAME[,NAME...] (or --list-hardware)")
         devices = _names(args.hardware, args.devices)
@@ -69,7 +99,7 @@ def main(argv=None) -> int:
         search = [*args.models, cache_dir()]
         out = args.out or args.run_dir / "projection"
         df, notes, paths = write(args.run_dir, out, devices, search)
-    except (ProjectionError, DeviceError, ShapeError) as error:
+    except (ProjectionError, DeviceError, ShapeError, BenchError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     for note in notes:

@@ -58,6 +58,24 @@ def markdown(df, notes: list, run_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def bench_text(df, fmt: str = "md") -> str:
+    """`project --bench`'s rows as markdown (llama-bench's layout, each row labelled), csv (exactly
+    bench.CSV_COLUMNS) or json (a list of row objects, each with its label)."""
+    from specnative.analysis.projection.bench import CSV_COLUMNS
+
+    if fmt == "csv":
+        return df[CSV_COLUMNS].round({"avg_ts": 2, "verify_ratio": 4}).to_csv(index=False)
+    if fmt == "json":
+        return df.to_json(orient="records", indent=1) + "\n"
+    cols = ["label", "hardware", "model_type", "test", "n_rows", "kernel", "flash_attn", "avg_ts", "verify_ratio"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        values = [r["label"], r["hardware"], r["model_type"], r["test"], str(r["n_rows"]), r["kernel"],
+                  "on" if r["flash_attn"] else "off", f"{r['avg_ts']:.2f}", f"{r['verify_ratio']:.3f}"]
+        lines.append("| " + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def check_out_dir(out_dir: Path) -> None:
     """A ProjectionError unless out_dir is a folder or can be made one (no file on its way)."""
     for path in (Path(out_dir), *Path(out_dir).parents):

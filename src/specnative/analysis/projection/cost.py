@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from specnative.analysis.projection import cuda
 from specnative.analysis.projection.device import Device, type_class
 from specnative.analysis.projection.shape import ModelShape
 
@@ -48,6 +49,8 @@ class Forward:
     weights_s: float
     attention_s: float
     fixed_s: float
+    kernel: str = ""  # CUDA: the kernel family of the layer matrices (cuda.select)
+    kernels: tuple = ()  # CUDA: (type, kernel) of every group of matrices priced, layers first
 
     @property
     def total_s(self) -> float:
@@ -70,9 +73,12 @@ def kv_cells(ctx: int, n_seq: int, n_tokens: int, own: int = 0) -> int:
 
 
 def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_kv: int | None = None,
-            logits_rows: int | None = None) -> Forward:
+            logits_rows: int | None = None, flash_attn: bool = False, kernel: str | None = None) -> Forward:
     """Predicted time of one llama_decode of n_tokens per sequence for n_seq sequences over n_kv
-    cached positions (default: just the batch); logits_rows rows ask for logits (default: all)."""
+    cached positions (default: just the batch); logits_rows rows ask for logits (default: all).
+    flash_attn: llama.cpp's fused attention (no F32 score matrices written and read). kernel (CUDA,
+    quantized weights): price every quantized matrix product with this family (mmvq or mmq) instead
+    of the one the vendored source selects."""
     if n_tokens < 1 or n_seq < 1:
         raise ValueError("a forward has at least one token and one sequence")
     rows = n_tokens * n_seq
@@ -80,6 +86,8 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
     logits_rows = rows if logits_rows is None else int(logits_rows)
     bw = device.bandwidth
     weights = 0.0
+    layer_kernel = ""
+    kernels = []
     for w in shape.weights:
         if w.role == "layer":
             r = rows
@@ -91,41 +99,55 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
             continue
         if r == 0:
             continue
+        if device.backend == "cuda":
+            forced = kernel if kernel and w.type_name.upper() not in cuda.FLOAT_TYPES else None
+            weights += cuda.matmul_s(device, w.type_name, w.n_bytes, w.n_elements, r, forced)
+            chosen = forced or cuda.select(w.type_name, r, device.cc)
+            kernels.append((w.role, w.type_name, chosen))
+            if w.role == "layer":
+                layer_kernel = layer_kernel or chosen
+            continue
         weights += _combine(device, w.n_bytes / device.weight_bandwidth(r),
                             2.0 * w.n_elements * r / device.rate(type_class(w.type_name), r, w.type_name))
         if device.backend == "cpu":  # one dot product per weight row and activation row
             weights += w.n_rows * r * device.dot_ns * 1e-9 / device.threads
     heads = shape.n_head * (shape.head_dim_k + shape.head_dim_v)
     attn_flops = 2.0 * shape.n_layer * heads * n_kv * rows
-    attn_bytes = n_kv * shape.kv_bytes_per_token + SCORE_PASSES * SCORE_BYTES * shape.n_layer * shape.n_head * n_kv * rows
+    attn_bytes = n_kv * shape.kv_bytes_per_token
+    if not flash_attn:
+        attn_bytes += SCORE_PASSES * SCORE_BYTES * shape.n_layer * shape.n_head * n_kv * rows
     attention = _combine(device, attn_bytes / bw, attn_flops / device.rate("float", rows))
     if device.backend == "cpu":  # per score: a head_dim-long dot product, scale, mask and exp, each its own call
         scores = float(shape.n_layer) * shape.n_head * n_kv * rows
         per_score = device.attention_score_ns if rows == 1 else device.attention_score_batched_ns
         attention += scores * per_score * 1e-9 / device.threads
     fixed = (device.overhead_forward_us + shape.n_layer * device.overhead_layer_us) * 1e-6
-    return Forward(weights, attention, fixed)
+    kernels.sort(key=lambda k: k[0] != "layer")
+    return Forward(weights, attention, fixed, layer_kernel, tuple((t, k) for _, t, k in kernels))
 
 
-def forward_s(shape, device, n_tokens, n_seq=1, n_kv=None, logits_rows=None) -> float:
-    return forward(shape, device, n_tokens, n_seq, n_kv, logits_rows).total_s
+def forward_s(shape, device, n_tokens, n_seq=1, n_kv=None, logits_rows=None, flash_attn=False, kernel=None) -> float:
+    return forward(shape, device, n_tokens, n_seq, n_kv, logits_rows, flash_attn, kernel).total_s
 
 
-def prefill_s(shape: ModelShape, device: Device, n_prompt: int, n_batch: int = 512, start: int = 0) -> float:
+def prefill_s(shape: ModelShape, device: Device, n_prompt: int, n_batch: int = 512, start: int = 0,
+              flash_attn: bool = False, kernel: str | None = None) -> float:
     """Predicted time to prefill n_prompt tokens of one sequence in chunks of n_batch after `start`
     cached positions; only the last chunk's last row asks for logits (llama-bench's ppN: start 0)."""
     total, done = 0.0, 0
     while done < n_prompt:
         chunk = min(n_batch, n_prompt - done)
         last = done + chunk >= n_prompt
-        total += forward_s(shape, device, chunk, 1, n_kv=start + done + chunk, logits_rows=1 if last else 0)
+        total += forward_s(shape, device, chunk, 1, n_kv=start + done + chunk, logits_rows=1 if last else 0,
+                           flash_attn=flash_attn, kernel=kernel)
         done += chunk
     return total
 
 
-def decode_rate(shape: ModelShape, device: Device, n_gen: int = 128, start: int = 0) -> float:
+def decode_rate(shape: ModelShape, device: Device, n_gen: int = 128, start: int = 0, flash_attn: bool = False) -> float:
     """llama-bench's tgN: tokens/s of n_gen one-token forwards from `start` cached positions."""
-    steps = [forward_s(shape, device, 1, 1, n_kv=start + i + 1) for i in range(0, n_gen, max(n_gen // 8, 1))]
+    steps = [forward_s(shape, device, 1, 1, n_kv=start + i + 1, flash_attn=flash_attn)
+             for i in range(0, n_gen, max(n_gen // 8, 1))]
     return 1.0 / (sum(steps) / len(steps))
 
 

@@ -67,17 +67,28 @@ class Device:
     # thread's (a streaming-read microbenchmark at 1 thread and at all threads; a spec sheet's
     # bandwidth over one core's). Threads add bandwidth up to it. 0: no cap (threads x mem_bw_gbs)
     bw_threads_max: float = 0.0
+    # CUDA: the compute capability (8.9 for an RTX 4090) that selects llama.cpp's kernel per matrix
+    # product (cuda.py; 0: priced as an Ampere), operations per weight element that each further
+    # column of a matrix-vector kernel (MMVQ / MMVF) costs on the CUDA cores, by class or type, and
+    # the share of the matrix-vector kernels' bandwidth the tiled kernels (MMQ / MMF) stream at
+    compute_capability: float = 0.0
+    mmvq_column_ops: dict = field(default_factory=dict)
+    mmq_bw_efficiency: float = 1.0
     source: str = ""
     extra: dict = field(default_factory=dict)
 
+    @property
+    def cc(self) -> int:
+        """ggml's integer compute capability (890 for 8.9)."""
+        from specnative.analysis.projection.cuda import cc_of
+
+        return cc_of(self.compute_capability)
+
     def rate(self, cls: str, n_rows: int, type_name: str = "") -> float:
         """FLOP/s of a matrix product of one weight class (or, where the device gives one, of that
-        weight type: a CPU's Q4_0 and Q8_0 have kernels of their own) over n_rows activation rows."""
-        if self.backend == "cuda" and n_rows <= CUDA_MMVQ_MAX_BATCH and self.vector_tflops > 0:
-            # MMVQ / MMVF below the switch: CUDA cores, no tensor cores; a quantized dot product runs
-            # on dp4a (4 int8 multiply-adds per instruction)
-            peak = self.vector_tflops * (1 if cls == "float" else 4)
-        elif self.backend == "cpu" and n_rows == 1 and (
+        weight type: a CPU's Q4_0 and Q8_0 have kernels of their own) over n_rows activation rows.
+        (A CUDA device's weight products are priced per kernel in cuda.py; this rate is its attention's.)"""
+        if self.backend == "cpu" and n_rows == 1 and (
                 type_name.upper() in self.matvec_tflops or cls in self.matvec_tflops):
             peak = self.matvec_tflops.get(type_name.upper()) or self.matvec_tflops[cls]
         else:
@@ -119,9 +130,6 @@ class Device:
         return replace(self, name=f"{self.name}@t{threads}", threads=int(threads))
 
 
-# llama.cpp's CUDA backend (ggml-cuda/mmvq.cuh, MMVQ_MAX_BATCH_SIZE; mmvf likewise): up to this many
-# rows per matrix product it uses the matrix-vector kernels, above it MMQ (quantized) or cuBLAS/MMF.
-CUDA_MMVQ_MAX_BATCH = 8
 
 
 def _is_type(name: str) -> bool:
@@ -137,9 +145,10 @@ NUMBER_FIELDS = {"mem_bw_gbs": POSITIVE, "vector_tflops": NON_NEGATIVE, "bw_effi
                  "compute_efficiency": SHARE, "batched_bw_efficiency": SHARE, "serial_share": SHARE,
                  "overhead_forward_us": NON_NEGATIVE, "overhead_layer_us": NON_NEGATIVE,
                  "attention_score_ns": NON_NEGATIVE, "attention_score_batched_ns": NON_NEGATIVE,
-                 "dot_ns": NON_NEGATIVE, "bw_threads_max": NON_NEGATIVE, "threads": (1.0, True, None)}
+                 "dot_ns": NON_NEGATIVE, "bw_threads_max": NON_NEGATIVE, "threads": (1.0, True, None),
+                 "compute_capability": NON_NEGATIVE, "mmq_bw_efficiency": SHARE}
 TEXT_FIELDS = ("label", "source")
-KNOWN = {"backend", "tflops", "matvec_tflops", "cost_error", "match", *NUMBER_FIELDS, *TEXT_FIELDS}
+KNOWN = {"backend", "tflops", "matvec_tflops", "mmvq_column_ops", "cost_error", "match", *NUMBER_FIELDS, *TEXT_FIELDS}
 
 
 def _rule(low: float, low_in: bool, high) -> str:
@@ -168,6 +177,8 @@ def _rates(prefix: str, what: str, table, backend: str) -> dict:
                           f"names), not {unknown}")
     if table and what == "matvec_tflops" and backend != "cpu":
         raise DeviceError(f"{prefix}: matvec_tflops applies to CPUs only")
+    if table and what == "mmvq_column_ops" and backend != "cuda":
+        raise DeviceError(f"{prefix}: mmvq_column_ops applies to CUDA devices only")
     return {k: _checked_number(prefix, f"{what}.{k}", v, *POSITIVE) for k, v in table.items()}
 
 
@@ -186,6 +197,7 @@ def _device(name: str, entry: dict, where: str) -> Device:
         raise DeviceError(f"{prefix}: backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     tflops = _rates(prefix, "tflops", entry["tflops"], backend)
     matvec = _rates(prefix, "matvec_tflops", entry.get("matvec_tflops", {}), backend)
+    column_ops = _rates(prefix, "mmvq_column_ops", entry.get("mmvq_column_ops", {}), backend)
     values = {}
     for key, (low, low_in, high) in NUMBER_FIELDS.items():
         if key in entry:
@@ -207,7 +219,9 @@ def _device(name: str, entry: dict, where: str) -> Device:
     match = entry.get("match", [])
     if not isinstance(match, list) or not all(isinstance(m, str) and m for m in match):
         raise DeviceError(f"{prefix}: match must be a list of names, not {match!r}")
-    return Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec,
+    if "compute_capability" in values and backend != "cuda":
+        raise DeviceError(f"{prefix}: compute_capability applies to CUDA devices only")
+    return Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec, mmvq_column_ops=column_ops,
                   label=entry.get("label", name), source=entry.get("source", ""),
                   extra={k: entry[k] for k in ("cost_error", "match") if k in entry}, **values)
 

@@ -243,6 +243,7 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
     provenance = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
     shapes, model_notes = shapes_for(on, provenance, search)
     notes += model_notes
+    notes += switch_notes(shapes, on, devices)
     out = []
     for _, row in on.iterrows():
         hist = _floats(row["accept_len_hist"])
@@ -262,6 +263,45 @@ def project_run(run_dir: Path, devices: list, search: list) -> tuple:
             out.append(Projected(device, dict(row), costs, tau_interval(hist),
                                  float(device.extra.get("cost_error", DEFAULT_COST_ERROR))))
     return out, notes
+
+
+def verify_rows(row, tree, nodes: float) -> float:
+    """Rows of the row's verify per sequence: k + 1 for a chain or block, nodes + 1 for a tree."""
+    if tree is None:
+        return int(row["k"]) + 1
+    return (tree.budget if not math.isfinite(nodes) or nodes <= 0 else nodes) + 1
+
+
+def switch_notes(shapes: dict, on, devices: list) -> list:
+    """Per CUDA device and target file: the verify's row count at which llama.cpp's kernel for the
+    target's main layer type switches (cuda.next_switch), the largest chain k and tree budget below
+    it at each concurrency the run measured, and how many rows verify past it (there the curve, not
+    alpha, sets the cost)."""
+    from specnative.analysis.projection import cuda
+    from specnative.analysis.projection.bench import main_type
+
+    notes = []
+    targets = sorted(set(on["target_model"].astype(str)))
+    concurrencies = sorted({int(c) for c in on["concurrency"]})
+    for device in (d for d in devices if d.backend == "cuda"):
+        for name in targets:
+            layer_type = main_type(shapes[name])
+            switch = cuda.next_switch(layer_type, device.cc)
+            if switch is None:
+                continue
+            below = switch - 1
+            first, then = cuda.select(layer_type, 1, device.cc), cuda.select(layer_type, switch, device.cc)
+            per_n = ", ".join(f"N={n}: k <= {below // n - 1}" for n in concurrencies if below // n - 1 >= 1)
+            past = 0
+            for _, row in on[on["target_model"].astype(str) == name].iterrows():
+                rows = verify_rows(row, draft_shape_of(row), _number(row.get("nodes_per_round"), math.nan))
+                past += int(rows * int(row["concurrency"]) > below)
+            notes.append(f"{device.label}, {layer_type} ({name}): a verify of more than {below} rows leaves "
+                         f"{first.upper()} for {then.upper()}: the largest k (and tree budget) below it is "
+                         f"{below - 1} at one sequence" + (f" ({per_n})" if per_n else "") +
+                         (f"; {past} measured regime(s) verify past it, where the cost curve, not alpha, "
+                          "decides" if past else ""))
+    return notes
 
 
 COLUMNS = ["label", "device", "backend", "target_model", "quant_bits", "drafter", "draft_shape", "k", "nodes_per_round",
