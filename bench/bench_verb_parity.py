@@ -3,7 +3,7 @@
 same tests, interleaved pair by pair (ours, then theirs, then ours, ...), paired ratios ours /
 theirs with their geometric-mean t interval per test.
 
-    python bench/bench_verb_parity.py [--model tiny|PATH] [-p 64] [-n 32] [-t 1] [--pairs 10] [-r 3]
+    python bench/bench_verb_parity.py [--model tiny|PATH] [-p 64] [-n 32] [-t 1] [--pairs 10] [-r 3] [--tag NAME]
 
 llama-bench is built once into bench/scratch/llama-build with our build's ggml flags (bench/peers.py's
 machinery); writes bench/results/bench-verb/parity-<model>.md and .json.
@@ -55,6 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("-b", type=int, default=512)
     ap.add_argument("-r", type=int, default=3, help="llama-bench repetitions inside each run")
     ap.add_argument("--pairs", type=int, default=10)
+    ap.add_argument("--tag", default=None, help="the result files' name: parity-TAG (default: tiny or the model's stem)")
     common.add_build_args(ap)
     a = ap.parse_args(argv)
     info = build_info()
@@ -81,7 +82,7 @@ def main(argv=None) -> int:
         rows.append({"test": name, "ours_median_ts": common.med([o for o, _ in values]),
                      "llama_bench_median_ts": common.med([t for _, t in values]),
                      "ratio": iv.estimate, "low": iv.low, "high": iv.high, "pairs": len(values)})
-    tag = "tiny" if a.model == "tiny" else Path(a.model).stem
+    tag = a.tag or ("tiny" if a.model == "tiny" else Path(a.model).stem)
     OUT.mkdir(parents=True, exist_ok=True)
     record = {"command": "python bench/bench_verb_parity.py " + " ".join(argv or sys.argv[1:]),
               "commit": common.git_rev(), "llama_commit": info["llama_commit"], "cpu": common.cpu_model(),
