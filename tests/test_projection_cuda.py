@@ -216,3 +216,12 @@ def test_project_run_names_the_largest_k_below_the_next_switch(tmp_path, capsys)
     assert len(notes) == 1 and notes[0].startswith("[projected] note: NVIDIA GeForce RTX 4090, F32 (pt.gguf)")
     assert "more than 3 rows leaves MMVF for MMF" in notes[0] and "largest k (and tree budget) below it is 2" in notes[0]
     assert "6 measured regime(s) verify past it" in notes[0]
+
+
+def test_mmvq_pays_its_first_columns_dequantisation_and_mmf_streams_as_mmvf_does():
+    dev, = resolve("rtx-3090")
+    stream = 1e9 / (dev.mem_bw_gbs * 1e9 * dev.bw_efficiency)
+    assert cuda.matmul_s(dev, "Q4_0", 1e9, 1.78e9, 1) > stream * 1.01           # dequantised on the CUDA cores
+    assert cuda.matmul_s(dev, "F16", 1e9, 0.5e9, 1) == pytest.approx(stream)    # MMVF: nothing to dequantise
+    assert cuda.matmul_s(dev, "F16", 1e9, 0.5e9, 8) == pytest.approx(stream)    # MMF: the same stream
+    assert cuda.matmul_s(dev, "Q4_0", 1e9, 1.78e9, 9) > stream * 1.05           # MMQ: a share of it

@@ -19,9 +19,11 @@ as tables, not copied:
   (`mul_mat_q_switch_J`, mmq.cuh).
 
 Costs (seconds, one group of weights of one type: its bytes B and elements E, r rows):
-    MMVQ / MMVF   B / bw  +  (r - 1) x E x column_ops(class) / vector rate   (the weights stream once;
-                  every further column redoes the dequantisation and dot products on CUDA cores)
-    MMQ / MMF     max(B / (bw x mmq_bw_efficiency), 2 E x tile(r) / (tensor rate x compute_efficiency))
+    MMVQ          B / bw  +  r x E x column_ops(class) / vector rate   (the weights stream once; every
+                  column, the first too, redoes the dequantisation and dot products on the CUDA cores)
+    MMVF          B / bw  +  (r - 1) x E x column_ops(float) / vector rate   (nothing to dequantise)
+    MMQ           max(B / (bw x mmq_bw_efficiency), 2 E x tile(r) / (tensor rate x compute_efficiency))
+    MMF           max(B / bw, 2 E x tile(r) / (F16 tensor rate x compute_efficiency))
     cuBLAS        quantized: B + 4 E bytes (converted to F16, written and read) / bw
                   +  2 E x r / (F16 tensor rate x compute_efficiency); float: max of the two
 tile(r) is r rounded up to the kernel's column tile: the padding of a partly filled tile is paid.
@@ -159,10 +161,13 @@ def matmul_s(device, type_name: str, n_bytes: float, n_elements: float, rows: in
     if kernel in ("mmvq", "mmvf"):
         ops = device.mmvq_column_ops.get(type_name.upper()) or device.mmvq_column_ops.get(cls, 0.0)
         vector = max(device.vector_tflops, 1e-6) * 1e12
-        return n_bytes / bw + (rows - 1) * n_elements * ops / vector
+        # a quantized matrix's first column pays its dequantisation too (not hidden under the stream)
+        columns = rows if kernel == "mmvq" else rows - 1
+        return n_bytes / bw + columns * n_elements * ops / vector
     tensor = (device.tflops.get(type_name.upper()) or device.tflops.get(cls) or device.tflops["float"]) * 1e12
     if kernel in ("mmq", "mmf"):
-        return max(n_bytes / (bw * device.mmq_bw_efficiency),
+        share = device.mmq_bw_efficiency if kernel == "mmq" else 1.0  # MMF streams F16 tiles as MMVF does
+        return max(n_bytes / (bw * share),
                    2.0 * n_elements * mmq_tile(rows) / (tensor * device.compute_efficiency))
     f16 = device.tflops["float"] * 1e12 * device.compute_efficiency
     if cls == "float":
