@@ -57,7 +57,7 @@ void CommonSpeculativeDrafter::draft(std::vector<Engine::Sequence>& seqs, const 
             if (static_cast<int>(drafts[s].size()) == k_max[s] || token < 0 || token >= vocab_) break;
             drafts[s].push_back(token);
         }
-        if (p_.temperature > 0.0f) {  // a deterministic proposal (the top candidate): q is one-hot
+        if (draft_dists_read(p_)) {  // a deterministic proposal (the top candidate): q is one-hot
             for (size_t j = 0; j < drafts[s].size(); ++j) {
                 q[s][j].assign(vocab_, 0.0f);
                 q[s][j][drafts[s][j]] = 1.0f;

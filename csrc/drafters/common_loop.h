@@ -23,7 +23,7 @@ public:
     int n_vocab() const override { return vocab_; }
     double library_ms() const override { return library_ms_; }
     // Drafts every sequence with k_max[s] >= 1 in one common_speculative_draft call; keeps at
-    // most k_max[s] tokens of the target's vocabulary; q one-hot (a deterministic proposal).
+    // most k_max[s] tokens of the target's vocabulary; q one-hot (a deterministic proposal) where it is read.
     void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
                std::vector<std::vector<int32_t>>& drafts, DraftDists& q) override;
     // common_speculative_accept after every verify (also when nothing was drafted), then the

@@ -32,6 +32,13 @@ struct RoundOutcome {
 // q[s][j]: the distribution draft j+1 of sequence s was drawn from, `vocab` floats (rejection rule).
 using DraftDists = std::vector<std::vector<std::vector<float>>>;
 
+// Whether anything reads q: the rejection rule when sampling (its accept test, its residual,
+// record_pit's evidence). At temperature 0, and under greedy or match when sampling, a chain's
+// drafter keeps no q: a draft is its argmax or its keyed sample, nothing more.
+inline bool draft_dists_read(const GenerateParams& p) {
+    return p.temperature > 0.0f && (p.rule == AcceptRule::rejection || p.record_pit);
+}
+
 class Drafter {
 public:
     virtual ~Drafter() = default;
@@ -41,8 +48,8 @@ public:
     // pending). Charged to the prefill_draft timer.
     virtual void begin(std::vector<Engine::Sequence>& seqs, int shared_prefix) = 0;
     // Proposes drafts[s] (cleared by the caller) of 0..k_max[s] tokens for every sequence with
-    // k_max[s] >= 1 (k_max[s] = 0: none wanted; -1: the sequence is done). When sampling
-    // (temperature > 0) it also fills q[s][j] for every proposed token. Charged to `draft`.
+    // k_max[s] >= 1 (k_max[s] = 0: none wanted; -1: the sequence is done). Where q is read
+    // (draft_dists_read) it also fills q[s][j] for every proposed token. Charged to `draft`.
     virtual void draft(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max,
                        std::vector<std::vector<int32_t>>& drafts, DraftDists& q) = 0;
     // After the target judged sequence `seq`'s draft (also when it proposed nothing).

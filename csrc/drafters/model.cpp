@@ -1,6 +1,7 @@
 // The draft-model drafter: a second GGUF model in its own llama_context proposes k tokens per
 // round, one batched llama_decode per draft position for all sequences together, and keeps the
-// distribution q each token was drawn from (the rejection rule needs it).
+// distribution q each token was drawn from where the rule reads it (the rejection rule when
+// sampling); otherwise a draft is the argmax (temperature 0) or the keyed sample, no table.
 // With draft_p_min > 0 a sequence stops drafting for the round at the first position whose top
 // draft probability is below p (llama.cpp's --spec-draft-p-min), so it proposes 0..k tokens.
 #include "drafter.h"
@@ -44,7 +45,8 @@ float top1_prob_top10(const float* logits, int n_vocab) {
 class ModelDrafter final : public Drafter {
 public:
     ModelDrafter(Engine::Context& d, const DraftPrefill& prefill, const GenerateParams& p, int target_vocab, int n_seq)
-        : d_(d), prefill_(prefill), p_(p), vocab_(std::max(target_vocab, d.n_vocab)), row_(n_seq, 0), stopped_(n_seq, 0) {}
+        : d_(d), prefill_(prefill), p_(p), vocab_(std::max(target_vocab, d.n_vocab)), keep_q_(draft_dists_read(p)),
+          row_(n_seq, 0), stopped_(n_seq, 0) {}
 
     int n_vocab() const override { return vocab_; }
 
@@ -118,9 +120,11 @@ public:
                                  norm_);
                     const int64_t index = seqs[s].next_index() + j;
                     token = sample_softmax(logits, d_.n_vocab, norm_, keyed_uniform(p_.seed, seqs[s].key, index, Stream::draft));
-                    std::vector<float>& qj = q[s][j];  // kept whole: a rejection's residual needs it
-                    softmax(logits, d_.n_vocab, norm_, qj);
-                    qj.resize(vocab_, 0.0f);
+                    if (keep_q_) {
+                        std::vector<float>& qj = q[s][j];  // kept whole: a rejection's residual needs it
+                        softmax(logits, d_.n_vocab, norm_, qj);
+                        qj.resize(vocab_, 0.0f);
+                    }
                 } else {
                     token = argmax(logits, d_.n_vocab);  // the draft needs no margin
                 }
@@ -167,6 +171,7 @@ private:
     DraftPrefill prefill_;
     const GenerateParams& p_;
     int vocab_;
+    bool keep_q_;  // the rule reads q (draft_dists_read): its table is written per drafted token
     std::vector<int> row_;
     SoftmaxNorm norm_;  // scratch: the draft softmax being sampled
     // By sequence (index = id): the p_min rule ended this round's draft, after its last draft
