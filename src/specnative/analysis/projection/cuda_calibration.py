@@ -207,6 +207,31 @@ def _scoreboard_summary(preds: list) -> list:
              f"(goal 20 %) over {len(tg)} GPUs")]
 
 
+def goals(result: dict) -> list:
+    """The validation against its goals, leave one source out first."""
+    def ratio_median(preds):
+        return _median_abs([x[-1] for x in curve_ratios(preds)]) * 100
+
+    score = result["loso"]["scoreboard"][1]
+    tg = _median_abs([e for r, _, e in score if r.test == "tg128"]) * 100
+    pp = _median_abs([e for r, _, e in score if r.test == "pp512"]) * 100
+    tg_g = _median_abs([e for r, _, e in result["logo"] if r.test == "tg128"]) * 100
+    pp_g = _median_abs([e for r, _, e in result["logo"] if r.test == "pp512"]) * 100
+    cross = crossovers(result["in_sample"])
+    same = sum(1 for _, _, _, published, predicted, _ in cross if published == predicted)
+    test = curve_ratios(result["test"])
+    rows = [("ratio curves T(N)/T(1), N <= 16, median (goal 15 %): PR #15131 left out",
+             f"{ratio_median(result['loso']['pr15131'][1]):.1f} %"),
+            ("the same, PR #26079 left out", f"{ratio_median(result['loso']['pr26079'][1]):.1f} %"),
+            ("tg128 median (goal 10 %): the scoreboard left out / each scoreboard GPU left out", f"{tg:.1f} % / {tg_g:.1f} %"),
+            ("pp512 median (goal 20 %): the scoreboard left out / each scoreboard GPU left out", f"{pp:.1f} % / {pp_g:.1f} %"),
+            ("the kernel switch where the source puts it (every curve crossing it)", "by construction (cuda.select)"),
+            ("PR #26079: MMQ overtakes MMVQ at the published row count (full fit)", f"{same} of {len(cross)} curves"),
+            ("A100 34B Q8_0 (test): T(9)/T(1) published / predicted", f"{test[-1][3]:.2f} / {test[-1][4]:.2f}")]
+    return (["## Against the goals", "", "| goal | result |", "|---|---|"]
+            + [f"| {a} | {b} |" for a, b in rows] + [""])
+
+
 def report(result: dict, command: str, commit: str) -> str:
     full = result["full"]
     lines = ["# The CUDA cost model on llama.cpp's published figures [projected]", "",
@@ -222,6 +247,7 @@ def report(result: dict, command: str, commit: str) -> str:
         lines.append(f"| {arch} | {values['bw_efficiency']:.3f} | {values['compute_efficiency']:.3f} | "
                      f"{values['overhead_forward_us']:.0f} |")
     lines += ["", "Shared: " + ", ".join(f"{k} {v:.3g}" for k, v in full["shared"].items()), ""]
+    lines += goals(result)
     lines += ["## Leave one source out", "",
               "Each source's rows predicted by a fit on the other two sources alone.", ""]
     for source, (params, preds) in result["loso"].items():
