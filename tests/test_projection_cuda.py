@@ -102,13 +102,19 @@ def test_the_shipped_table_names_every_gpu_with_its_spec_sheet_and_calibration()
     assert {"m3", "m3-pro", "m3-max", "m4", "m4-pro", "m4-max"} <= set(table)
 
 
-@pytest.mark.parametrize("gpu", sorted(pub.SCOREBOARD))
-def test_shipped_gpus_predict_the_scoreboard_within_the_goals(gpu):
-    device, pp512, tg128 = pub.SCOREBOARD[gpu]
-    dev, = resolve(device)
+def test_shipped_gpus_predict_the_scoreboard_they_were_fitted_on():
+    # the shipped table is the full fit: its medians within the goals, every GPU within 25 % / 60 %
+    # (the RTX 6000 Ada's pp512 is the worst: its sustained clock is below its spec sheet's)
+    import numpy as np
+
     shape = from_config(LLAMA_7B, "Q4_0")
-    assert abs(cost.decode_rate(shape, dev, 128) / tg128 - 1) < 0.25
-    assert abs(512 / cost.prefill_s(shape, dev, 512) / pp512 - 1) < 0.6
+    tg, pp = [], []
+    for device, pp512, tg128 in pub.SCOREBOARD.values():
+        dev, = resolve(device)
+        tg.append(abs(cost.decode_rate(shape, dev, 128) / tg128 - 1))
+        pp.append(abs(512 / cost.prefill_s(shape, dev, 512) / pp512 - 1))
+    assert np.median(tg) < 0.10 and np.median(pp) < 0.20
+    assert max(tg) < 0.25 and max(pp) < 0.6
 
 
 @pytest.mark.parametrize("text, match", [
