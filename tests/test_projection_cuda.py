@@ -104,7 +104,7 @@ def test_the_shipped_table_names_every_gpu_with_its_spec_sheet_and_calibration()
 
 def test_shipped_gpus_predict_the_scoreboard_they_were_fitted_on():
     # the shipped table is the full fit: its medians within the goals, every GPU within 25 % / 60 %
-    # (the RTX 6000 Ada's pp512 is the worst: its sustained clock is below its spec sheet's)
+    # (the worst: the RTX 6000 Ada's pp512, +44 %)
     import numpy as np
 
     shape = from_config(LLAMA_7B, "Q4_0")
@@ -165,6 +165,9 @@ def test_bench_prices_a_gguf_with_its_own_types(tiny_gguf, capsys):
     assert main(["--bench", "pp4,tg16", "--model", str(tiny_gguf), "--hardware", "rtx-4090", "--output", "csv"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 3 and ",F32,pp4,4,mmf," in out[1] and ",tg16,1,mmvf," in out[2]  # F32 weights: MMVF to 3 rows
+    assert main(["--bench", "pp4", "--model", str(tiny_gguf), "--type", "Q4_0", "--hardware", "rtx-4090"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--type applies to a config.json" in captured.err
 
 
 @pytest.fixture
