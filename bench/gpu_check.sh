@@ -2,7 +2,9 @@
 # GPU check, one prepared command for a GPU machine without network (Python 3.12, many cores):
 # build only the small extension against llama.cpp/ggml-cuda libraries compiled beforehand on a
 # machine with nvcc, then run the test suite with every layer offloaded, a short sweep, the
-# timer coverage per row and the peer table (llama-bench, llama-speculative-simple, -ngl 99).
+# timer coverage per row and the peer table (llama-bench, llama-speculative-simple, -ngl 99), the
+# CUDA model's first test (llama-bench pp1..16 and tg128 beside project --bench), specnative bench and
+# serve's results in vllm bench serve's names.
 #
 #   here, once:   bash bench/build_cuda.sh                (sm_90 libraries; long on 2 cores)
 #   here:         bash bench/prepare_device_carry.sh      (fills .carry/, checks the 64 MiB limit)
@@ -195,6 +197,46 @@ if [ -x "$PREBUILT/bin/llama-speculative-simple" ]; then
   timeout 30 "$PYTHON" bench/peerkit/hidden_peer.py --build "$PREBUILT" -t "$(nproc)" \
     --out "$RESULTS/hidden-state-drafters/peer.json" || echo "hidden peer exit $?"
 fi
+
+step "the CUDA model's first test: llama-bench pp1..16 and tg128 here beside project --bench for $HW [projected]"
+# the forward-time curve against rows (where the kernels switch) measured by the vendored llama-bench,
+# and what the kernel-aware projection says for the same model and device, with the error per test
+read -r TINY_Q4 _ TINY_DRAFT < <("$PYTHON" -m specnative models fetch tiny | awk '{print $2}' | tr '\n' ' ')
+if [ -x "$PREBUILT/bin/llama-bench" ]; then
+  timeout "$T_PEERS" "$PREBUILT/bin/llama-bench" -m "$TINY_Q4" -p 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 0 \
+    -ngl 99 -fa "$([ "$FA" = on ] && echo 1 || echo 0)" -r 3 -o csv > "$RESULTS/llama-bench-curve.csv" || echo "llama-bench exit $?"
+  timeout "$T_PEERS" "$PREBUILT/bin/llama-bench" -m "$TINY_Q4" -p 0 -n 128 -ngl 99 -r 3 -o csv \
+    > "$RESULTS/llama-bench-tg.csv" || echo "llama-bench exit $?"
+fi
+"$PYTHON" -m specnative project --bench pp1-16,tg128 --model "$TINY_Q4" --hardware "$HW" --flash-attn "$FA" \
+  --output csv > "$RESULTS/project-bench.csv" || echo "project --bench exit $?"
+"$PYTHON" - "$RESULTS" <<'PY'
+import csv, sys
+from pathlib import Path
+res = Path(sys.argv[1])
+measured = {}
+for name in ("llama-bench-curve.csv", "llama-bench-tg.csv"):
+    path = res / name
+    for row in csv.DictReader(path.open()) if path.is_file() and path.stat().st_size else []:
+        test = f"pp{row['n_prompt']}" if int(row["n_prompt"]) else f"tg{row['n_gen']}"
+        measured[test] = float(row["avg_ts"])
+projected = list(csv.DictReader((res / "project-bench.csv").open())) if (res / "project-bench.csv").is_file() else []
+for row in projected:
+    here = measured.get(row["test"])
+    error = f"{float(row['avg_ts']) / here - 1:+.1%}" if here else "n/a"
+    print(f"  {row['test']:>6} {row['kernel']:>8} projected {float(row['avg_ts']):10.1f} t/s  measured "
+          f"{here if here else float('nan'):10.1f} t/s  error {error}")
+PY
+pack
+
+step "specnative bench (llama-bench's shape with speculation) and serve results in vllm bench serve's names, -ngl 99"
+timeout "$T_CELL" "$PYTHON" -m specnative bench -m "$TINY_Q4" -md "$TINY_DRAFT" -p 0 -n 64 --spec-draft-n-max 4,8 \
+  -ngl 99 -fa "$([ "$FA" = on ] && echo 1 || echo 0)" -r 3 -o md | tee "$RESULTS/bench-verb.md" | tail -8 \
+  || echo "bench exit $?"
+timeout "$T_CELL" "$PYTHON" -m specnative serve --preset tiny --request-rate 8,inf --max-concurrency 4 --num-requests 8 \
+  -n 16 -r 1 -ngl -1 -fa "$FA" --save-result -o "$RESULTS/serve-vllm-names" | tail -4 || echo "serve exit $?"
+head -c 1500 "$RESULTS/serve-vllm-names/vllm_results.jsonl" 2>/dev/null; echo
+pack
 
 step "pack results"
 pack
