@@ -1,6 +1,7 @@
-// The one interface every drafter implements, so that the round loop (Engine::run_speculative)
-// treats a draft model and llama.cpp's model-free n-gram drafters alike: ask for at most k_max[s]
-// tokens per sequence, verify what came back (0..k_max[s] tokens), report what was accepted.
+// The one interface every drafter implements, so that the round loop (core/round_loop.cpp, a
+// chain's proposals in core/chain_round.cpp) treats a draft model and llama.cpp's model-free
+// n-gram drafters alike: ask for at most k_max[s] tokens per sequence, verify what came back
+// (0..k_max[s] tokens), report what was accepted.
 // One file per family: drafter_model.cpp (a second GGUF model), drafter_ngram.cpp (llama.cpp's
 // common/speculative.h types ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache),
 // drafter_hidden.cpp (llama.cpp's drafters that read the target's hidden states: draft-dflash,
