@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peerkit import common
 
-from specnative import stats
+from specnative.analysis import stats
 from specnative.bench_verb import cli as bench_cli
 from specnative.engine import build_info
 from specnative.models import tiny_pair

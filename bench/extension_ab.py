@@ -13,7 +13,7 @@ greedy, k = 4, 128 tokens, n_ctx 4096, decodes three workloads `--reps` times ea
 warm-up: a chain on one sequence (peers.py's speculative run), a chain on four sequences, and a
 topk=3, depth=4, budget=8 tree on one sequence. Reported per workload: tokens/s of decoding
 (GenerateResult.tps) per round and side, the ratio B / A as the geometric mean of the per-round
-ratios with its 95 % t interval (specnative.stats.speedup_interval, as peers.py pairs its
+ratios with its 95 % t interval (specnative.analysis.stats.speedup_interval, as peers.py pairs its
 repeats), the median round time, the engine's own time per round (the decoding buckets less the
 time inside llama.cpp calls: all a change to the round loop can move, less exposed to other jobs'
 load than the round itself), and whether both builds emitted the same tokens.
@@ -90,7 +90,7 @@ def worker(directory: str, target: str, draft: str, reps: int, threads: int) -> 
 
 
 def render(a, results, started, loads) -> str:
-    from specnative.stats import speedup_interval
+    from specnative.analysis.stats import speedup_interval
 
     lines = [f"# Two builds of the extension, interleaved ({started:%Y-%m-%d %H:%M} UTC)", "",
              f"- A: `{a.dir_a}`; B: `{a.dir_b}`",

@@ -16,9 +16,10 @@ import sys
 
 import numpy as np
 
-from specnative import lossless, workloads
+from specnative import lossless
 from specnative.engine import Engine
 from specnative.models import presets
+from specnative.run import workloads
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,7 @@ from specnative import Engine, build_info, lossless
 from specnative.lossless.noise import FLOAT_FLOOR_UNITS, LOGIT_EPS, SAFETY, STATE_FACTOR, layout_spread
 from specnative.models import tiny_pair
 from specnative.record.provenance import cpu_model
-from specnative.workloads import MIXED, Workload
+from specnative.run.workloads import MIXED, Workload
 
 FAULTS = ("rollback_short", "rollback_long", "verify_position", "bonus_from_q", "skip_draft_trim")
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from specnative import Engine, build_info, lossless
-from specnative.workloads import MIXED, Workload
+from specnative.run.workloads import MIXED, Workload
 
 FAULTS = ("none", "rollback_short", "rollback_long", "verify_position", "seed_mixup", "bonus_from_q")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from specnative.record import schema
-from specnative.workloads import category_table
+from specnative.run.workloads import category_table
 
 # A cell is its items (prompt_ids), not its prompts' hash: a turn-2 prompt holds the target's own
 # turn-1 answer, generated anew by each run (batch-shape noise can change it)

@@ -39,8 +39,8 @@ from specnative import Engine, build_info, lossless
 from specnative.engine import parse_draft_shape
 from specnative.lossless import distribution
 from specnative.record.provenance import environment
+from specnative.run.workloads import MIXED, Workload
 from specnative.sweep import SweepConfig
-from specnative.workloads import MIXED, Workload
 
 FAULTS = ("none", "residual_from_p", "accept_q_over_p", "q_prev_position", "accept_always", "bonus_from_q")
 TREE_FAULTS = ("none", "tree_residual_stale", "tree_sibling_twice", "tree_bonus_wrong_node",

@@ -22,11 +22,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from specnative import Engine, lossless, stats, theory
+from specnative import Engine, lossless
+from specnative.analysis import stats, theory
 from specnative.engine.rpc_servers import find_rpc_server, local_rpc_servers
 from specnative.models.registry import load_preset
 from specnative.record.provenance import environment
-from specnative.workloads import SEQUENCE_PROMPTS
+from specnative.run.workloads import SEQUENCE_PROMPTS
 
 
 def placements(endpoints: list[str]) -> dict:

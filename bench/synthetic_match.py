@@ -15,8 +15,8 @@ rotates from repeat to repeat), and the paired intervals compare the two speedup
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative import Engine, stats
+from specnative import Engine
+from specnative.analysis import stats
 from specnative.engine import synthetic
 from specnative.models.registry import load_preset
 from specnative.record.provenance import cpu_model
@@ -102,7 +103,7 @@ def report(results: list, args, command: str, commit: str, seconds: float) -> st
              "acceptance rate at each position (made non-increasing); then spec off, the real drafter and the "
              "same drafter under `rates:` of those values run interleaved (order rotated per repeat). "
              "Speedups are paired geometric-mean ratios with 95 % t intervals over the repeats "
-             "(specnative.stats.speedup_interval); synthetic / real is paired the same way and should contain 1.",
+             "(specnative.analysis.stats.speedup_interval); synthetic / real is paired the same way and should contain 1.",
              "", f"Command: `{command}`", "", f"Commit: `{commit}`", "",
              f"Host: {cpu_model()}, {os.cpu_count()} cores, {args.threads} threads; load average {args.loads[0]:.1f} "
              f"at the start and {args.loads[1]:.1f} at the end (other jobs on the host widen the intervals). "

@@ -8,8 +8,8 @@ import math
 import random
 from pathlib import Path
 
+from specnative.analysis.stats import geometric_interval, paired_ratios, speedup_interval
 from specnative.record.schema import COLUMN_NAMES
-from specnative.stats import geometric_interval, paired_ratios, speedup_interval
 
 # The per-repeat columns, until the schema has them: written after the schema's own.
 REPEAT_COLUMNS = tuple(c for c in ("tps_repeats", "speedup_repeats") if c not in COLUMN_NAMES)

@@ -11,8 +11,8 @@ import gguf
 import pytest
 from test_sweep_safety import argv_for, no_engine
 
-from specnative import workloads
 from specnative.models import EOS_ID, write_tiny_llama
+from specnative.run import workloads
 from specnative.sweep import main
 
 

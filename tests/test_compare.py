@@ -22,8 +22,8 @@ from specnative.analysis.compare import (
     classify,
     compare_runs,
 )
+from specnative.analysis.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 from specnative.record import database
-from specnative.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 
 SLOW = (0, 4)  # the regime a planted slowdown touches
 

@@ -12,7 +12,8 @@ from conftest import ENGINE_KW, assert_lossless_verdict, check_counts, check_spe
 from scipy import stats
 from synthetic_traces import assert_tables_well_formed
 
-from specnative import _core, lossless, theory
+from specnative import _core, lossless
+from specnative.analysis import theory
 from specnative.engine import DRAFTERS, DecodeSpec, drafter_defaults
 from specnative.models import FIRST_NORMAL_ID
 from specnative.report import summary as report_summary

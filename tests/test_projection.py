@@ -11,8 +11,9 @@ import pytest
 from synthetic_traces import PROVENANCE, grid_rows, off_row, write_run
 
 from specnative.analysis.projection import cost, fit
+from specnative.analysis.projection.cost import LABEL
 from specnative.analysis.projection.device import Device, DeviceError, from_gpu_name, load_devices, resolve
-from specnative.analysis.projection.project import LABEL, tau_interval
+from specnative.analysis.projection.project import tau_interval
 from specnative.analysis.projection.shape import from_config, from_gguf
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama

@@ -11,8 +11,8 @@ import pytest
 from synthetic_traces import PROVENANCE, off_row, on_row, write_run
 
 from specnative.analysis.projection import cost
+from specnative.analysis.projection.cost import LABEL
 from specnative.analysis.projection.device import resolve
-from specnative.analysis.projection.project import LABEL
 from specnative.analysis.projection.shape import from_gguf
 from specnative.cli import main as cli_main
 from specnative.models.tiny import write_tiny_llama

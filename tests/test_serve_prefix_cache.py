@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from specnative import lossless, workloads
+from specnative import lossless
+from specnative.run import workloads
 from specnative.serving import arrivals
 from specnative.serving.loop import serve
 from specnative.serving.verdict import serving_verdict

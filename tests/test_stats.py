@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from scipy.stats import t as student_t
 
-from specnative import stats, sweep
-from specnative.stats import ABOVE, BELOW, MAX, NARROW, Interval, Policy
+from specnative import sweep
+from specnative.analysis import stats
+from specnative.analysis.stats import ABOVE, BELOW, MAX, NARROW, Interval, Policy
 from specnative.sweep import measure as sweep_measure
 from specnative.sweep import rows as sweep_rows
 

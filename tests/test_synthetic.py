@@ -9,7 +9,8 @@ import pytest
 from conftest import PROMPTS, check_counts
 from scipy.stats import binom
 
-from specnative import lossless, theory
+from specnative import lossless
+from specnative.analysis import theory
 from specnative.engine import DecodeSpec, synthetic
 from specnative.serving import arrivals
 from specnative.serving.loop import serve

@@ -16,8 +16,8 @@ from specnative.models.train.distill import read_replies
 from specnative.models.train.gguf_target import TorchLlama
 from specnative.models.train.pipeline import Options, train_drafter
 from specnative.models.train.prompts import TokenPrompt, load_prompts, reply_tokens
-from specnative.workloads import Workload
-from specnative.workloads.prompts import Prompt
+from specnative.run.workloads import Workload
+from specnative.run.workloads.prompts import Prompt
 
 LAYERS = (1, 2, 3)
 

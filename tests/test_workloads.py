@@ -11,13 +11,14 @@ import pytest
 from conftest import TEST_NGL
 from synthetic_traces import PROVENANCE, off_row, on_row
 
-from specnative import _core, sweep, workloads
+from specnative import _core, sweep
 from specnative.analysis import advisor
 from specnative.record import schema
 from specnative.report import drafter_sections
 from specnative.report import summary as report_summary
-from specnative.workloads import ALL, MIXED, PromptFileError, Workload, suite
-from specnative.workloads import prompts as sweep_prompts
+from specnative.run import workloads
+from specnative.run.workloads import ALL, MIXED, PromptFileError, Workload, suite
+from specnative.run.workloads import prompts as sweep_prompts
 
 SPEC_BENCH_LIKE = ("chat", "translation", "summarization", "qa", "math", "extraction")
 

@@ -63,7 +63,7 @@ def ours(engine, prompt, drafter, options, n, k) -> dict:
 
 def main(argv=None) -> int:
     from specnative import Engine
-    from specnative.stats import speedup_interval
+    from specnative.analysis.stats import speedup_interval
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-m", "--target", type=Path, required=True)

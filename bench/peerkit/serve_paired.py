@@ -1,7 +1,7 @@
 """The paired table of the interleaved serving comparison: per request rate, spec setting and
 metric, the ratio ours / llama-server of runs on the same trace measured back to back, as the
 geometric mean of the per-trace ratios with its 95 % Student t interval on their logs
-(specnative.stats.speedup_interval, as the closed-loop table pairs its repeats); α on each side
+(specnative.analysis.stats.speedup_interval, as the closed-loop table pairs its repeats); α on each side
 (accepted / drafted pooled over the traces, stats.ratio_interval) and their paired difference in
 points; speculation's benefit on each side (specnative.analysis.crossover.benefit).
 
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnative import stats
+from specnative.analysis import stats
 
 OURS, SERVER = "specnative", "llama-server"
 # metric column -> (label, True where higher is better)

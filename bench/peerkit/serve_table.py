@@ -16,7 +16,7 @@ emissions; both sides' metrics come from the same code (specnative.serving.metri
 accepted / drafted, theirs the final chunk's timings.draft_n_accepted / draft_n.
 
 The table (serve_paired.py): per rate, spec setting and metric, the paired ratio ours / server
-(geometric mean of the per-trace ratios with its 95 % t interval, specnative.stats, as the
+(geometric mean of the per-trace ratios with its 95 % t interval, specnative.analysis.stats, as the
 closed-loop table pairs its repeats), α on each side and their paired difference in points,
 speculation's benefit on each side, and per-iteration figures (llama_decode calls, ms per
 iteration, prompt tokens) that say where a difference comes from.
@@ -113,10 +113,10 @@ def given_flags(p: argparse.ArgumentParser, args: argparse.Namespace, keep: set)
 
 def config_from_flags(p: argparse.ArgumentParser, args: argparse.Namespace, argv: list):
     """(ServeConfig, replays) from `specnative serve`'s flags, checked as that command checks them."""
-    from specnative.serving import checks, cli
-    from specnative.serving.runner import planned_replays
     from specnative.run import options
     from specnative.run.options import default_threads
+    from specnative.serving import checks, cli
+    from specnative.serving.runner import planned_replays
 
     args.threads = args.threads or default_threads()
     if problems := cli.serve_problems(args):
@@ -372,7 +372,7 @@ def render(cfg, replays: list, got: dict, frame: pd.DataFrame, build: dict, argv
               f"server off, ours on, server on (reversed on every second trace), after one discarded warm-up each; "
               f"the servers were started once per setting and kept warm.")
     legend = ("Ratios: ours / llama-server of the same trace, the geometric mean over the traces with its 95 % "
-              "Student t interval on the logs (specnative.stats.speedup_interval). Latencies in ms: a ratio below 1 "
+              "Student t interval on the logs (specnative.analysis.stats.speedup_interval). Latencies in ms: a ratio below 1 "
               "is ours faster. Outcome, oriented so that ours better is > 1: the interval contains 1, lies above 1 "
               f"('ours better'), or below 1 within {serve_paired.TOLERANCE:.0%} ('ours lower, within 5 %') or beyond. "
               "llama-server streams one chunk per token, so its ITL within a speculative round is ~0, where our "

@@ -118,7 +118,7 @@ def build_prompts(engine, n: int, prompt_set: str) -> list:
     if prompt_set == "code":
         openings = CODE_PROMPTS
     else:
-        from specnative.workloads import SEQUENCE_PROMPTS as openings
+        from specnative.run.workloads import SEQUENCE_PROMPTS as openings
     head = engine.tokenize("", add_special=True).tolist()
     return [head + engine.tokenize(openings[i % len(openings)], add_special=False).tolist() for i in range(n)]
 
@@ -286,9 +286,9 @@ def _pos(xs) -> str:
 
 def speedup_interval(on, off):
     """95 % interval of the speedup from the paired repeats (on[i] and off[i] measured in the same
-    repeat), from specnative.stats where this specnative has it; None otherwise."""
+    repeat), from specnative.analysis.stats where this specnative has it; None otherwise."""
     try:
-        from specnative import stats
+        from specnative.analysis import stats
         iv = stats.speedup_interval(on=on, off=off)
     except (ImportError, AttributeError, ValueError):
         return None
@@ -360,7 +360,7 @@ def render(a, info, build, results, quiet, started, version, loadavg, elapsed) -
                  f"{m['cmp']['server base vs ours base']['same']}/{res['n']} |")
     L.append("")
     L.append("Goals: alpha within 2 points, tau within 5 %. Speedup: ratio of the medians, with the 95 % "
-             "interval of the paired repeats in brackets (specnative.stats: t interval of log ratios). tau on both sides = 1 + accepted / rounds that drafted "
+             "interval of the paired repeats in brackets (specnative.analysis.stats: t interval of log ratios). tau on both sides = 1 + accepted / rounds that drafted "
              "(llama-server's `mean len`); t/s = decode throughput of all N sequences, first token excluded "
              "(module docstring: bench/peerkit/server_table.py).")
     L.append("")

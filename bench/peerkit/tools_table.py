@@ -52,7 +52,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specnative.stats import speedup_interval
+from specnative.analysis.stats import speedup_interval
 
 from .common import (
     RESULTS,
@@ -254,7 +254,7 @@ def divergence(engine, ours: dict, theirs_text: str, prompt: str) -> dict:
 
 def paired(ours, theirs) -> str:
     """How sure a ratio is: repeat i of ours against repeat i of theirs (measured back to back), the
-    geometric mean of those ratios with its 95 % t interval (specnative.stats, as the sweep does)."""
+    geometric mean of those ratios with its 95 % t interval (specnative.analysis.stats, as the sweep does)."""
     if len(ours) != len(theirs) or len(ours) < 2:
         return ""
     try:

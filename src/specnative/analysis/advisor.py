@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specnative import theory
+from specnative.analysis import theory
 from specnative.record import schema
 
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnative import stats, theory
+from specnative.analysis import stats, theory
 from specnative.analysis.tidy import values_of
 from specnative.record.schema import is_tree_row, real_rows, synthetic_rows
 

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 
 from specnative.analysis.compare_regimes import FAIL, LATENCIES, LEVEL, PAIRED, Regime, regimes_of
+from specnative.analysis.stats import Interval, speedup_interval, welch_ratio
 from specnative.record.run_folder import RunRecord, host_of, kind_of, models_summary
-from specnative.stats import Interval, speedup_interval, welch_ratio
 
 DEFAULT_THRESHOLD = 0.05
 REGRESSION, IMPROVEMENT, NO_CHANGE, UNDECIDED = "regression", "improvement", "no decided change", "undecided"

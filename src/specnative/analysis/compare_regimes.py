@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from specnative.analysis.stats import Interval, LogEstimate, ratio_interval
 from specnative.record.run_folder import RunRecord, base_cell, kind_of, row_verdict
 from specnative.record.schema import real_rows
-from specnative.stats import Interval, LogEstimate, ratio_interval
 
 LEVEL = 0.95
 # Where an interval's spread comes from: each run's repeats, its recorded interval undone, its

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnative import stats
+from specnative.analysis import stats
 from specnative.record.schema import serve_rows
 
 # metric column -> (label, True if higher is better)

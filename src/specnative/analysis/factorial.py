@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from specnative.analysis.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 from specnative.analysis.tidy import FACTORS, tidy_frame
-from specnative.stats import Interval, LogEstimate, geometric_interval, welch_ratio
 
 LEVEL = 0.95
 # the regime of a 2x2: every factor but the two it crosses

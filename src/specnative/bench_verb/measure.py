@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from specnative import lossless, stats
+from specnative import lossless
+from specnative.analysis import stats
 from specnative.bench_verb.fields import FIXED_VALUES
 from specnative.bench_verb.grid import MODEL_FREE, Plan, Setting, Spec, Test
 from specnative.engine import Engine, build_info, decoding_ms

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specnative import theory
+from specnative.analysis import theory
 
 
 class ProfileError(ValueError):

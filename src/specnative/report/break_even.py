@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from specnative import theory
+from specnative.analysis import theory
 from specnative.analysis.break_even import draft_reach, group_keys
 from specnative.record.schema import synthetic_rows
 from specnative.report.figures import caption, colors, empty_panel, new_figure

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from specnative import theory
+from specnative.analysis import theory
 from specnative.analysis.advisor import REGIME_KEYS, as_float
 from specnative.report.text import floats
 

@@ -10,9 +10,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from specnative.analysis.factorial import REGIME_FACTORS, TwoByTwo, level_order, reference_levels
+from specnative.analysis.stats import geometric_interval
 from specnative.report.figures import caption, colors, empty_panel, new_figure, ratio_axis
 from specnative.report.text import fmt, md_table
-from specnative.stats import geometric_interval
 
 METRICS = {"tps": "decode tokens/s (steady state)", "e2e_tps": "end-to-end tokens/s (prefill included)"}
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from specnative.analysis.projection.bench import BenchError, bench, load_model, parse_tests
 from specnative.analysis.projection.bench import table as bench_table
+from specnative.analysis.projection.cost import LABEL
 from specnative.analysis.projection.device import DeviceError, from_gpu_name, load_devices, resolve
-from specnative.analysis.projection.project import LABEL, ProjectionError, shape_label
+from specnative.analysis.projection.project import ProjectionError, shape_label
 from specnative.analysis.projection.shape import ShapeError
 from specnative.report.projection_output import bench_text, write
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specnative.analysis.projection.project import LABEL, ProjectionError, project_run, shape_label, table
+from specnative.analysis.projection.cost import LABEL
+from specnative.analysis.projection.project import ProjectionError, project_run, shape_label, table
 
 
 def figure(df, stem: Path) -> list:

@@ -44,7 +44,7 @@ from specnative.report.record_md import (
 from specnative.report.tables import cells_md, failures_md, measurement_md, slope_md, theory_md, timing_md, verdicts_md
 from specnative.report.trees import has_trees, tree_verdicts_md, trees_md
 from specnative.report.verdict_block import verdict_block
-from specnative.workloads import category_table
+from specnative.run.workloads import category_table
 
 
 def write_report(run_dir, thresholds: Thresholds | None = None) -> Path:

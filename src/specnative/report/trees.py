@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from specnative import stats
+from specnative.analysis import stats
 from specnative.record.schema import is_tree_row
 from specnative.report.text import fmt, md_table
 

@@ -14,8 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-from specnative import workloads
-from specnative.engine import synthetic
 from specnative.engine import (
     ACCEPT_RULES,
     DRAFTERS,
@@ -29,12 +27,13 @@ from specnative.engine import (
     native,
     parse_draft_shapes,
     placement_args,
+    synthetic,
 )
 from specnative.models import smollm2
 from specnative.models.presets import FetchError
 from specnative.models.registry import PRESET_DEFAULTS, load_preset
 from specnative.record import rundir
-from specnative.run import hidden_drafters, model_checks
+from specnative.run import hidden_drafters, model_checks, workloads
 from specnative.run.spec import (
     DecodingSpec,
     DrafterSpec,
@@ -46,7 +45,7 @@ from specnative.run.spec import (
     RunSpec,
     WorkloadSpec,
 )
-from specnative.workloads import public_sets
+from specnative.run.workloads import public_sets
 
 
 def list_of(cast, what: str):

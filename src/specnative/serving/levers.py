@@ -16,9 +16,9 @@ import pandas as pd
 
 from specnative.analysis import crossover
 from specnative.analysis.factorial import loglinear, reference_level
+from specnative.analysis.stats import LogEstimate, welch_ratio
 from specnative.report.text import fmt, md_table
 from specnative.serving import arrivals
-from specnative.stats import LogEstimate, welch_ratio
 
 METRICS = ("output_throughput", "ttft_p50_ms", "tpot_p50_ms")
 FACTORS = ["request_rate", "spec_decode", "prefix_cache"]

@@ -27,10 +27,12 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specnative import lossless, workloads
+from specnative import lossless
 from specnative.engine import DraftShape, Engine, drafter_options_text, parse_draft_shape
 from specnative.record import database, rundir, schema
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
+from specnative.run import hidden_drafters, workloads
+from specnative.run.row_columns import synthetic_columns, tree_count_columns
 from specnative.serving import arrivals, checks
 from specnative.serving.arrivals import Request
 from specnative.serving.loop import ServeRun, serve
@@ -40,8 +42,6 @@ from specnative.serving.verdict import (
     sampled_serving_verdict,
     serving_verdict,
 )
-from specnative.run import hidden_drafters
-from specnative.run.row_columns import synthetic_columns, tree_count_columns
 
 
 @dataclass

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from specnative import workloads
 from specnative.engine import HIDDEN_DRAFTERS, TREE_DRAFTERS, default_threads, native, parse_draft_shape
 from specnative.record import shards
+from specnative.run import workloads
 from specnative.run.spec import DIST_POSITIONS, RunSpec
 from specnative.sweep import axes
-
 
 # tokens per sequence a sweep needs at least: the first comes from the prefill and a round's last is
 # the target's own (its correction or bonus), so a round drafts only from the third token on (with 1

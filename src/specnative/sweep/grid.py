@@ -6,10 +6,9 @@ import itertools
 import sys
 from pathlib import Path
 
-from specnative import workloads
 from specnative.record import shards
 from specnative.record.provenance import sha256_file
-from specnative.run import hidden_drafters, model_checks
+from specnative.run import hidden_drafters, model_checks, workloads
 from specnative.run.capacity import context_refusal, gguf_shape, kv_refusal
 from specnative.sweep.config import Cell, SweepConfig, lookahead
 from specnative.sweep.prompts import workload_for

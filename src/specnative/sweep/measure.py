@@ -2,9 +2,10 @@
 until the speedup's interval decides, and its rows."""
 from __future__ import annotations
 
-from specnative import stats
+from specnative.analysis import stats
 from specnative.run import hidden_drafters
 from specnative.run.row_columns import synthetic_columns
+from specnative.run.workloads import category_table
 from specnative.sweep.checks import lossless_check
 from specnative.sweep.config import Cell, SweepConfig, drafter_options_of, kind_args, kind_budget, on_kinds
 from specnative.sweep.prompts import build_prompts
@@ -18,7 +19,6 @@ from specnative.sweep.rows import (
     tree_columns,
 )
 from specnative.sweep.which_k import add_k_columns
-from specnative.workloads import category_table
 
 
 def policy_of(cfg: SweepConfig) -> stats.Policy:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from specnative import workloads
 from specnative.engine import Engine
+from specnative.run import workloads
 from specnative.sweep.config import Cell, SweepConfig
 
 # ---------------------------------------------------------------------------------------------

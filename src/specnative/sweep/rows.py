@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from specnative import stats, theory
+from specnative.analysis import stats, theory
 from specnative.engine import decoding_ms, engine_own_time, native
 from specnative.run.row_columns import tree_count_columns
 

@@ -7,13 +7,12 @@ import time
 import uuid
 from pathlib import Path
 
-from specnative import workloads
 from specnative.engine import Engine, drafter_options_text
 from specnative.lossless.noise_summary import record_noise
 from specnative.record import database, rundir
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.record.schema import append_rows
-from specnative.run import hidden_drafters
+from specnative.run import hidden_drafters, workloads
 from specnative.sweep import axes
 from specnative.sweep import progress as progress_display
 from specnative.sweep.checks import dist_runs

@@ -2,8 +2,7 @@
 (analysis/pick_k.py) and, with --check-k, the best predicted k measured."""
 from __future__ import annotations
 
-from specnative import theory
-from specnative.analysis import pick_k
+from specnative.analysis import pick_k, theory
 from specnative.sweep.config import SweepConfig
 from specnative.sweep.rows import pooled_steady
 

@@ -128,7 +128,5 @@ def bench(shape: ModelShape, devices: list, tests: list, flash_attn: bool = Fals
 def table(rows: list):
     import pandas as pd
 
-    from specnative.analysis.projection.project import LABEL
-
-    return pd.DataFrame([{"label": LABEL, **r.__dict__} for r in rows], columns=COLUMNS)
+    return pd.DataFrame([{"label": cost.LABEL, **r.__dict__} for r in rows], columns=COLUMNS)
 

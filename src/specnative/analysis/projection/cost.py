@@ -36,9 +36,10 @@ import math
 from dataclasses import dataclass
 
 from specnative.analysis.projection import cuda
-from specnative.analysis.projection.device import Device, type_class
-from specnative.analysis.projection.shape import ModelShape
+from specnative.analysis.projection.device import Device
+from specnative.analysis.projection.shape import ModelShape, type_class
 
+LABEL = "[projected]"  # every projected figure carries it: no measurement of that hardware
 SCORE_BYTES = 4.0   # F32 attention scores: written, read by softmax and written, read by the V product
 SCORE_PASSES = 3.0
 

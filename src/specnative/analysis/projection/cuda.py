@@ -147,7 +147,7 @@ def mmq_tile(rows: int) -> int:
 
 
 def weight_class(type_name: str) -> str:
-    from specnative.analysis.projection.device import type_class
+    from specnative.analysis.projection.shape import type_class
 
     return type_class(type_name)
 

@@ -24,16 +24,6 @@ class DeviceError(ValueError):
     """An unknown device name or a malformed devices file."""
 
 
-def type_class(type_name: str) -> str:
-    """The kernel family a GGML type's matrix products use."""
-    t = type_name.upper()
-    if t in ("F32", "F16", "BF16"):
-        return "float"
-    if t.startswith("Q") and not t.endswith("_K") and "_K_" not in t:
-        return "legacy"  # Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: 32-element blocks
-    return "kquant"      # Q2_K..Q6_K and the i-quants: 256-element super-blocks
-
-
 @dataclass(frozen=True)
 class Device:
     name: str

@@ -24,7 +24,6 @@ from specnative.analysis.projection import cost
 from specnative.analysis.projection.device import Device
 from specnative.analysis.projection.shape import ModelShape, from_gguf
 
-LABEL = "[projected]"
 BOOTSTRAP = 2000
 DEFAULT_COST_ERROR = 0.25  # relative error of 1 + c where a device names none
 BLOCK_DRAFTERS = ("dflash", "dspark")  # one draft decode of a block of k + 1 positions per round
@@ -317,7 +316,7 @@ def table(projections: list):
     rows = []
     for p in projections:
         lo, hi = p.interval
-        rows.append({"label": LABEL, "device": p.device.name, "backend": p.device.backend,
+        rows.append({"label": cost.LABEL, "device": p.device.name, "backend": p.device.backend,
                      "target_model": p.row.get("target_model"), "quant_bits": p.row.get("quant_bits"),
                      "drafter": _text(p.row.get("drafter")) or "model", "draft_shape": p.costs.shape,
                      "k": int(p.row["k"]), "nodes_per_round": p.row.get("nodes_per_round"),

@@ -5,10 +5,10 @@ point asks for it through `torch()`, which turns a missing install into one clea
 """
 from __future__ import annotations
 
-from specnative import workloads as workloads_module
 from specnative.engine import Engine
 from specnative.models.tiny import tiny_vocab, write_tiny_llama
-from specnative.workloads import public_sets as public_sets_module
+from specnative.run import workloads as workloads_module
+from specnative.run.workloads import public_sets as public_sets_module
 
 TORCH_HINT = "needs torch (the [train] extra), which is not installed: python -m pip install 'torch>=2.1'"
 
@@ -32,12 +32,12 @@ def engine_class():
 
 
 def workloads():
-    """specnative.workloads: the built-in prompt suite, prompt files, public sets and chat rendering."""
+    """specnative.run.workloads: the built-in prompt suite, prompt files, public sets and chat rendering."""
     return workloads_module
 
 
 def public_sets():
-    """specnative.workloads.public_sets: the pinned public sets (MT-Bench, ShareGPT, HumanEval)."""
+    """specnative.run.workloads.public_sets: the pinned public sets (MT-Bench, ShareGPT, HumanEval)."""
     return public_sets_module
 
 

@@ -15,7 +15,7 @@ import math
 
 import pandas as pd
 
-from specnative import stats
+from specnative.analysis import stats
 
 COPY_NGRAM = 4
 

@@ -4,7 +4,7 @@ The one place these are computed (the sweep and bench/ use them alike). Everythi
 plain lists of numbers or on callables that return one measurement, so it can be tested on
 synthetic timings and imported from anywhere:
 
-    from specnative import stats
+    from specnative.analysis import stats
     iv = stats.speedup_interval(on=[52.0, 51.0, 53.5], off=[40.0, 39.5, 40.8])  # paired runs
     iv.estimate, iv.low, iv.high                  # 1.30, 1.28, 1.33 (95 %)
     stats.stop_reason(iv, stats.Policy())         # 'above-break-even': measured enough

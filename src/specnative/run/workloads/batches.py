@@ -3,8 +3,8 @@ concurrency, or a public set's items in batches of N different items (a cell per
 tokens a batch generates."""
 from __future__ import annotations
 
-from specnative.workloads.prompts import MIXED, Prompt, categories_of
-from specnative.workloads.suite import builtin_prompts
+from specnative.run.workloads.prompts import MIXED, Prompt, categories_of
+from specnative.run.workloads.suite import builtin_prompts
 
 
 def batches_of(prompts: list[Prompt] | None, task: str, concurrency: int) -> list[list[Prompt]]:

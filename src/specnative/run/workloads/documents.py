@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from specnative.workloads.prompts import sha256_text
+from specnative.run.workloads.prompts import sha256_text
 
 DOCUMENTS_DIR = Path(__file__).with_name("texts")
 

@@ -24,9 +24,9 @@ item (batches_of). HumanEval prompts are continued as is (no template); an MT-Be
 holds turn 1, the target's own greedy turn-1 answer (answer_tokens long, generated once per model
 by answer_with's engine) and turn 2; a ShareGPT prompt carries its request's output length.
 """
-from specnative.workloads.batches import batches_of, n_predict_for, prompts_for
-from specnative.workloads.documents import Documents, builtin_documents, documents_from_file
-from specnative.workloads.prompts import (
+from specnative.run.workloads.batches import batches_of, n_predict_for, prompts_for
+from specnative.run.workloads.documents import Documents, builtin_documents, documents_from_file
+from specnative.run.workloads.prompts import (
                                           ALL,
                                           MIXED,
                                           MODEL_ANSWER,
@@ -39,8 +39,8 @@ from specnative.workloads.prompts import (
                                           resolve_tasks,
                                           token_prompts_sha256,
 )
-from specnative.workloads.suite import CATEGORIES, CODE_CATEGORIES, SEQUENCE_PROMPTS, builtin_prompts
-from specnative.workloads.workload import Workload, dataset_prompts, dataset_workload, load_dataset, plain_chat
+from specnative.run.workloads.suite import CATEGORIES, CODE_CATEGORIES, SEQUENCE_PROMPTS, builtin_prompts
+from specnative.run.workloads.workload import Workload, dataset_prompts, dataset_workload, load_dataset, plain_chat
 
 __all__ = ["Documents", "builtin_documents", "documents_from_file", "ALL", "MIXED", "MODEL_ANSWER", "Prompt",
            "PromptFileError", "batches_of", "categories_of", "load_prompt_file", "n_predict_for", "parse_prompt_lines",

@@ -3,7 +3,7 @@ project in the spirit of Spec-Bench's categories (multi-turn chat, translation, 
 question answering, math reasoning, retrieval-style extraction) plus three code categories."""
 from __future__ import annotations
 
-from specnative.workloads.prompts import Prompt
+from specnative.run.workloads.prompts import Prompt
 
 
 # ---------------------------------------------------------------------------------------------

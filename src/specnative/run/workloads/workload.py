@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from specnative.engine import native
-from specnative.workloads.batches import batches_of
-from specnative.workloads.documents import CONTEXT_HEADER, MIN_DOCUMENT_TOKENS, Documents, builtin_documents
-from specnative.workloads.prompts import MODEL_ANSWER, Prompt, categories_of, prompts_sha256, sha256_text
-from specnative.workloads.suite import builtin_prompts
+from specnative.run.workloads.batches import batches_of
+from specnative.run.workloads.documents import CONTEXT_HEADER, MIN_DOCUMENT_TOKENS, Documents, builtin_documents
+from specnative.run.workloads.prompts import MODEL_ANSWER, Prompt, categories_of, prompts_sha256, sha256_text
+from specnative.run.workloads.suite import builtin_prompts
 
 # Re-tokenizing an answer inside the template may take a few more tokens than were generated
 ANSWER_SLACK = 16
@@ -32,7 +32,7 @@ def load_dataset(spec: str, model_path, n_predict: int = 32, **fetch) -> tuple[l
     """A public set ('mt-bench', 'humaneval:16', 'sharegpt:16', ...) as prompts, and its provenance
     record (public_sets.load). The model's tokenizer measures ShareGPT's requests (output lengths
     capped at n_predict; what does not fit is skipped and counted)."""
-    from specnative.workloads import public_sets
+    from specnative.run.workloads import public_sets
 
     vocab = native.VocabModel(str(model_path))
     selection = public_sets.load(spec, count_tokens=lambda text: len(vocab.tokenize(text, False, False)),
