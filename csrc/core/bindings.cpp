@@ -16,21 +16,14 @@
 #include "engine.h"
 #include "engine_internal.h"  // check_temperature
 #include "model_io.h"
-#include "rule_harness.h"
 #include "sampling.h"
 #include "serve.h"
+#include "bindings_common.h"
 
 namespace py = pybind11;
 using namespace specnative;
 
 namespace {
-
-template <typename T>
-py::array_t<T> to_numpy(const std::vector<T>& v) {
-    py::array_t<T> a(v.size());
-    std::copy(v.begin(), v.end(), a.mutable_data());
-    return a;
-}
 
 py::dict counts_dict(const SeqCounts& c) {
     py::dict d;
@@ -272,64 +265,6 @@ py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
     return out;
 }
 
-// Arguments of the kernels' test bindings, checked before any kernel reads them.
-using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-int32_t array_length(const FloatArray& a, const char* name) {
-    if (a.ndim() != 1 || a.size() == 0) throw std::invalid_argument(std::string(name) + " must be a non-empty 1-D array");
-    if (a.size() > std::numeric_limits<int32_t>::max()) throw std::invalid_argument(std::string(name) + " is too long");
-    return static_cast<int32_t>(a.size());
-}
-
-void check_sampling_temperature(float temperature) {
-    check_temperature(temperature);  // the engine's own check (finite, >= 0, 1/T finite)
-    if (temperature == 0.0f) throw std::invalid_argument("softmax needs a temperature > 0");
-}
-
-void check_uniform(double u) {
-    if (!(u >= 0.0 && u < 1.0)) throw std::invalid_argument("u must be in [0, 1)");
-}
-
-// Draws n times: x ~ q, then the engine's rejection step; returns how often each token came out
-// and how many draws were accepted. Lets tests check that the output is distributed as p.
-py::tuple rejection_histogram(const FloatArray& p, const FloatArray& q, int64_t n_draws, uint64_t seed) {
-    if (p.ndim() != 1 || q.ndim() != 1 || p.size() != q.size() || p.size() == 0) {
-        throw std::invalid_argument("p and q must be 1-D arrays of the same non-zero length");
-    }
-    std::vector<int64_t> hist;
-    int64_t accepted = 0;
-    {
-        py::gil_scoped_release release;
-        accepted = kernel_draws(p.data(), q.data(), static_cast<int32_t>(p.size()), n_draws, seed, hist);
-    }
-    return py::make_tuple(to_numpy(hist), accepted);
-}
-
-std::vector<std::vector<float>> rows_of(const FloatArray& a, const char* name) {
-    if (a.ndim() != 2 || a.shape(0) == 0 || a.shape(1) == 0) {
-        throw std::invalid_argument(std::string(name) + " must be a non-empty 2-D array");
-    }
-    std::vector<std::vector<float>> rows(a.shape(0));
-    for (py::ssize_t r = 0; r < a.shape(0); ++r) rows[r].assign(a.data(r, 0), a.data(r, 0) + a.shape(1));
-    return rows;
-}
-
-// The acceptance rule's own harness (rule_harness.h): the emitted tokens' counts by depth, a
-// (depth + 1) x vocab array, for the chain (siblings 0) or a tree of `siblings` children per node.
-py::array_t<int64_t> rule_draws(const FloatArray& logits, const FloatArray& q, int siblings, int64_t n_draws,
-                                uint64_t seed, const std::string& fault, float temperature) {
-    const std::vector<std::vector<float>> l_rows = rows_of(logits, "logits"), q_rows = rows_of(q, "q");
-    const Fault f = fault_named(fault);
-    std::vector<int64_t> hist;
-    {
-        py::gil_scoped_release release;
-        const RuleInputs in{l_rows, q_rows, temperature, n_draws, seed};
-        hist = siblings == 0 ? chain_rule_draws(f, in) : tree_rule_draws(f, in, siblings);
-    }
-    py::array_t<int64_t> out({static_cast<py::ssize_t>(l_rows.size()), static_cast<py::ssize_t>(l_rows[0].size())});
-    std::copy(hist.begin(), hist.end(), out.mutable_data());
-    return out;
-}
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -666,38 +601,7 @@ PYBIND11_MODULE(_core, m) {
         return d;
     }, py::arg("drafted"), py::arg("accepted"), py::arg("rejected"), py::arg("rounds"), py::arg("emitted"),
           "alpha, per-token alpha and tau of pooled counts (the engine's own definitions)");
-    // The engine's kernels, for tests: the greedy pick (the first index of the max, NaNs skipped,
-    // at any length), the softmax and the two inverse-CDF draws (against numpy).
-    m.def("_argmax", [](const FloatArray& logits) {
-        return argmax(logits.data(), array_length(logits, "logits"));
-    }, py::arg("logits"));
-    m.def("_softmax", [](const FloatArray& logits, float temperature) {
-        const int32_t n = array_length(logits, "logits");
-        check_sampling_temperature(temperature);
-        SoftmaxNorm norm;
-        softmax_norm(logits.data(), n, temperature, norm);
-        std::vector<float> probs;
-        softmax(logits.data(), n, norm, probs);
-        return to_numpy(probs);
-    }, py::arg("logits"), py::arg("temperature"));
-    m.def("_sample_softmax", [](const FloatArray& logits, float temperature, double u) {
-        const int32_t n = array_length(logits, "logits");
-        check_sampling_temperature(temperature);
-        check_uniform(u);
-        SoftmaxNorm norm;
-        softmax_norm(logits.data(), n, temperature, norm);
-        return sample_softmax(logits.data(), n, norm, u);
-    }, py::arg("logits"), py::arg("temperature"), py::arg("u"));
-    m.def("_sample_from_weights", [](const FloatArray& weights, double u) {
-        const int32_t n = array_length(weights, "weights");
-        check_uniform(u);
-        return sample_from_weights(weights.data(), n, u);
-    }, py::arg("weights"), py::arg("u"));
-    m.def("rejection_histogram", &rejection_histogram, py::arg("p"), py::arg("q"), py::arg("n_draws"),
-          py::arg("seed"));
-    m.def("_rule_draws", &rule_draws, py::arg("logits"), py::arg("q"), py::arg("siblings"), py::arg("n_draws"),
-          py::arg("seed"), py::arg("fault") = "none", py::arg("temperature") = 1.0f,
-          "tests only: the acceptance rule (a planted fault by name) on synthetic rows; counts by depth");
+    bind_kernels(m);  // the sampling and acceptance kernels' test bindings (bindings_kernels.cpp)
     m.attr("drafter_names") = drafter_names();
     m.def("drafter_defaults", &ngram_drafter_defaults,
           "llama.cpp's n-gram drafter options by CLI name (no dashes) with their defaults at this commit");
