@@ -27,6 +27,16 @@ def model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def projection_models(tmp_path_factory):
+    """A tiny target (pt.gguf, 4 layers) and draft (pd.gguf, 2 layers) for the projection's tests."""
+    from specnative.models.tiny import write_tiny_llama
+    d = tmp_path_factory.mktemp("projection-models")
+    write_tiny_llama(d / "pt.gguf", n_embd=64, n_ff=128, n_layer=4)
+    write_tiny_llama(d / "pd.gguf", n_embd=64, n_ff=128, n_layer=2)
+    return d
+
+
+@pytest.fixture(scope="session")
 def copy_pair(model_dir):
     """Target and an exact copy as draft: every draft token must be accepted."""
     return tiny_pair(model_dir, "copy")

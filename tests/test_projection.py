@@ -16,18 +16,14 @@ from specnative.analysis.projection.device import Device, DeviceError, from_gpu_
 from specnative.analysis.projection.project import tau_interval
 from specnative.analysis.projection.shape import from_config, from_gguf
 from specnative.cli import main as cli_main
-from specnative.models.tiny import write_tiny_llama
 
 LLAMA_7B = dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32,
                 intermediate_size=11008, vocab_size=32000, tie_word_embeddings=False)
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("projection-models")
-    write_tiny_llama(d / "pt.gguf", n_embd=64, n_ff=128, n_layer=4)
-    write_tiny_llama(d / "pd.gguf", n_embd=64, n_ff=128, n_layer=2)
-    return d
+def tiny_models(projection_models):
+    return projection_models
 
 
 def tiny_run(tmp_path, models, rows=None):

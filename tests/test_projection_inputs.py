@@ -23,11 +23,8 @@ def sha(path) -> str:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("projection-input-models")
-    write_tiny_llama(d / "pt.gguf", n_embd=64, n_ff=128, n_layer=4)
-    write_tiny_llama(d / "pd.gguf", n_embd=64, n_ff=128, n_layer=2)
-    return d
+def models(projection_models):
+    return projection_models
 
 
 def rows_for(models, ons):
