@@ -37,6 +37,7 @@ py::dict counts_dict(const SeqCounts& c) {
     d["accept_len_hist"] = to_numpy(c.accept_len_hist);
     d["offered_rank"] = to_numpy(c.offered_rank);    // draft trees: nodes with a child of rank r
     d["accepted_rank"] = to_numpy(c.accepted_rank);  // and walks that moved on to it
+    d["k_chosen_hist"] = to_numpy(c.k_chosen_hist);  // rounds the spec policy allowed 0..k drafts
     return d;
 }
 
@@ -49,9 +50,11 @@ py::dict times_dict(const StepTimes& t) {
     d["resample"] = t.resample;
     d["draft_ingest"] = t.draft_ingest;  // a hidden-state drafter reading the verify batch
     d["decode"] = t.decode;
+    d["policy"] = t.policy;  // the spec policy's own time (its start-up included)
     d["total"] = t.total;
     d["llama"] = t.llama;  // inside llama.cpp, of the decoding buckets (not a bucket itself)
     d["kv_removal"] = t.kv_removal;  // of llama: the rollbacks' KV removal
+    d["policy_startup"] = t.policy_startup;  // of policy: the adaptive policy's start-up cost curve
     return d;
 }
 
@@ -66,13 +69,6 @@ py::dict info_dict(const ModelInfo& i) {
     d["n_layer"] = i.n_layer;
     d["n_ctx_train"] = i.n_ctx_train;
     return d;
-}
-
-AcceptRule parse_rule(const std::string& name) {
-    if (name == "greedy") return AcceptRule::greedy;
-    if (name == "match") return AcceptRule::match;
-    if (name == "rejection") return AcceptRule::rejection;
-    throw std::invalid_argument("accept_rule must be 'greedy', 'match' or 'rejection', not '" + name + "'");
 }
 
 // Polled by the engine between steps with the GIL released: runs Python's signal handlers so
@@ -132,42 +128,6 @@ struct GenerateOutput : GenerateResult {
     std::vector<std::string> texts;
 };
 
-GenerateParams decoding_params(int n_predict, float temperature, uint64_t seed, bool spec, int k,
-                               const std::string& rule, bool stop_at_eog, bool record_margins, const std::string& drafter,
-                               const std::map<std::string, std::string>& drafter_options, float draft_p_min) {
-    GenerateParams p;
-    p.n_predict = n_predict;
-    p.temperature = temperature;
-    p.seed = seed;
-    p.spec = spec;
-    p.k = k;
-    p.rule = parse_rule(rule);
-    p.stop_at_eog = stop_at_eog;
-    p.record_margins = record_margins;
-    p.drafter.type = drafter;
-    p.drafter.options = drafter_options;
-    p.draft_p_min = draft_p_min;
-    return p;
-}
-
-// A draft tree's shape from its kind ("none", "topk", "split") and numbers by name (the
-// spelling is parsed and checked in Python: engine/draft_shape.py; ranges again in the engine).
-TreeShape tree_shape(const std::string& kind, const std::map<std::string, double>& values) {
-    TreeShape t;
-    if (kind == "none") return t;
-    if (kind != "topk" && kind != "split") throw std::invalid_argument("tree kind must be 'none', 'topk' or 'split'");
-    t.kind = kind == "topk" ? TreeShape::Kind::topk : TreeShape::Kind::split;
-    for (const auto& [name, value] : values) {
-        if (name == "topk") t.topk = static_cast<int>(value);
-        else if (name == "depth") t.depth = static_cast<int>(value);
-        else if (name == "budget") t.budget = static_cast<int>(value);
-        else if (name == "branches") t.branches = static_cast<int>(value);
-        else if (name == "p_split") t.p_split = static_cast<float>(value);
-        else throw std::invalid_argument("unknown tree parameter '" + name + "'");
-    }
-    return t;
-}
-
 // Checked every iteration; Python's signal handlers (which need the GIL, ~2 us: a fifth of a
 // tiny model's round overhead) at most every kSignalPollMs.
 std::function<bool()> stop_poll(GuardedEngine& engine) {
@@ -200,25 +160,24 @@ GenerateOutput generate(GuardedEngine& engine, const std::vector<std::vector<int
     });
 }
 
-// Continuous batching (serve.h): requests as three parallel lists; the result as a dict.
+// Continuous batching (serve.h): requests as parallel lists (labels: a task label each, or empty);
+// the decoding settings a GenerateParams that Python's DecodeSpec filled; the result as a dict.
 py::dict serve(GuardedEngine& engine, const std::vector<double>& arrival_ms,
                const std::vector<std::vector<int32_t>>& prompts, const std::vector<int>& n_predict,
-               int max_concurrency, bool virtual_clock, float temperature, uint64_t seed, bool spec, int k,
-               const std::string& rule, bool stop_at_eog, const std::string& drafter,
-               const std::map<std::string, std::string>& drafter_options, float draft_p_min, bool prefix_cache,
-               const std::vector<double>& synthetic, const std::string& tree_kind,
-               const std::map<std::string, double>& tree) {
-    if (arrival_ms.size() != prompts.size() || n_predict.size() != prompts.size()) {
-        throw std::invalid_argument("arrival_ms, prompts and n_predict must have one entry per request");
+               const std::vector<int>& labels, int max_concurrency, bool virtual_clock, const GenerateParams& params) {
+    if (arrival_ms.size() != prompts.size() || n_predict.size() != prompts.size() ||
+        (!labels.empty() && labels.size() != prompts.size())) {
+        throw std::invalid_argument("arrival_ms, prompts, n_predict (and labels, if given) must have one entry per "
+                                    "request");
     }
     std::vector<ServeRequest> requests(prompts.size());
-    for (size_t i = 0; i < prompts.size(); ++i) requests[i] = {arrival_ms[i], prompts[i], n_predict[i]};
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        requests[i] = {arrival_ms[i], prompts[i], n_predict[i], labels.empty() ? 0 : labels[i]};
+    }
     ServeParams sp;
-    sp.gen = decoding_params(1, temperature, seed, spec, k, rule, stop_at_eog, false, drafter, drafter_options,
-                             draft_p_min);
-    sp.gen.prefix_cache = prefix_cache;
-    sp.gen.synthetic = synthetic;
-    sp.gen.tree = tree_shape(tree_kind, tree);
+    sp.gen = params;   // a copy: Python may change its object once the GIL is released
+    sp.gen.n_predict = 1;  // each request's own n_predict decides
+    sp.gen.record_margins = false;
     sp.max_concurrency = max_concurrency;
     sp.virtual_clock = virtual_clock;
     const auto should_stop = stop_poll(engine);
@@ -396,6 +355,23 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("budget", &TreeShape::budget)
         .def_readwrite("branches", &TreeShape::branches)
         .def_readwrite("p_split", &TreeShape::p_split);
+    py::enum_<PolicyParams::Kind>(m, "PolicyKind")
+        .value("static", PolicyParams::Kind::static_k)
+        .value("by_batch", PolicyParams::Kind::by_batch)
+        .value("adaptive", PolicyParams::Kind::adaptive);
+    py::class_<PolicyBand>(m, "PolicyBand")
+        .def(py::init([](int lo, int hi, int k) { return PolicyBand{lo, hi, k}; }), py::arg("lo"), py::arg("hi"),
+             py::arg("k"))
+        .def_readwrite("lo", &PolicyBand::lo)
+        .def_readwrite("hi", &PolicyBand::hi)
+        .def_readwrite("k", &PolicyBand::k);
+    py::class_<PolicyParams>(m, "PolicyParams")
+        .def(py::init<>())
+        .def_readwrite("kind", &PolicyParams::kind)
+        .def_readwrite("schedule", &PolicyParams::schedule)
+        .def_readwrite("prior_alpha", &PolicyParams::prior_alpha)
+        .def_readwrite("prior_weight", &PolicyParams::prior_weight)
+        .def_readwrite("calibrate_repeats", &PolicyParams::calibrate_repeats);
     py::class_<GenerateParams>(m, "GenerateParams")
         .def(py::init<>())
         .def_readwrite("n_predict", &GenerateParams::n_predict)
@@ -415,7 +391,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("draft_temperature", &GenerateParams::draft_temperature)
         .def_readwrite("drafter_settings", &GenerateParams::drafter_settings)
         .def_readwrite("tree", &GenerateParams::tree)
-        .def_readwrite("synthetic", &GenerateParams::synthetic);
+        .def_readwrite("synthetic", &GenerateParams::synthetic)
+        .def_readwrite("policy", &GenerateParams::policy);
 
     py::class_<GuardedEngine>(m, "Engine")
         .def(py::init([](const std::string& target, const std::string& draft, int n_ctx, int n_batch,
@@ -452,13 +429,9 @@ PYBIND11_MODULE(_core, m) {
              py::arg("rpc_timeout_ms") = 5000, py::arg("mtp") = false)
         .def("generate", &generate, py::arg("prompts"), py::arg("params"),
              "decode the prompts under a GenerateParams (Python builds it from a DecodeSpec)")
-        .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"),
-             py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("temperature"), py::arg("seed"),
-             py::arg("spec"), py::arg("k"), py::arg("accept_rule"), py::arg("stop_at_eog"),
-             py::arg("drafter") = "model", py::arg("drafter_options") = std::map<std::string, std::string>{},
-             py::arg("draft_p_min") = 0.0f, py::arg("prefix_cache") = false,
-             py::arg("synthetic") = std::vector<double>{}, py::arg("tree_kind") = "none",
-             py::arg("tree") = std::map<std::string, double>{})
+        .def("serve", &serve, py::arg("arrival_ms"), py::arg("prompts"), py::arg("n_predict"), py::arg("labels"),
+             py::arg("max_concurrency"), py::arg("virtual_clock"), py::arg("params"),
+             "replay requests through continuous batching under a GenerateParams (from a DecodeSpec)")
         .def("prompt_logits", [](GuardedEngine& e, const std::vector<int32_t>& tokens) {
             return to_numpy(locked(e, [&] { return e.prompt_logits(tokens); }));
         })

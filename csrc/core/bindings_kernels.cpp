@@ -16,6 +16,7 @@
 #include "acceptor.h"        // fault_named
 #include "rule_harness.h"
 #include "sampling.h"
+#include "spec_policy.h"
 
 namespace py = pybind11;
 using namespace specnative;
@@ -85,6 +86,29 @@ py::array_t<int64_t> rule_draws(const FloatArray& logits, const FloatArray& q, i
 namespace specnative {
 
 void bind_kernels(py::module_& m) {
+    // The adaptive spec policy's choice on given acceptance (per sequence, by position) and costs:
+    // a verify of r rows costs verify_ms[r - 1], a draft position draft_step_ms, a round other_ms.
+    m.def("_policy_choice", [](const std::vector<std::vector<double>>& acceptance, const std::vector<int>& budget,
+                               const std::vector<double>& verify_ms, double draft_step_ms, double other_ms) {
+        if (acceptance.size() != budget.size() || budget.empty()) {
+            throw std::invalid_argument("acceptance and budget need one entry per sequence");
+        }
+        std::vector<std::vector<double>> expect;
+        int rows_max = 0;
+        for (size_t s = 0; s < budget.size(); ++s) {
+            if (budget[s] > static_cast<int>(acceptance[s].size())) {
+                throw std::invalid_argument("a budget exceeds its sequence's acceptance positions");
+            }
+            expect.push_back(expected_tokens(acceptance[s]));
+            rows_max += std::max(budget[s], 0) + 1;
+        }
+        if (static_cast<int>(verify_ms.size()) < rows_max) {
+            throw std::invalid_argument("verify_ms needs one entry per row count up to " + std::to_string(rows_max));
+        }
+        return best_lengths(expect, budget, [&](int rows, int depth) {
+            return other_ms + draft_step_ms * depth + verify_ms[rows - 1];
+        });
+    }, py::arg("acceptance"), py::arg("budget"), py::arg("verify_ms"), py::arg("draft_step_ms"), py::arg("other_ms"));
     // The engine's kernels, for tests: the greedy pick (the first index of the max, NaNs skipped,
     // at any length), the softmax and the two inverse-CDF draws (against numpy).
     m.def("_argmax", [](const FloatArray& logits) {

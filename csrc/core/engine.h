@@ -82,6 +82,24 @@ struct TreeShape {
     int max_siblings() const { return kind == Kind::topk ? topk : std::min(branches, 8); }
 };
 
+// How many tokens each sequence may draft in a round (spec_policy.h): one k for every round
+// (static), a k per occupancy band (by_batch, vLLM's [[lo, hi, k], ...]), or chosen every round
+// from the measured acceptance and verify cost (adaptive). A policy changes when tokens are
+// drafted, never which tokens come out: the acceptance rule decides those.
+struct PolicyBand {
+    int lo = 1, hi = 1;  // sequences decoding in the round, inclusive
+    int k = 0;           // what each of them may draft (0: one token, as a baseline step)
+};
+struct PolicyParams {
+    enum class Kind { static_k, by_batch, adaptive };
+    Kind kind = Kind::static_k;
+    std::vector<PolicyBand> schedule;  // by_batch: the first band holding the occupancy; none: k
+    double prior_alpha = 0.5;   // adaptive: the acceptance the run starts from, at every position
+    double prior_weight = 4.0;  // adaptive: pseudo-rounds behind that prior, and behind the run's
+                                // pooled estimate in each sequence's own
+    int calibrate_repeats = 3;  // adaptive: timed target decodes per row count at start-up
+};
+
 struct GenerateParams {
     int n_predict = 32;
     float temperature = 0.0f;
@@ -122,6 +140,7 @@ struct GenerateParams {
     // Synthetic acceptance (synthetic.h; benchmarking only): the probability each draft position is
     // kept with, given the earlier ones were (one per position, at least k); empty: the rule decides.
     std::vector<double> synthetic;
+    PolicyParams policy;  // chains only; k is the most any round drafts
 };
 
 // Exact per-sequence counts of the speculative loop (all zero for the baseline).
@@ -138,6 +157,9 @@ struct SeqCounts {
     // by sibling rank (draw order, 0 first): offered[r] nodes had a child of rank r, accepted_rank[r]
     // walks moved on to it. (drafted counts every verified node; drafted_at and accepted_at depth.)
     std::vector<int64_t> offered_rank, accepted_rank;
+    // [k+1]: rounds the spec policy let this sequence draft at most m tokens (its n_predict's end
+    // can cap a round below the policy's choice; the histogram holds what the round was allowed).
+    std::vector<int64_t> k_chosen_hist;
 };
 
 // alpha, Leviathan's per-token alpha and tau from counts: the one definition of each (the sweep
@@ -158,6 +180,9 @@ struct StepTimes {
     // common_speculative_process: feature copy, KV injection, EAGLE-3's encoder); 0 for the others.
     double draft_ingest = 0;
     double decode = 0;                           // baseline steps (llama_decode + sampling)
+    // The spec policy's own time: its choice each round and its bookkeeping after it, and an
+    // adaptive policy's start-up cost curve (policy_startup); 0 for static.
+    double policy = 0;
     double total = 0;
     // Not a bucket: the part of the decoding buckets (draft + verify + resample, or decode) spent
     // inside llama.cpp calls (llama_decode of baseline, draft and verify batches with their
@@ -167,8 +192,10 @@ struct StepTimes {
     // Of `llama`: the rollbacks' KV removal (llama_memory_seq_rm on target and draft caches, a scan
     // over every cell of the cache), apart because it grows with n_ctx, not with the model.
     double kv_removal = 0;
+    // Not a bucket: of `policy`, the adaptive policy's start-up timing of the target's verify.
+    double policy_startup = 0;
     double steps_sum() const {
-        return prefill_target + prefill_draft + draft + draft_ingest + verify + resample + decode;
+        return prefill_target + prefill_draft + draft + draft_ingest + verify + resample + decode + policy;
     }
 };
 

@@ -8,6 +8,7 @@
 #include "drafter.h"
 #include "engine.h"
 #include "engine_internal.h"
+#include "spec_policy.h"
 #include "synthetic.h"
 #include "vocab_check.h"
 
@@ -47,6 +48,9 @@ int Engine::validate_params(const GenerateParams& p, int n_seq) const {
     if (p.n_predict <= 0) throw std::invalid_argument("n_predict must be positive");
     check_temperature(p.temperature);
     check_synthetic(p.synthetic, p.k, p.spec);
+    if (!p.spec && p.policy.kind != PolicyParams::Kind::static_k) {
+        throw std::invalid_argument("a spec policy other than static applies to speculative runs (spec=True)");
+    }
     if (!p.spec) {
         if (p.drafter_settings) check_hidden_drafter(p.drafter.type);
         return 0;
@@ -62,6 +66,7 @@ int Engine::validate_params(const GenerateParams& p, int n_seq) const {
     if (is_hidden_drafter(p.drafter.type)) check_hidden_drafter(p.drafter.type);
     const std::string why = generation_unsupported(target_model_, true);  // no draft loaded: not refused at load
     if (!why.empty()) throw std::invalid_argument("cannot speculate with " + target_path_ + ": " + why);
+    check_policy(p.policy, p.k, p.tree.on());
     if (p.tree.on()) {
         validate_tree(p, n_seq);
         // the tree's cells before the rollback (a topk draft feeds up to topk nodes per level)

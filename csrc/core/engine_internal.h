@@ -151,6 +151,7 @@ struct Engine::Context {
 struct Engine::Sequence {
     int id = 0;                        // llama seq id (a serving slot)
     uint64_t key = 0;                  // the RNG's sequence key (generate: id; serving: the request)
+    int label = 0;                     // task label (serving: the request's; generate: 0)
     int n_predict = 0;                 // tokens this sequence generates at most
     std::vector<int32_t> prompt;
     int32_t n_past_target = 0;         // tokens in the target KV cache

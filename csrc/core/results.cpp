@@ -26,6 +26,7 @@ SeqCounts sum_counts(const std::vector<SeqCounts>& counts) {
         add(sum.accept_len_hist, c.accept_len_hist);
         add(sum.offered_rank, c.offered_rank);
         add(sum.accepted_rank, c.accepted_rank);
+        add(sum.k_chosen_hist, c.k_chosen_hist);
     }
     return sum;
 }

@@ -34,6 +34,7 @@
 #include "engine.h"
 #include "engine_internal.h"
 #include "round.h"
+#include "spec_policy.h"
 #include "tree_acceptor.h"
 #include "tree_drafter.h"
 
@@ -46,6 +47,9 @@ int active(const std::vector<Engine::Sequence>& seqs) {
     for (const auto& seq : seqs) n += seq.done ? 0 : 1;
     return n;
 }
+
+// A round's time in the decoding buckets (the policy's own included).
+double round_ms(const StepTimes& t) { return t.draft + t.draft_ingest + t.verify + t.resample + t.policy; }
 
 int64_t generated(const std::vector<Engine::Sequence>& seqs) {
     int64_t n = 0;
@@ -116,6 +120,7 @@ void reset_counts(SeqCounts& counts, int k) {
     counts.drafted_at.assign(k, 0);
     counts.accepted_at.assign(k, 0);
     counts.accept_len_hist.assign(k + 1, 0);
+    counts.k_chosen_hist.assign(k + 1, 0);
 }
 
 // Spins (no sleep: the thread stays busy, as real engine work would) so that tests can check the
@@ -196,6 +201,13 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
     r.times.prefill_draft += ingest_in_prefill;
     shape->begin(seqs, shared_prefix);
     clock.charge(r.times.prefill_draft);
+    const std::unique_ptr<SpecPolicy> policy = make_policy(p.policy, p.k, n_seq);
+    const bool steered = !policy->is_static();  // static: the policy only records k
+    if (steered) {
+        policy->start(t, seqs);
+        clock.charge(r.times.policy);
+        r.times.policy_startup = r.times.policy;
+    }
     // Time inside llama.cpp from here on: target and draft decodes, and the drafter's own library calls.
     const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + shape->library_ms(); };
     const double llama_before = llama_now();
@@ -209,9 +221,11 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
         if (should_stop && should_stop()) throw Interrupted();
         const int active_now = active(seqs);
         const int64_t tokens_before = generated(seqs);
-        const double ms_before = r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample;
+        const StepTimes before = r.times;
         if (active_now == 0) break;
         for (int s = 0; s < n_seq; ++s) budget[s] = seqs[s].done ? -1 : shape->budget(seqs[s]);
+        policy->decide(seqs, budget, active_now);
+        if (steered) clock.charge(r.times.policy);
 
         shape->draft(seqs, budget);
         clock.charge(r.times.draft);
@@ -222,6 +236,7 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
         }
         t.decode("verify");
         clock.charge(r.times.verify);
+        const int verify_rows = t.batch.n_tokens;
         shape->read_verify(t.batch, t.batch.n_tokens);
         clock.charge(r.times.draft_ingest);
 
@@ -232,8 +247,11 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
         clock.charge(r.times.resample);
         shape->after_accept();
         clock.charge(r.times.draft_ingest);
-        count_iteration(r, active_now, generated(seqs) - tokens_before,
-                        r.times.draft + r.times.draft_ingest + r.times.verify + r.times.resample - ms_before);
+        if (steered) {
+            policy->observe(seqs, budget, round_cost(before, r.times, verify_rows));
+            clock.charge(r.times.policy);
+        }
+        count_iteration(r, active_now, generated(seqs) - tokens_before, round_ms(r.times) - round_ms(before));
     }
     r.times.llama = llama_now() - llama_before;
     r.times.kv_removal = removal_now() - removal_before;

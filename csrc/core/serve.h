@@ -23,6 +23,7 @@ struct ServeRequest {
     double arrival_ms = 0;  // since the start of serve(); non-decreasing along the list
     std::vector<int32_t> prompt;
     int n_predict = 1;  // output length in tokens (the first included)
+    int label = 0;      // the request's task label: an adaptive policy pools acceptance by it
 };
 
 struct ServeParams {

@@ -32,6 +32,7 @@
 #include "drafter.h"
 #include "engine_internal.h"
 #include "round.h"
+#include "spec_policy.h"
 
 namespace specnative {
 
@@ -196,6 +197,13 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     const auto seq_at = [&](int s) -> Sequence& { return s == holder_id ? holder : slots[s]; };
 
     PhaseClock clock;
+    const std::unique_ptr<SpecPolicy> policy = make_policy(p.policy, p.k, n_slots);
+    const bool steered = p.spec && !policy->is_static();  // static: the policy only records k
+    if (steered) {  // before the serving clock starts: no request waits for it
+        policy->start(t, slots);
+        clock.charge(r.times.policy);
+        r.times.policy_startup = r.times.policy;
+    }
     ServeClock serve_clock(sp.virtual_clock);
     // llama.cpp time is added to times.llama only for the phases charged to decoding buckets.
     const auto llama_now = [&] { return t.llama_ms + (draft_ ? draft_->llama_ms : 0.0) + shape->library_ms(); };
@@ -231,6 +239,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             seq.id = s;
             seq.key = static_cast<uint64_t>(i);
             seq.n_predict = requests[i].n_predict;
+            seq.label = requests[i].label;
             seq.prompt = requests[i].prompt;
             shape->reset_counts(seq.counts);
             request_of[s] = i;
@@ -264,11 +273,14 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
         }
 
         // ---- draft ---------------------------------------------------------------------------
+        const StepTimes before = r.times;
         if (p.spec && decoding > 0) {
             for (int s = 0; s < n_slots; ++s) {
                 const bool decodes = request_of[s] >= 0 && !slots[s].out.empty();
                 budget[s] = decodes ? shape->budget(slots[s]) : -1;
             }
+            policy->decide(slots, budget, decoding);
+            if (steered) charge(r.times.policy, true);
             shape->draft(slots, budget);
             charge(r.times.draft, true);
         }
@@ -326,6 +338,10 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             charge(r.times.resample, true);
             shape->after_accept();
             charge(r.times.draft_ingest, true);
+        }
+        if (steered && decode_tokens > 0) {  // before the completions take the finished slots' counts
+            policy->observe(slots, budget, round_cost(before, r.times, prompt_tokens == 0 ? decode_tokens : 0));
+            charge(r.times.policy, true);
         }
         first_token_now.clear();
         for (int s = 0; s < n_slots; ++s) {

@@ -89,6 +89,7 @@ public:
         const int n_seq = static_cast<int>(seqs.size());
         const int k_top = *std::max_element(k_max.begin(), k_max.end());
         std::fill(stopped_.begin(), stopped_.end(), 0);
+        catch_up(seqs, k_max);
         for (int j = 0; j < k_top; ++j) {
             d_.clear_batch();
             bool any = false;
@@ -150,6 +151,28 @@ public:
     }
 
 private:
+    // A sequence that drafted nothing for some rounds (a spec policy's k = 0) has one emitted token
+    // per such round to catch up on: all but its last two go in draft batches of their own first,
+    // so that the first draft position's batch keeps at most two rows per sequence, as every round
+    // of a fixed k has.
+    void catch_up(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max) {
+        d_.clear_batch();
+        for (size_t s = 0; s < seqs.size(); ++s) {
+            std::vector<int32_t>& todo = seqs[s].draft_todo;
+            if (k_max[s] <= 0 || todo.size() <= 2) continue;
+            const size_t early = todo.size() - 2;
+            for (size_t i = 0; i < early; ++i) {
+                d_.add(todo[i], seqs[s].n_past_draft++, seqs[s].id, false);
+                if (d_.batch_full()) {
+                    d_.decode("draft catch-up");
+                    d_.clear_batch();
+                }
+            }
+            todo.erase(todo.begin(), todo.begin() + static_cast<std::ptrdiff_t>(early));
+        }
+        if (d_.batch.n_tokens > 0) d_.decode("draft catch-up");
+    }
+
     // Prompt tokens [from, to) into draft sequence `seq` at their positions, in batches of at most
     // n_batch (no logits: drafting starts from the pending token).
     void feed(const std::vector<int32_t>& prompt, size_t from, size_t to, int seq) {

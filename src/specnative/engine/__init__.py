@@ -19,6 +19,8 @@ from specnative.engine.drafters import (
 from specnative.engine.draft_shape import TREE_DRAFTERS, DraftShape
 from specnative.engine.draft_shape import parse as parse_draft_shape
 from specnative.engine.draft_shape import parse_list as parse_draft_shapes
+from specnative.engine.spec_policy import SpecPolicy
+from specnative.engine.spec_policy import parse as parse_spec_policy
 from specnative.engine.engine import (
                                         DECODING_STEPS,
                                         SPLIT_MODES,
@@ -37,4 +39,4 @@ __all__ = ["DRAFTERS", "HIDDEN_DRAFTERS", "check_draft_p_min", "checked_drafter_
            "drafter_name", "drafter_options_problem", "drafter_options_text", "ACCEPT_RULES", "DECODING_STEPS",
            "SPLIT_MODES", "DecodeSpec", "Engine", "GenerationResult", "build_info", "decoding_ms", "default_threads",
            "engine_own_time", "placement_args", "quantize", "rpc_device_names", "synthetic_probabilities", "DraftShape",
-           "parse_draft_shape", "parse_draft_shapes", "TREE_DRAFTERS"]
+           "parse_draft_shape", "parse_draft_shapes", "TREE_DRAFTERS", "SpecPolicy", "parse_spec_policy"]

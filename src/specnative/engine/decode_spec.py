@@ -20,6 +20,8 @@ from specnative.engine import synthetic
 from specnative.engine.draft_shape import TREE_DRAFTERS, DraftShape
 from specnative.engine.draft_shape import parse as parse_draft_shape
 from specnative.engine.drafters import check_draft_p_min, checked_drafter_options, drafter_name
+from specnative.engine.spec_policy import SpecPolicy
+from specnative.engine.spec_policy import parse as parse_spec_policy
 
 ACCEPT_RULES = ("greedy", "match", "rejection")
 _INT32 = (-2**31, 2**31)
@@ -85,6 +87,7 @@ class DecodeSpec:
     synthetic: object = None  # a synthetic.Profile or its text
     prefix_limit: int | None = None
     draft_shape: DraftShape | str | None = None
+    spec_policy: SpecPolicy | str | None = None  # engine/spec_policy.py; None: static
 
     def __post_init__(self):
         put = object.__setattr__  # frozen: each field is stored once, in its checked form
@@ -123,6 +126,15 @@ class DecodeSpec:
             raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model') or an EAGLE-3 head "
                              f"(drafter 'eagle3'), not {self.drafter!r}")
         put(self, "draft_shape", shape)
+        policy = parse_spec_policy(self.spec_policy)
+        if not policy.is_static:
+            if not self.spec:
+                raise ValueError(f"spec_policy {policy.text!r} applies to speculative runs (spec=True)")
+            if shape.is_tree:
+                raise ValueError(f"spec_policy {policy.text!r} applies to chains: a draft tree drafts its whole "
+                                 f"shape every round")
+            policy.check_k(self.k)
+        put(self, "spec_policy", policy)
         for name in ("spec", "stop_at_eos", "record_margins", "drafter_settings", "record_pit", "prefix_cache"):
             put(self, name, bool(getattr(self, name)))
 
@@ -147,6 +159,8 @@ class DecodeSpec:
         p.prefix_cache = self.prefix_cache
         p.prefix_limit = -1 if self.prefix_limit is None else self.prefix_limit
         p.synthetic = synthetic_probabilities(self.synthetic, self.k, self.spec)
+        if not self.spec_policy.is_static:
+            self.spec_policy.fill_core(p.policy)
         if self.spec and self.draft_shape.is_tree:  # a baseline has no tree
             self.draft_shape.fill_core(p.tree)
         return p

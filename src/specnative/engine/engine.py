@@ -186,8 +186,10 @@ DECODING_STEPS = ("draft", "draft_ingest", "verify", "resample", "decode")  # th
 
 def decoding_ms(times: dict) -> float:
     """A run's decoding time: its step timers after prefill (draft+draft_ingest+verify+resample,
-    or decode)."""
-    return float(sum(times.get(s, 0.0) for s in DECODING_STEPS))
+    or decode), and the spec policy's own time in the rounds (its one-off start-up is not a
+    round's: times["policy_startup"], reported apart)."""
+    rounds_policy = times.get("policy", 0.0) - times.get("policy_startup", 0.0)
+    return float(sum(times.get(s, 0.0) for s in DECODING_STEPS) + rounds_policy)
 
 
 def engine_own_time(decoding: float, llama: float, kv_removal: float = float("nan")) -> dict:

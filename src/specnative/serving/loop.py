@@ -21,8 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from specnative.engine import (ACCEPT_RULES, TREE_DRAFTERS, DraftShape, check_draft_p_min, checked_drafter_options,
-                               decoding_ms, drafter_name, engine_own_time, parse_draft_shape, synthetic_probabilities)
+from specnative.engine import DecodeSpec, decoding_ms, engine_own_time
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.arrivals import Request
 
@@ -37,7 +36,8 @@ class ServeRun:
     metrics: list          # per request: serve_metrics.request_metrics
     admission_order: list  # request indices in the order slots admitted them
     times: dict            # step buckets (prefill_target, prefill_draft, draft, draft_ingest, verify,
-                           # resample, decode, total), llama and kv_removal as in generate(); a
+                           # resample, decode, policy, total), llama, kv_removal and
+                           # policy_startup as in generate(); a
                            # hidden-state drafter's reading of a batch with decode or verify tokens
                            # is draft_ingest, of prompt chunks alone prefill_draft
     idle_ms: float         # waited with every slot free for the next arrival
@@ -80,32 +80,32 @@ def serve(engine, requests: list[Request], *, max_concurrency: int, spec: bool =
           temperature: float = 0.0, seed: int = 0, accept_rule: str = "greedy", drafter: str = "model",
           drafter_options: dict | None = None, draft_p_min: float = 0.0, ignore_eos: bool = True,
           virtual_clock: bool = False, slo: dict | None = None, prefix_cache: bool = False,
-          synthetic=None, draft_shape: str | None = None) -> ServeRun:
+          synthetic=None, draft_shape: str | None = None, spec_policy=None) -> ServeRun:
     """Replays `requests` (in arrival order) through `engine` (specnative.Engine). ignore_eos:
     every request generates its output_len tokens (as a benchmark with recorded reply lengths
     wants); False stops a request at an end-of-generation token. slo: serve_metrics.parse_slo.
     prefix_cache: share the requests' common prompt prefix (module docstring); each record's
     prefill_tokens says what its request fed. synthetic: a synthetic acceptance profile
     (Engine.generate's), drafts kept at random at its rates (benchmarking only). draft_shape: a
-    draft tree's spelling (docs/trees.md; the draft model or an EAGLE-3 head), None: chains of k."""
+    draft tree's spelling (docs/trees.md; the draft model or an EAGLE-3 head), None: chains of k.
+    spec_policy: how many tokens each request may draft per round (engine/spec_policy.py; None:
+    static k); an adaptive policy pools acceptance by the requests' labels. The decoding
+    settings are checked as generate()'s are (DecodeSpec)."""
     if not requests:
         raise ValueError("no requests to serve")
-    if accept_rule not in ACCEPT_RULES:
-        raise ValueError(f"accept_rule must be one of {ACCEPT_RULES}, not {accept_rule!r}")
     if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int):
         raise ValueError(f"max_concurrency must be an integer, not {max_concurrency!r}")
-    shape = parse_draft_shape(draft_shape)
-    if shape.is_tree and spec and drafter_name(drafter) not in TREE_DRAFTERS:
-        raise ValueError(f"a draft tree is drafted by the draft model (drafter 'model') or an EAGLE-3 head "
-                         f"(drafter 'eagle3'), not {drafter!r}")
+    decode = DecodeSpec(n_predict=1, temperature=temperature, seed=seed, spec=bool(spec), k=k,
+                        accept_rule=accept_rule, stop_at_eos=not ignore_eos, drafter=drafter,
+                        drafter_options=drafter_options or {}, draft_p_min=draft_p_min,
+                        prefix_cache=bool(prefix_cache), synthetic=synthetic,
+                        draft_shape=draft_shape if spec else None, spec_policy=spec_policy if spec else None)
+    label_ids: dict[str, int] = {}
     raw = engine._core.serve(
         arrival_ms=[r.arrival_s * 1000.0 for r in requests], prompts=[list(r.prompt) for r in requests],
-        n_predict=[int(r.output_len) for r in requests], max_concurrency=max_concurrency,
-        virtual_clock=bool(virtual_clock), temperature=float(temperature), seed=int(seed), spec=bool(spec),
-        k=int(k), accept_rule=accept_rule, stop_at_eog=not ignore_eos, drafter=drafter,
-        drafter_options=checked_drafter_options(drafter, drafter_options), draft_p_min=check_draft_p_min(draft_p_min),
-        prefix_cache=bool(prefix_cache), synthetic=synthetic_probabilities(synthetic, int(k), bool(spec)),
-        **(shape.core_args() if spec else DraftShape().core_args()))
+        n_predict=[int(r.output_len) for r in requests],
+        labels=[label_ids.setdefault(r.label, len(label_ids)) for r in requests],
+        max_concurrency=max_concurrency, virtual_clock=bool(virtual_clock), params=decode.core_params())
     metrics = [serve_metrics.request_metrics(record) for record in raw["requests"]]
     return ServeRun(
         speculative=raw["speculative"], max_concurrency=raw["max_concurrency"], records=raw["requests"],

@@ -1,0 +1,371 @@
+// The spec policies (spec_policy.h). The adaptive one picks, every round, the draft lengths that
+// maximise the batch's expected emitted tokens per millisecond:
+//
+//   rate(k_1..k_n) = sum_s E_s(k_s) / (other + draft_step * max_s k_s + verify(sum_s (k_s + 1)))
+//
+// E_s(k) = 1 + sum_{j<=k} prod_{i<=j} a_{s,i}: the expected tokens a chain of k emits, from the
+// sequence's acceptance at each position given the earlier ones were kept (a_{s,i}: its own
+// counts, shrunk to the run's pooled estimate for its task label, itself shrunk to a prior).
+// verify(rows) is the target's decode time by rows in the batch, timed at start-up and refined
+// from every round; draft_step and other are running means of the round's own timers. The
+// search tries one k for the batch (0..k_max), then moves each sequence alone to its best k, so
+// one verify batch may hold sequences of different k and k = 0 (that sequence decodes one token).
+// A small optimism bonus on a_{s,i}, shrinking with the rounds behind it, lets a sequence that
+// was switched off on few rounds draft again; a sequence switched off by the cost stays off.
+#include "spec_policy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace specnative {
+
+namespace {
+
+constexpr double kOptimism = 0.3;   // the bonus on an acceptance estimate behind w pseudo-rounds
+constexpr double kCostWeight = 0.3; // a new verify timing's weight in its row count's running mean
+constexpr double kStepWeight = 0.2; // a new round's weight in the draft step's and the rest's means
+constexpr double kWarmRounds = 16;  // a task label's first sequence-rounds draft the run's k
+constexpr int kFirstGap = 8;        // rounds at k = 0 before a sequence's first probe
+constexpr int kMaxGap = 256;
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+class StaticPolicy final : public SpecPolicy {
+public:
+    bool is_static() const override { return true; }
+
+protected:
+    void cap(std::vector<Engine::Sequence>&, std::vector<int>&, int) override {}
+};
+
+class ByBatchPolicy final : public SpecPolicy {
+public:
+    explicit ByBatchPolicy(std::vector<PolicyBand> schedule) : schedule_(std::move(schedule)) {}
+
+protected:
+    void cap(std::vector<Engine::Sequence>&, std::vector<int>& budget, int decoding) override {
+        for (const PolicyBand& band : schedule_) {
+            if (decoding < band.lo || decoding > band.hi) continue;
+            for (int& b : budget) {
+                if (b >= 0) b = std::min(b, band.k);
+            }
+            return;
+        }
+    }
+
+private:
+    std::vector<PolicyBand> schedule_;
+};
+
+// The target's decode time (ms) by rows in the batch: timed points, linear in between, the
+// nearest two points' slope beyond them.
+class RowCost {
+public:
+    explicit RowCost(int max_rows) : ms_(static_cast<size_t>(max_rows) + 1, -1.0) {}
+
+    void observe(int rows, double ms, double weight) {
+        if (rows < 1 || rows >= static_cast<int>(ms_.size()) || !(ms >= 0)) return;
+        double& m = ms_[rows];
+        m = m < 0 ? ms : (1 - weight) * m + weight * ms;
+    }
+
+    double at(int rows) const {
+        const int n = static_cast<int>(ms_.size());
+        int lo = std::min(rows, n - 1), hi = std::max(rows, 1);
+        while (lo >= 1 && ms_[lo] < 0) --lo;
+        while (hi < n && ms_[hi] < 0) ++hi;
+        if (lo >= 1 && lo == rows) return ms_[lo];
+        if (lo >= 1 && hi < n) return ms_[lo] + (ms_[hi] - ms_[lo]) * (rows - lo) / double(hi - lo);
+        if (lo < 1 && hi >= n) return std::numeric_limits<double>::quiet_NaN();  // nothing timed
+        const int a = lo >= 1 ? lo : hi;  // the timed point nearest `rows`, then the next one away
+        int b = lo >= 1 ? a - 1 : a + 1;
+        while (b >= 1 && b < n && ms_[b] < 0) b += lo >= 1 ? -1 : 1;
+        const double slope = b >= 1 && b < n ? std::max(0.0, (ms_[a] - ms_[b]) / double(a - b)) : 0.0;
+        return std::max(0.0, ms_[a] + slope * (rows - a));
+    }
+
+private:
+    std::vector<double> ms_;  // -1: not timed
+};
+
+struct Tally {
+    std::vector<double> reached, kept;  // [k]: rounds whose walk reached position i+1, and kept it
+    void reset(int k) {
+        reached.assign(k, 0.0);
+        kept.assign(k, 0.0);
+    }
+};
+
+class AdaptivePolicy final : public SpecPolicy {
+public:
+    AdaptivePolicy(const PolicyParams& p, int k_max, int n_slots)
+        : p_(p), k_(k_max), idle_(n_slots, 0), gap_(n_slots, kFirstGap), own_(n_slots), key_(n_slots, std::numeric_limits<uint64_t>::max()),
+          snap_drafted_(n_slots, 0), snap_accepted_(n_slots, 0), cost_(n_slots * (k_max + 1)), expect_(n_slots) {}
+
+    void start(Engine::Context& t, const std::vector<Engine::Sequence>& seqs) override;
+    void observe(const std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget,
+                 const RoundCost& cost) override;
+
+protected:
+    void cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) override;
+
+private:
+    Tally& pooled(int label) {
+        Tally& t = pooled_[label];
+        if (t.reached.empty()) t.reset(k_);
+        return t;
+    }
+    double acceptance(const Tally& own, const Tally& pool, int i) const {
+        const double w = p_.prior_weight;
+        const double a_pool = (pool.kept[i] + w * p_.prior_alpha) / (pool.reached[i] + w);
+        const double a = (own.kept[i] + w * a_pool) / (own.reached[i] + w);
+        return std::min(1.0, a + kOptimism * std::sqrt(w / (own.reached[i] + w)) * std::sqrt(a * (1 - a)));
+    }
+    void explore(int s, int& k, int budget);
+
+    PolicyParams p_;
+    int k_;
+    std::vector<int> idle_, gap_;  // by slot: rounds at k = 0 in a row, and the rounds before a probe
+    std::vector<Tally> own_;       // by slot: the sequence it holds now
+    std::vector<uint64_t> key_;    // by slot: that sequence's key (a new key: a new request)
+    std::map<int, Tally> pooled_;  // by task label: every sequence of the run so far
+    std::vector<int64_t> snap_drafted_, snap_accepted_;  // by slot: counts before the round
+    RowCost cost_;
+    double draft_step_ms_ = 0, other_ms_ = 0;
+    bool warm_ = false;  // a round was observed: its draft and other costs are known
+    std::vector<std::vector<double>> expect_;  // scratch: E_s(0..k)
+};
+
+// Times one target decode of m rows on each of the first n anchors (sequence id, position, token)
+// and rolls every anchor's cache back; the caches are as before.
+double time_rows(Engine::Context& t, const std::vector<std::tuple<int, int32_t, int32_t>>& anchors, int n, int m) {
+    t.clear_batch();
+    for (int a = 0; a < n; ++a) {
+        const auto& [id, pos, token] = anchors[a];
+        for (int i = 0; i < m; ++i) t.add(token, pos + i, id, true);
+    }
+    const auto begin = std::chrono::steady_clock::now();
+    t.decode("spec policy's cost curve");  // synchronizes
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
+    for (int a = 0; a < n; ++a) t.remove_from(std::get<0>(anchors[a]), std::get<1>(anchors[a]));
+    return ms;
+}
+
+// The row counts a round can verify, timed: one sequence with 1..k+1 rows, every sequence with
+// m = 1..k+1 rows each. generate(): at the prompts' ends; serve(): on the empty slots from
+// position 0 (a prior only: every round refines it at the context it has).
+void AdaptivePolicy::start(Engine::Context& t, const std::vector<Engine::Sequence>& seqs) {
+    std::vector<std::tuple<int, int32_t, int32_t>> anchors;
+    for (const auto& seq : seqs) {
+        if (!seq.done && !seq.out.empty()) anchors.emplace_back(seq.id, seq.n_past_target, seq.pending());
+    }
+    if (anchors.empty()) {
+        for (int s = 0; s < static_cast<int>(own_.size()); ++s) anchors.emplace_back(s, 0, 0);
+    }
+    const int n = static_cast<int>(anchors.size());
+    std::vector<std::pair<int, int>> shapes;  // (sequences, rows each)
+    for (int m = 1; m <= k_ + 1; ++m) shapes.emplace_back(1, m);
+    for (int m = 1; n > 1 && m <= k_ + 1; ++m) shapes.emplace_back(n, m);
+    std::vector<std::vector<double>> times(shapes.size());
+    for (int r = 0; r <= p_.calibrate_repeats; ++r) {  // the first pass (allocations) is not kept
+        for (size_t i = 0; i < shapes.size(); ++i) {
+            const auto [seqs_n, m] = shapes[i];
+            if (seqs_n * m > t.n_batch) continue;
+            const double ms = time_rows(t, anchors, seqs_n, m);
+            if (r > 0) times[i].push_back(ms);
+        }
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+        if (!times[i].empty()) cost_.observe(shapes[i].first * shapes[i].second, median_of(times[i]), 1.0);
+    }
+}
+
+void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int /*decoding*/) {
+    const int n = static_cast<int>(seqs.size());
+    int k_top = 0;
+    for (int s = 0; s < n; ++s) {
+        if (budget[s] < 0) continue;
+        if (key_[s] != seqs[s].key) {  // a new sequence in the slot: its own counts start at 0
+            key_[s] = seqs[s].key;
+            own_[s].reset(k_);
+            idle_[s] = 0;
+            gap_[s] = kFirstGap;
+        }
+        snap_drafted_[s] = seqs[s].counts.drafted;
+        snap_accepted_[s] = seqs[s].counts.accepted;
+        k_top = std::max(k_top, budget[s]);
+    }
+    if (!warm_ || k_top == 0) return;  // the first round drafts k: its costs are observed first
+    std::vector<double> acceptance(k_);
+    for (int s = 0; s < n; ++s) {
+        if (budget[s] < 0) continue;
+        const Tally& pool = pooled(seqs[s].label);
+        for (int i = 0; i < k_; ++i) acceptance[i] = this->acceptance(own_[s], pool, i);
+        expect_[s] = expected_tokens(acceptance);
+    }
+    std::vector<int> ks = best_lengths(expect_, budget, [this](int rows, int depth) {
+        return other_ms_ + draft_step_ms_ * depth + cost_.at(rows);
+    });
+    for (int s = 0; s < n; ++s) {
+        if (budget[s] < 0) continue;
+        if (pooled(seqs[s].label).reached[0] < kWarmRounds) ks[s] = budget[s];  // the label's first rounds
+        explore(s, ks[s], budget[s]);
+        budget[s] = ks[s];
+    }
+}
+
+// A sequence the search keeps at k = 0 learns nothing more of its acceptance: after gap_[s] such
+// rounds in a row it drafts one token, and the gap doubles (up to kMaxGap) until the search itself
+// drafts for it again. A probe costs a draft step and a row; where the draft is as dear as the
+// target and always right, it emits two tokens for about two steps' cost, so it costs nothing.
+void AdaptivePolicy::explore(int s, int& k, int budget) {
+    if (k > 0 || budget == 0) {
+        idle_[s] = 0;
+        if (k > 0) gap_[s] = kFirstGap;
+        return;
+    }
+    if (++idle_[s] < gap_[s]) return;
+    k = 1;
+    idle_[s] = 0;
+    gap_[s] = std::min(2 * gap_[s], kMaxGap);
+}
+
+void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget,
+                             const RoundCost& cost) {
+    int depth = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        if (budget[s] < 0) continue;
+        const int drafted = static_cast<int>(seqs[s].counts.drafted - snap_drafted_[s]);
+        const int accepted = static_cast<int>(seqs[s].counts.accepted - snap_accepted_[s]);
+        depth = std::max(depth, drafted);
+        Tally& own = own_[s];
+        Tally& pool = pooled(seqs[s].label);
+        const int reached = std::min(std::min(accepted + 1, drafted), k_);
+        for (int i = 0; i < reached; ++i) {
+            own.reached[i] += 1;
+            pool.reached[i] += 1;
+            if (i < accepted) {
+                own.kept[i] += 1;
+                pool.kept[i] += 1;
+            }
+        }
+    }
+    if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight);
+    const double w = warm_ ? kStepWeight : 1.0;
+    if (depth > 0) draft_step_ms_ = (1 - w) * draft_step_ms_ + w * cost.draft_ms / depth;
+    other_ms_ = (1 - w) * other_ms_ + w * cost.other_ms;
+    warm_ = true;
+}
+
+}  // namespace
+
+std::vector<double> expected_tokens(const std::vector<double>& acceptance) {
+    std::vector<double> e(acceptance.size() + 1, 1.0);
+    double reach = 1.0;
+    for (size_t i = 0; i < acceptance.size(); ++i) {
+        reach *= acceptance[i];
+        e[i + 1] = e[i] + reach;
+    }
+    return e;
+}
+
+// One k for the batch first (0..the largest budget), then each sequence alone to its best k with
+// the others held. Returns 0 for a sequence that does not decode; the budgets where no cost is
+// known (NaN).
+std::vector<int> best_lengths(const std::vector<std::vector<double>>& expect, const std::vector<int>& budget,
+                              const std::function<double(int rows, int depth)>& cost_ms) {
+    const size_t n = budget.size();
+    std::vector<int> ks(n, 0);
+    const auto rate = [&] {
+        double tokens = 0;
+        int rows = 0, depth = 0;
+        for (size_t s = 0; s < n; ++s) {
+            if (budget[s] < 0) continue;
+            tokens += expect[s][ks[s]];
+            rows += ks[s] + 1;
+            depth = std::max(depth, ks[s]);
+        }
+        return tokens / cost_ms(rows, depth);
+    };
+    const int k_top = *std::max_element(budget.begin(), budget.end());
+    double best = -1;
+    int best_k = 0;
+    for (int k = 0; k <= k_top; ++k) {
+        for (size_t s = 0; s < n; ++s) ks[s] = budget[s] < 0 ? 0 : std::min(k, budget[s]);
+        const double r = rate();
+        if (r > best) best = r, best_k = k;
+    }
+    if (!(best > 0)) {  // no cost known
+        for (size_t s = 0; s < n; ++s) ks[s] = std::max(budget[s], 0);
+        return ks;
+    }
+    for (size_t s = 0; s < n; ++s) ks[s] = budget[s] < 0 ? 0 : std::min(best_k, budget[s]);
+    for (size_t s = 0; s < n; ++s) {
+        if (budget[s] < 0) continue;
+        int keep = ks[s];
+        for (int k = 0; k <= budget[s]; ++k) {
+            ks[s] = k;
+            const double r = rate();
+            if (r > best) best = r, keep = k;
+        }
+        ks[s] = keep;
+    }
+    return ks;
+}
+
+void SpecPolicy::decide(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) {
+    cap(seqs, budget, decoding);
+    for (size_t s = 0; s < seqs.size(); ++s) {
+        std::vector<int64_t>& hist = seqs[s].counts.k_chosen_hist;
+        if (budget[s] >= 0 && !hist.empty()) hist[std::min<size_t>(budget[s], hist.size() - 1)] += 1;
+    }
+}
+
+std::unique_ptr<SpecPolicy> make_policy(const PolicyParams& params, int k_max, int n_slots) {
+    switch (params.kind) {
+        case PolicyParams::Kind::by_batch: return std::make_unique<ByBatchPolicy>(params.schedule);
+        case PolicyParams::Kind::adaptive: return std::make_unique<AdaptivePolicy>(params, k_max, n_slots);
+        default: return std::make_unique<StaticPolicy>();
+    }
+}
+
+void check_policy(const PolicyParams& p, int k_max, bool tree) {
+    if (p.kind == PolicyParams::Kind::static_k) return;
+    if (tree) {
+        throw std::invalid_argument("a spec policy other than static applies to chains: a draft tree drafts its "
+                                    "whole shape every round");
+    }
+    if (p.kind == PolicyParams::Kind::by_batch) {
+        if (p.schedule.empty()) throw std::invalid_argument("the by-batch policy needs at least one [lo, hi, k] band");
+        for (const PolicyBand& b : p.schedule) {
+            const std::string band = "[" + std::to_string(b.lo) + ", " + std::to_string(b.hi) + ", " +
+                                     std::to_string(b.k) + "]";
+            if (b.lo < 1 || b.hi < b.lo) throw std::invalid_argument("by-batch band " + band + ": need 1 <= lo <= hi");
+            if (b.k < 0 || b.k > k_max) {
+                throw std::invalid_argument("by-batch band " + band + ": k must be in 0.." + std::to_string(k_max) +
+                                            " (the run's k is the most a round drafts)");
+            }
+        }
+        return;
+    }
+    if (!(p.prior_alpha >= 0.0 && p.prior_alpha <= 1.0)) {
+        throw std::invalid_argument("the adaptive policy's prior acceptance must be in [0, 1]");
+    }
+    if (!(p.prior_weight > 0.0) || !std::isfinite(p.prior_weight)) {
+        throw std::invalid_argument("the adaptive policy's prior weight must be a finite number > 0");
+    }
+    if (p.calibrate_repeats < 1) throw std::invalid_argument("the adaptive policy needs calibrate_repeats >= 1");
+}
+
+}  // namespace specnative
