@@ -89,7 +89,7 @@ def assert_lossless_verdict(engine, prompts, base_tokens, other_tokens, temperat
 
 # --- checks shared by several test files -----------------------------------------------------------
 # A speculative run's step buckets: disjoint phases of one clock (csrc/core/phase_clock.h).
-SPEC_PARTS = ("prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", "resample")
+SPEC_PARTS = ("prefill_target", "prefill_draft", "draft", "draft_ingest", "verify", "resample", "policy")
 
 
 def check_counts(result, k: int) -> None:
@@ -120,8 +120,9 @@ def check_spec_timers(result) -> None:
     assert t["draft"] > 0 and t["verify"] > 0
     parts = sum(t[p] for p in SPEC_PARTS)
     assert 0.99 * t["total"] <= parts <= 1.0001 * t["total"]  # only the clock's own calls are left out
-    assert result.round_ms == pytest.approx((t["draft"] + t["draft_ingest"] + t["verify"] + t["resample"])
-                                            / result.steps)
+    assert 0 <= t["policy_startup"] <= t["policy"]
+    assert result.round_ms == pytest.approx((t["draft"] + t["draft_ingest"] + t["verify"] + t["resample"]
+                                             + t["policy"] - t["policy_startup"]) / result.steps)
 
 
 @contextmanager

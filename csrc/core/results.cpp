@@ -41,8 +41,10 @@ double GenerateResult::token_accept_rate() const { return accept_rates(totals())
 double GenerateResult::mean_accept_len() const { return accept_rates(totals()).mean_accept_len; }
 
 double GenerateResult::round_ms() const {
-    return steps > 0 && speculative ? (times.draft + times.draft_ingest + times.verify + times.resample) / steps
-                                    : std::nan("");
+    // the spec policy's time in the rounds counts; its one-off start-up is not a round's
+    const double rounds_ms = times.draft + times.draft_ingest + times.verify + times.resample + times.policy -
+                             times.policy_startup;
+    return steps > 0 && speculative ? rounds_ms / steps : std::nan("");
 }
 
 double GenerateResult::step_ms() const {

@@ -203,7 +203,7 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
     clock.charge(r.times.prefill_draft);
     const std::unique_ptr<SpecPolicy> policy = make_policy(p.policy, p.k, n_seq);
     const bool steered = !policy->is_static();  // static: the policy only records k
-    if (steered) {
+    if (policy->measures_at_start()) {
         policy->start(t, seqs);
         clock.charge(r.times.policy);
         r.times.policy_startup = r.times.policy;

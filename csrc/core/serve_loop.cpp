@@ -199,7 +199,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     PhaseClock clock;
     const std::unique_ptr<SpecPolicy> policy = make_policy(p.policy, p.k, n_slots);
     const bool steered = p.spec && !policy->is_static();  // static: the policy only records k
-    if (steered) {  // before the serving clock starts: no request waits for it
+    if (p.spec && policy->measures_at_start()) {  // before the serving clock starts: no request waits for it
         policy->start(t, slots);
         clock.charge(r.times.policy);
         r.times.policy_startup = r.times.policy;

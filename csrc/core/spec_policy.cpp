@@ -114,6 +114,7 @@ public:
           snap_drafted_(n_slots, 0), snap_accepted_(n_slots, 0), cost_(n_slots * (k_max + 1)), expect_(n_slots) {}
 
     void start(Engine::Context& t, const std::vector<Engine::Sequence>& seqs) override;
+    bool measures_at_start() const override { return true; }
     void observe(const std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget,
                  const RoundCost& cost) override;
 

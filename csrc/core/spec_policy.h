@@ -33,6 +33,7 @@ public:
     // Once, before the first round, with the sequences that decode (generate) or none yet (serve):
     // an adaptive policy times the target's decode at the row counts it will choose between.
     virtual void start(Engine::Context& /*target*/, const std::vector<Engine::Sequence>& /*seqs*/) {}
+    virtual bool measures_at_start() const { return false; }
     // Caps budget[s] (>= 0: sequence s decodes this round) to its draft length for this round and
     // records it in the sequence's k_chosen_hist. `decoding`: sequences with budget >= 0.
     void decide(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding);
