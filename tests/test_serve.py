@@ -235,6 +235,19 @@ def test_serve_sweep_writes_rows_requests_and_the_crossover_report(noisy_pair, t
     advice = json.loads((out / "advice.json").read_text())
     assert set(advice["crossover"]) == {"output_throughput", "tpot_p50_ms", "tpot_p99_ms", "goodput", "ttft_p50_ms"}
     assert set(advice["k_by_batch_size"]) == {"1", "2"}
+    # the schedule in vLLM's form, which a replay takes as its spec policy
+    schedule = advice["by_batch_schedule"]
+    assert [size for lo, hi, _ in schedule for size in range(lo, hi + 1)] == [1, 2]
+    assert {str(size): k for lo, hi, k in schedule for size in range(lo, hi + 1)} == advice["k_by_batch_size"]
+    again = tmp_path / "replayed"
+    assert main([*argv[:-1], str(again), "--request-rate", "inf", "-r", "1",
+                 "--spec-policy", f"by-batch:{out / 'advice.json'}"]) == 0
+    replay_rows = schema.read_traces(again / "traces.csv")
+    replay_on = replay_rows[replay_rows["spec_decode"] == "on"]
+    assert replay_on["spec_policy"].tolist() == [f"by-batch:{json.dumps(schedule, separators=(',', ':'))}"]
+    hist = [int(h) for h in replay_on["k_chosen_hist"].iloc[0].split(";")]
+    assert len(hist) == 4 and replay_rows["lossless_ok"].all()
+    assert json.loads((again / "provenance.json").read_text())["serve"]["spec_policy"] == replay_on["spec_policy"].iloc[0]
     replayed = arrivals.read_trace(out / "trace_files" / "rate=50-seed=1.jsonl")
     assert len(replayed) == 4 and all(r.output_len == 6 for r in replayed)
     from specnative.serving.runner import trace_sha256

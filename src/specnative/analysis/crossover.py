@@ -163,6 +163,18 @@ def k_by_batch_size(bands: list[dict], k, threshold, max_conc: int) -> dict:
     return {str(size): (k if pays(size) else 0) for size in range(1, max_conc + 1)}
 
 
+def by_batch_schedule(k_by_batch: dict) -> list[list[int]]:
+    """k_by_batch_size ({size: k}) as bands of equal k, in vLLM's [[lo, hi, k], ...] form: what
+    `serve --spec-policy by-batch:RUN/advice.json` replays."""
+    bands: list[list[int]] = []
+    for size, k in sorted((int(size), int(k)) for size, k in k_by_batch.items()):
+        if bands and bands[-1][2] == k and bands[-1][1] == size - 1:
+            bands[-1][1] = size
+        else:
+            bands.append([size, size, k])
+    return bands
+
+
 def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> dict:
     """Deployable advice per load band (band_verdict): llama-server flags per band, a vLLM
     disable_by_batch_size-style threshold (speculation off once this many requests run: the
@@ -205,6 +217,11 @@ def advice(traces: pd.DataFrame, table: pd.DataFrame, level: float = 0.95) -> di
                                       "band where it is off, rounded down (at least 1); null: on or within noise "
                                       "at every measured load",
         "k_by_batch_size": k_by_batch,
+        "by_batch_schedule": by_batch_schedule(k_by_batch) if k is not None else [],
+        "by_batch_schedule_note": "k_by_batch_size as [[lo, hi, k], ...] bands (vLLM's form): `specnative serve "
+                                  "--spec-policy by-batch:RUN/advice.json` replays it",
+        "spec_policy": (str(on["spec_policy"].dropna().iloc[0]) if "spec_policy" in on and on["spec_policy"].notna().any()
+                        else "static"),
         "k_by_batch_size_note": f"k={k} (the only k measured) where speculation pays at that batch size (the "
                                 f"busiest band whose mean occupancy is at most it has verdict on), 0 where that "
                                 f"band is off or within noise (nothing measured pays for the draft there) and "

@@ -294,6 +294,14 @@ COLUMNS: tuple[Column, ...] = (
            "token comes on top) (on rows)"),
     Column("accept_at_rank", "str", "draft trees: by sibling rank 0, 1, ... (draw order), the share of the walk's "
            "visits to a node with a child of that rank that moved on to it, ';'-separated (on rows)"),
+    Column("spec_policy", "str", "how many tokens each sequence drafts per round: static (k every round), adaptive, "
+           "or by-batch:[[lo,hi,k],...] (docs/adaptive.md; on rows)"),
+    Column("k_chosen_hist", "str", "sequence-rounds the spec policy allowed 0..k drafts, ';'-separated (on rows)"),
+    Column("k0_share", "float", "share of sequence-rounds the spec policy allowed no draft (k = 0: one token, as a "
+           "baseline step; on rows)"),
+    Column("policy_ms_per_round", "float", "the spec policy's own time per round, ms (its start-up apart; on rows)"),
+    Column("policy_startup_ms", "float", "the adaptive policy's start-up timing of the target's verify by rows, ms "
+           "(on rows)"),
 )
 
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
@@ -307,7 +315,7 @@ DRAFT_ONLY: tuple[str, ...] = (
     "verify_ms_by_len", "draft_ms_per_pos", "predicted_speedup_by_k", "recommended_k", "recommended_speedup",
     "check_k", "check_k_speedup", "draft_p_min", "draft_ingest_ms", "settings_step_ms", "settings_step_cost",
     "drafter_kind", "synthetic_acceptance", "synthetic_rates", "synthetic_alpha", "draft_shape", "nodes_per_round",
-    "accept_at_rank")
+    "accept_at_rank", "spec_policy", "k_chosen_hist", "k0_share", "policy_ms_per_round", "policy_startup_ms")
 PANDAS_DTYPES = {"int": "Int64", "float": "float64", "str": "string", "bool": "boolean"}
 
 

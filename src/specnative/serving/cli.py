@@ -13,7 +13,7 @@ import math
 import sys
 from pathlib import Path
 
-from specnative.engine import drafter_name, native, parse_draft_shape
+from specnative.engine import drafter_name, native, parse_draft_shape, parse_spec_policy
 from specnative.serving import arrivals, checks, vllm_result
 from specnative.serving import metrics as serve_metrics
 from specnative.serving.report import write_report
@@ -68,6 +68,12 @@ def add_serving_flags(p: argparse.ArgumentParser) -> None:
                          help="what the on runs draft: chain (-k tokens) or one draft tree verified in one batch, "
                               "e.g. tree:topk=4,depth=5,budget=8 (its node budget is then k; the draft model or "
                               "an EAGLE-3 head; docs/trees.md)")
+    serving.add_argument("--spec-policy", type=one_spec_policy, default="static",
+                         metavar="static|adaptive|by-batch:...",
+                         help="how many tokens each request drafts per round: static (-k every round), adaptive "
+                              "(chosen every round from the measured verify cost and each request's acceptance), "
+                              "by-batch:[[lo,hi,k],...] or by-batch:RUN/advice.json (a load sweep's schedule); "
+                              "-k is the most a round drafts (docs/adaptive.md)")
     serving.add_argument("--save-result", action="store_true",
                          help="also write each level's `vllm bench serve` result as its own JSON file, named as "
                               "vLLM names them, in --result-dir (vllm_results.jsonl, one result a line, is always "
@@ -88,11 +94,21 @@ def one_draft_shape(text: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def one_spec_policy(text: str) -> str:
+    """--spec-policy: one policy, as its spelling in traces.csv (a schedule inline, not its file)."""
+    try:
+        return parse_spec_policy(text).text
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def tree_problems(args) -> list[str]:
     """Where serve cannot run a draft tree: one line each."""
     if not parse_draft_shape(args.draft_shape).is_tree:
         return []
     errors = []  # the drafter: options.config_from_args checks it for sweep and serve alike
+    if args.spec_policy != "static":
+        errors.append("--spec-policy: a draft tree drafts its whole shape every round; a policy applies to chains")
     if any(args.prefix_cache):
         errors.append("--draft-shape: a slot's branches take the sequence ids the prefix cache keeps its prefix "
                       "in: use --prefix-cache off with a draft tree")
@@ -205,7 +221,7 @@ def config_from(spec: RunSpec, args, trace: list | None = None) -> ServeConfig:
         max_concurrency=args.max_concurrency,
         n_requests=len(trace) if trace is not None else (args.num_requests or DEFAULT_REQUESTS),
         burstiness=math.nan if trace is not None else (args.burstiness or DEFAULT_BURSTINESS),
-        repeats=spec.measure.repeats, draft_shape=args.draft_shape,
+        repeats=spec.measure.repeats, draft_shape=args.draft_shape, spec_policy=args.spec_policy,
         k=parse_draft_shape(args.draft_shape).budget or drafting.ks[0], drafter=drafter,
         drafter_options=drafting.drafter_options if drafter != "model" else {},
         temperature=decoding.temperatures[0], accept_rule=decoding.accept_rule, n_predict=decoding.n_predict,
@@ -223,7 +239,8 @@ def describe(cfg: ServeConfig) -> str:
     """What the run will do, as it applies it (a --trace file's own contents)."""
     head = (f"specnative serve -> {cfg.out_dir}\n  target {cfg.target.name}, draft "
             f"{cfg.draft.name if cfg.draft else '-'}, drafter {cfg.drafter}, "
-            f"{cfg.draft_shape if cfg.draft_shape != 'chain' else f'k {cfg.k}'}, T {cfg.temperature:g} "
+            f"{cfg.draft_shape if cfg.draft_shape != 'chain' else f'k {cfg.k}'}"
+            f"{f', policy {cfg.spec_policy}' if cfg.spec_policy != 'static' else ''}, T {cfg.temperature:g} "
             f"({cfg.accept_rule}), max concurrency {cfg.max_concurrency}")
     if cfg.trace is not None:
         t = checks.trace_summary(cfg.trace)

@@ -32,7 +32,7 @@ from specnative.engine import DraftShape, Engine, drafter_options_text, parse_dr
 from specnative.record import database, rundir, schema
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.run import hidden_drafters, workloads
-from specnative.run.row_columns import synthetic_columns, tree_count_columns
+from specnative.run.row_columns import policy_columns, synthetic_columns, tree_count_columns
 from specnative.serving import arrivals, checks
 from specnative.serving.arrivals import Request
 from specnative.serving.loop import ServeRun, serve
@@ -86,6 +86,8 @@ class ServeConfig:
     # --draft-shape: what the on runs draft: "chain" (k tokens) or a draft tree's spelling (docs/trees.md; k is
     # then its node budget)
     draft_shape: str = "chain"
+    # --spec-policy: how many tokens each request drafts per round (engine/spec_policy.py; static: k every round)
+    spec_policy: str = "static"
     # --synthetic-acceptance: profiles (specnative.engine.synthetic) replayed spec on beside each level, drafts
     # kept at random at that acceptance (rows with verdict "synthetic", paired with the level's off run)
     synthetic: list = field(default_factory=list)
@@ -156,6 +158,7 @@ def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: 
                     "accept_len_hist": ";".join(str(int(h)) for h in totals["accept_len_hist"])})
         if shape_of(cfg).is_tree:
             row.update(tree_count_columns(cfg.draft_shape, totals))
+        row.update(policy_columns(cfg.spec_policy, totals, t, run.decode_steps))
     else:
         row["step_ms"] = run.iteration_ms
     return row
@@ -253,7 +256,8 @@ def replay(engine, trace: list[Request], cfg: ServeConfig, spec: bool, accept_ru
                  temperature=cfg.temperature, seed=cfg.seed, accept_rule=accept_rule or cfg.accept_rule,
                  drafter=cfg.drafter, drafter_options=cfg.drafter_options or None, slo=cfg.slo,
                  prefix_cache=prefix_cache, synthetic=synthetic,
-                 draft_shape=cfg.draft_shape if shape_of(cfg).is_tree and synthetic is None else None)
+                 draft_shape=cfg.draft_shape if shape_of(cfg).is_tree and synthetic is None else None,
+                 spec_policy=cfg.spec_policy if synthetic is None else None)
 
 
 def verdict_columns(engine, trace, run: ServeRun, cfg: ServeConfig) -> dict:
@@ -290,6 +294,8 @@ def level_cell_ids(cfg: ServeConfig, rate: float, seed: int) -> list[str]:
     base = f"serve/rate={arrivals.rate_label(rate)}/seed={seed}/np={cfg.max_concurrency}/k={cfg.k}/{cfg.drafter}"
     if shape_of(cfg).is_tree:
         base += f"/shape={cfg.draft_shape}"
+    if cfg.spec_policy != "static":
+        base += f"/policy={cfg.spec_policy}"
     if cfg.ctx_len:
         base += f"/ctx={cfg.ctx_len}"
     return ([base + ("/prefix=on" if prefix else "") + f"/{spec}" for prefix in cfg.prefix_caches for spec in ("off", "on")]
@@ -330,6 +336,8 @@ def serve_record(cfg: ServeConfig, replays: list) -> dict:
         record["synthetic_acceptance"] = [p.text for p in cfg.synthetic]
     if shape_of(cfg).is_tree:  # likewise
         record["draft_shape"] = cfg.draft_shape
+    if cfg.spec_policy != "static":  # likewise
+        record["spec_policy"] = cfg.spec_policy
     return record
 
 
