@@ -3,8 +3,8 @@
 # build only the small extension against llama.cpp/ggml-cuda libraries compiled beforehand on a
 # machine with nvcc, then run the test suite with every layer offloaded, a short sweep, the
 # timer coverage per row and the peer table (llama-bench, llama-speculative-simple, -ngl 99), the
-# CUDA model's first test (llama-bench pp1..16 and tg128 beside project --bench), specnative bench and
-# serve's results in vllm bench serve's names.
+# CUDA model's first test (llama-bench pp1..16 and tg128 beside project --bench), specnative bench,
+# serve's results in vllm bench serve's names and the spec policies (static, adaptive, by-batch).
 #
 #   here, once:   bash bench/build_cuda.sh                (sm_90 libraries; long on 2 cores)
 #   here:         bash bench/prepare_device_carry.sh      (fills .carry/, checks the 64 MiB limit)
@@ -236,6 +236,14 @@ timeout "$T_CELL" "$PYTHON" -m specnative bench -m "$TINY_Q4" -md "$TINY_DRAFT" 
 timeout "$T_CELL" "$PYTHON" -m specnative serve --preset tiny --request-rate 8,inf --max-concurrency 4 --num-requests 8 \
   -n 16 -r 1 -ngl -1 -fa "$FA" --save-result -o "$RESULTS/serve-vllm-names" | tail -4 || echo "serve exit $?"
 head -c 1500 "$RESULTS/serve-vllm-names/vllm_results.jsonl" 2>/dev/null; echo
+pack
+
+step "spec policies on the GPU: serve with adaptive and by-batch beside static (the verify cost curve by rows, where the kernels switch), -ngl -1"
+for POLICY in static adaptive "by-batch:[[1,2,8],[3,8,2]]"; do
+  timeout "$T_CELL" "$PYTHON" -m specnative serve --preset tiny -k 8 --spec-policy "$POLICY" --request-rate 8,inf \
+    --max-concurrency 4 --num-requests 8 -n 24 -r 1 -ngl -1 -fa "$FA" -o "$RESULTS/serve-policy-${POLICY%%:*}" \
+    | tail -3 || echo "serve --spec-policy $POLICY exit $?"
+done
 pack
 
 step "pack results"
