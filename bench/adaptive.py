@@ -15,10 +15,10 @@ Per (pair, workload, metric) comparison.csv holds adaptive's paired ratio to the
 configuration (the one with the best median on that metric; "static" counts off and by-batch), its
 95 % interval (geometric mean of the per-repeat ratios, t interval on their logs) and a decision:
 better (interval above 1 and the ratio above 1.01), worse (below 1 and 0.99) or tie. Ratios are oriented so that > 1 is better:
-throughput and goodput adaptive / best, latencies best / adaptive. Every configuration's outputs
+throughput and goodput adaptive / best, latencies best / adaptive. By-batch's and adaptive's outputs
 get the greedy lossless verdict on the first repeat.
 
-    python bench/adaptive.py -o bench/results/adaptive            # tiny, gemma-self, gemma-ngram
+    python bench/adaptive.py -r 4 -n 32 -o bench/results/adaptive   # tiny, tiny-noisy, gemma-self, gemma-ngram
     python bench/adaptive.py --pairs tiny -r 3 -n 32 -o /tmp/x    # a quick look
 """
 from __future__ import annotations
@@ -28,6 +28,7 @@ import csv
 import dataclasses
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -40,6 +41,7 @@ from peerkit.common import WORK, busy_cores, git_rev, log  # noqa: E402
 from specnative import DecodeSpec, Engine, lossless  # noqa: E402
 from specnative.analysis import stats  # noqa: E402
 from specnative.engine import decoding_ms  # noqa: E402
+from specnative.record.provenance import cpu_model  # noqa: E402
 from specnative.run.workloads.suite import SEQUENCE_PROMPTS  # noqa: E402
 from specnative.serving import metrics as serve_metrics  # noqa: E402
 from specnative.serving.arrivals import Request  # noqa: E402
@@ -50,6 +52,7 @@ STATIC = {"off": None, "k2": 2, "k4": 4, "k8": 8}
 # Within 1 % is a tie whatever the interval: an open-loop trace's throughput is its arrivals' (every
 # configuration finishes within a few ms of the others), so its intervals are a few parts in 10^4 wide.
 MARGIN = 0.01
+POLICIES = ("by-batch", "adaptive")  # judged on the first repeat (the static chains: by the suite and sweeps)
 K_MAX = 8
 CONCURRENCIES = (1, 2, 4, 8)
 METRICS = {  # name: (the run's value, higher is better)
@@ -72,6 +75,12 @@ def pairs(names: list[str]) -> list[dict]:
             out.append({"name": name, "title": "tiny deep (2+30 layers, f32) / its 2-layer draft", "target": target,
                         "draft": draft, "drafter": "model"})
             continue
+        if name == "tiny-noisy":
+            from specnative.models import tiny_pair
+            target, draft = tiny_pair(WORK / "models", "noisy", noise=0.05, extra_layers=30)
+            out.append({"name": name, "title": "tiny deep (2+30 layers, f32) / a 2-layer draft with 5 % weight "
+                        "noise (pays at low load only)", "target": target, "draft": draft, "drafter": "model"})
+            continue
         from specnative.models.presets import gemma_files
         files = gemma_files()
         if name == "gemma-self":
@@ -84,7 +93,8 @@ def pairs(names: list[str]) -> list[dict]:
             out.append({"name": name, "title": "Gemma 3 270M Q8_0 / Q4_K_M draft", "target": files["Q8_0"],
                         "draft": files["Q4_K_M"], "drafter": "model"})
         else:
-            raise SystemExit(f"error: unknown pair {name!r} (tiny, gemma-self, gemma-ngram, gemma-draft)")
+            raise SystemExit(f"error: unknown pair {name!r} (tiny, tiny-noisy, gemma-self, gemma-ngram, "
+                             f"gemma-draft)")
     return out
 
 
@@ -137,7 +147,7 @@ def closed_loop(engine, pair, prompts, n: int, repeats: int, rows: list, verdict
                 rows.append(row)
                 if config == "off" and base_tokens is None:
                     base_tokens = res.tokens
-                if r == 0 and config != "off":
+                if r == 0 and config in POLICIES:
                     verdicts.append({"pair": pair["name"], "workload": f"closed-c{conc}", "config": config,
                                      **closed_verdict(engine, chosen, base_tokens, res.tokens, spec)})
         medians = {c: statistics.median(v) for c, v in tps.items() if c != "adaptive"}
@@ -178,8 +188,18 @@ def traces(engine, n: int) -> dict:
             for name, items in (("burst", burst), ("ramp", ramp), ("mixed", mixed))}
 
 
+def served_verdict(engine, trace, run, off_tokens, k: int) -> dict:
+    """Identical tokens to the off replay of the same trace: exact; otherwise the serving verdict
+    (each request decoded alone, the noise control)."""
+    if off_tokens is not None and all(list(a) == b for a, b in zip(run.tokens, off_tokens)):
+        return {"verdict": lossless.EXACT, "reason": "identical tokens to the off replay"}
+    v = serving_verdict(engine, trace, run.tokens, k)
+    return {"verdict": v.verdict, "reason": v.reason}
+
+
 def serve_traces(engine, pair, trace_set, n: int, repeats: int, schedule, slo, rows, verdicts) -> None:
     configs = ["off", "k2", "k4", "k8", "by-batch", "adaptive"]
+    off_tokens: dict = {}
     for name, trace in trace_set.items():
         for r in range(repeats):
             for config in rotation(configs, r):
@@ -195,10 +215,11 @@ def serve_traces(engine, pair, trace_set, n: int, repeats: int, schedule, slo, r
                     row["policy_share"] = policy_share(run.times, run.decode_steps, run.iteration_ms)
                     row["alpha"] = run.draft_accept_rate
                 rows.append(row)
-                if r == 0:
-                    v = serving_verdict(engine, trace, run.tokens, spec.k if spec else 4)
+                if config == "off" and name not in off_tokens:
+                    off_tokens[name] = [list(t) for t in run.tokens]
+                if r == 0 and config in POLICIES:
                     verdicts.append({"pair": pair["name"], "workload": name, "config": config,
-                                     "verdict": v.verdict, "reason": v.reason})
+                                     **served_verdict(engine, trace, run, off_tokens.get(name), spec.k)})
             log(f"  {pair['name']} {name} repeat {r}: done")
 
 
@@ -235,7 +256,7 @@ def comparison(rows: list, level: float = 0.95) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pairs", default="tiny,gemma-self,gemma-ngram")
+    ap.add_argument("--pairs", default="tiny,tiny-noisy,gemma-self,gemma-ngram")
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("-n", "--n-predict", type=int, default=48)
     ap.add_argument("-t", "--threads", type=int, default=2)
@@ -270,7 +291,7 @@ def main(argv=None) -> int:
         w.writerows(rows)
     (a.out / "run.json").write_text(json.dumps({
         "command": "python bench/adaptive.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": git_rev(), "started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_rev(), "host": f"{cpu_model()}, {os.cpu_count()} cores, {a.threads} threads", "started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "busy_cores_at_start": round(load, 2), "by_batch_schedules": schedules, "verdicts": verdicts}, indent=2) + "\n")
     bad = [v for v in verdicts if v["verdict"] not in (lossless.EXACT, lossless.NUMERIC)]
     log(f"wrote {a.out}/comparison.csv ({len(table)} rows); verdicts: {len(verdicts) - len(bad)} exact or numeric, "
