@@ -31,7 +31,6 @@ namespace {
 constexpr double kOptimism = 0.3;   // the bonus on an acceptance estimate behind w pseudo-rounds
 constexpr double kCostWeight = 0.3; // a new verify timing's weight in its row count's running mean
 constexpr double kStepWeight = 0.2; // a new round's weight in the draft step's and the rest's means
-constexpr double kWarmRounds = 16;  // a task label's first sequence-rounds draft the run's k
 constexpr int kFirstGap = 8;        // rounds at k = 0 before a sequence's first probe
 constexpr int kMaxGap = 256;
 
@@ -144,7 +143,7 @@ private:
     std::vector<int64_t> snap_drafted_, snap_accepted_;  // by slot: counts before the round
     RowCost cost_;
     double draft_step_ms_ = 0, other_ms_ = 0;
-    bool warm_ = false;  // a round was observed: its draft and other costs are known
+    bool warm_ = false;  // a round was observed: its draft and other costs are known (the first drafts 1)
     std::vector<std::vector<double>> expect_;  // scratch: E_s(0..k)
 };
 
@@ -207,7 +206,11 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
         snap_accepted_[s] = seqs[s].counts.accepted;
         k_top = std::max(k_top, budget[s]);
     }
-    if (!warm_ || k_top == 0) return;  // the first round drafts k: its costs are observed first
+    if (k_top == 0) return;
+    if (!warm_) {  // the first round drafts one token each: the draft's cost is observed before any choice
+        for (int& b : budget) b = std::min(b, 1);
+        return;
+    }
     std::vector<double> acceptance(k_);
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
@@ -220,7 +223,6 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
     });
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
-        if (pooled(seqs[s].label).reached[0] < kWarmRounds) ks[s] = budget[s];  // the label's first rounds
         explore(s, ks[s], budget[s]);
         budget[s] = ks[s];
     }
