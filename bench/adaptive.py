@@ -14,8 +14,8 @@ the same prompts and traces, interleaved repeat by repeat in a rotating order:
 Per (pair, workload, metric) comparison.csv holds adaptive's paired ratio to the best static
 configuration (the one with the best median on that metric; "static" counts off and by-batch), its
 95 % interval (geometric mean of the per-repeat ratios, t interval on their logs) and a decision:
-better (interval above 1 and the ratio above 1.01), worse (below 1 and 0.99) or tie. Ratios are oriented so that > 1 is better:
-throughput and goodput adaptive / best, latencies best / adaptive. By-batch's and adaptive's outputs
+better (interval above 1 and the ratio above 1.01), worse (below 1 and 0.99) or tie. Ratios are
+oriented so that > 1 is better: throughput and goodput adaptive / best, latencies best / adaptive. By-batch's and adaptive's outputs
 get the greedy lossless verdict on the first repeat.
 
     python bench/adaptive.py -r 4 -n 32 -o bench/results/adaptive   # tiny, tiny-noisy, gemma-self, gemma-ngram
@@ -291,7 +291,8 @@ def main(argv=None) -> int:
         w.writerows(rows)
     (a.out / "run.json").write_text(json.dumps({
         "command": "python bench/adaptive.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": git_rev(), "host": f"{cpu_model()}, {os.cpu_count()} cores, {a.threads} threads", "started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_rev(), "host": f"{cpu_model()}, {os.cpu_count()} cores, {a.threads} threads",
+        "started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "busy_cores_at_start": round(load, 2), "by_batch_schedules": schedules, "verdicts": verdicts}, indent=2) + "\n")
     bad = [v for v in verdicts if v["verdict"] not in (lossless.EXACT, lossless.NUMERIC)]
     log(f"wrote {a.out}/comparison.csv ({len(table)} rows); verdicts: {len(verdicts) - len(bad)} exact or numeric, "

@@ -95,7 +95,7 @@ struct PolicyParams {
     Kind kind = Kind::static_k;
     std::vector<PolicyBand> schedule;  // by_batch: the first band holding the occupancy; none: k
     double prior_alpha = 0.5;   // adaptive: the acceptance the run starts from, at every position
-    double prior_weight = 4.0;  // adaptive: pseudo-rounds behind that prior, and behind the run's
+    double prior_weight = 2.0;  // adaptive: pseudo-rounds behind that prior, and behind the run's
                                 // pooled estimate in each sequence's own
     int calibrate_repeats = 3;  // adaptive: timed target decodes per row count at start-up
 };

@@ -29,7 +29,7 @@ namespace specnative {
 namespace {
 
 constexpr double kOptimism = 0.3;   // the bonus on an acceptance estimate behind w pseudo-rounds
-constexpr double kCostWeight = 0.3; // a new verify timing's weight in its row count's running mean
+constexpr double kCostWeight = 0.3; // a round's weight in the verify curve's level
 constexpr double kStepWeight = 0.2; // a new round's weight in the draft step's and the rest's means
 constexpr int kFirstGap = 8;        // rounds at k = 0 before a sequence's first probe
 constexpr int kMaxGap = 256;
@@ -67,19 +67,27 @@ private:
     std::vector<PolicyBand> schedule_;
 };
 
-// The target's decode time (ms) by rows in the batch: timed points, linear in between, the
-// nearest two points' slope beyond them.
+// The target's decode time (ms) by rows in the batch: the start-up timings' shape (linear between
+// timed row counts, the nearest two points' slope beyond them) at the rounds' level. A verify inside
+// the loop runs after the draft model's decodes, with colder caches than the start-up's decodes
+// back to back, so every round's verify rescales the whole curve: its running mean of measured
+// over timed, at whatever row count the round had.
 class RowCost {
 public:
     explicit RowCost(int max_rows) : ms_(static_cast<size_t>(max_rows) + 1, -1.0) {}
 
-    void observe(int rows, double ms, double weight) {
-        if (rows < 1 || rows >= static_cast<int>(ms_.size()) || !(ms >= 0)) return;
-        double& m = ms_[rows];
-        m = m < 0 ? ms : (1 - weight) * m + weight * ms;
+    void timed(int rows, double ms) {
+        if (rows >= 1 && rows < static_cast<int>(ms_.size()) && ms >= 0) ms_[rows] = ms;
     }
+    void observe(int rows, double ms, double weight) {
+        const double shape = curve(rows);
+        if (!(shape > 0) || !(ms >= 0)) return;
+        scale_ = (1 - weight) * scale_ + weight * ms / shape;
+    }
+    double at(int rows) const { return scale_ * curve(rows); }
 
-    double at(int rows) const {
+private:
+    double curve(int rows) const {
         const int n = static_cast<int>(ms_.size());
         int lo = std::min(rows, n - 1), hi = std::max(rows, 1);
         while (lo >= 1 && ms_[lo] < 0) --lo;
@@ -94,8 +102,8 @@ public:
         return std::max(0.0, ms_[a] + slope * (rows - a));
     }
 
-private:
-    std::vector<double> ms_;  // -1: not timed
+    std::vector<double> ms_;  // start-up timings by rows; -1: not timed
+    double scale_ = 1.0;      // the rounds' verify over the timings
 };
 
 struct Tally {
@@ -109,8 +117,9 @@ struct Tally {
 class AdaptivePolicy final : public SpecPolicy {
 public:
     AdaptivePolicy(const PolicyParams& p, int k_max, int n_slots)
-        : p_(p), k_(k_max), idle_(n_slots, 0), gap_(n_slots, kFirstGap), own_(n_slots), key_(n_slots, std::numeric_limits<uint64_t>::max()),
-          snap_drafted_(n_slots, 0), snap_accepted_(n_slots, 0), cost_(n_slots * (k_max + 1)), expect_(n_slots) {}
+        : p_(p), k_(k_max), idle_(n_slots, 0), gap_(n_slots, kFirstGap), own_(n_slots),
+          key_(n_slots, std::numeric_limits<uint64_t>::max()), snap_drafted_(n_slots, 0), snap_accepted_(n_slots, 0),
+          cost_(n_slots * (k_max + 1)), expect_(n_slots) {}
 
     void start(Engine::Context& t, const std::vector<Engine::Sequence>& seqs) override;
     bool measures_at_start() const override { return true; }
@@ -126,11 +135,21 @@ private:
         if (t.reached.empty()) t.reset(k_);
         return t;
     }
-    double acceptance(const Tally& own, const Tally& pool, int i) const {
+    // The sequence's acceptance by position into `rates`. The pool's prior at a position is its
+    // estimate at the position before (the first one's: prior_alpha), the sequence's the mean of
+    // the pool's there and its own before, so that what the first positions measured carries to
+    // positions a cautious choice has not drafted yet.
+    void acceptance(const Tally& own, const Tally& pool, std::vector<double>& rates) const {
         const double w = p_.prior_weight;
-        const double a_pool = (pool.kept[i] + w * p_.prior_alpha) / (pool.reached[i] + w);
-        const double a = (own.kept[i] + w * a_pool) / (own.reached[i] + w);
-        return std::min(1.0, a + kOptimism * std::sqrt(w / (own.reached[i] + w)) * std::sqrt(a * (1 - a)));
+        double pool_prior = p_.prior_alpha, own_before = -1;
+        for (int i = 0; i < k_; ++i) {
+            const double a_pool = (pool.kept[i] + w * pool_prior) / (pool.reached[i] + w);
+            const double own_prior = own_before < 0 ? a_pool : 0.5 * (a_pool + own_before);
+            const double a = (own.kept[i] + w * own_prior) / (own.reached[i] + w);
+            pool_prior = a_pool;
+            own_before = a;
+            rates[i] = std::min(1.0, a + kOptimism * std::sqrt(w / (own.reached[i] + w)) * std::sqrt(a * (1 - a)));
+        }
     }
     void explore(int s, int& k, int budget);
 
@@ -187,7 +206,7 @@ void AdaptivePolicy::start(Engine::Context& t, const std::vector<Engine::Sequenc
         }
     }
     for (size_t i = 0; i < shapes.size(); ++i) {
-        if (!times[i].empty()) cost_.observe(shapes[i].first * shapes[i].second, median_of(times[i]), 1.0);
+        if (!times[i].empty()) cost_.timed(shapes[i].first * shapes[i].second, median_of(times[i]));
     }
 }
 
@@ -211,12 +230,12 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
         for (int& b : budget) b = std::min(b, 1);
         return;
     }
-    std::vector<double> acceptance(k_);
+    std::vector<double> rates(k_);  // the sequence's acceptance by position
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
         const Tally& pool = pooled(seqs[s].label);
-        for (int i = 0; i < k_; ++i) acceptance[i] = this->acceptance(own_[s], pool, i);
-        expect_[s] = expected_tokens(acceptance);
+        acceptance(own_[s], pool, rates);
+        expect_[s] = expected_tokens(rates);
     }
     std::vector<int> ks = best_lengths(expect_, budget, [this](int rows, int depth) {
         return other_ms_ + draft_step_ms_ * depth + cost_.at(rows);

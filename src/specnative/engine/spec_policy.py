@@ -6,7 +6,7 @@
                                     occupancy outside every band drafts the run's k
     by-batch:RUN/advice.json        the schedule a load sweep's advice.json carries (by_batch_schedule)
     adaptive                        chosen every round from the measured verify cost by rows and each
-    adaptive:prior=0.6,weight=4     sequence's acceptance by position (a prior of `prior` at every
+    adaptive:prior=0.6,weight=2     sequence's acceptance by position (a prior of `prior` at every
                                     position, `weight` pseudo-rounds behind it)
 
 The run's k is the most any round drafts. A policy changes when tokens are drafted, never which
@@ -22,7 +22,7 @@ from pathlib import Path
 from specnative import _core
 
 KINDS = ("static", "by-batch", "adaptive")
-ADAPTIVE_DEFAULTS = {"prior": 0.5, "weight": 4.0}
+ADAPTIVE_DEFAULTS = {"prior": 0.5, "weight": 2.0}
 
 
 @dataclass(frozen=True)
