@@ -71,7 +71,8 @@ private:
 // timed row counts, the nearest two points' slope beyond them) at the rounds' level. A verify inside
 // the loop runs after the draft model's decodes, with colder caches than the start-up's decodes
 // back to back, so every round's verify rescales the whole curve: its running mean of measured
-// over timed, at whatever row count the round had.
+// over timed, at whatever row count the round had; apart for rounds where no sequence drafted
+// (baseline steps, with no draft decode in between).
 class RowCost {
 public:
     explicit RowCost(int max_rows) : ms_(static_cast<size_t>(max_rows) + 1, -1.0) {}
@@ -79,12 +80,15 @@ public:
     void timed(int rows, double ms) {
         if (rows >= 1 && rows < static_cast<int>(ms_.size()) && ms >= 0) ms_[rows] = ms;
     }
-    void observe(int rows, double ms, double weight) {
+    // `drafted`: the round drafted (a verify after draft decodes), or every sequence decoded one
+    // token (a baseline step: no draft decode in between, as warm as the start-up's).
+    void observe(int rows, double ms, double weight, bool drafted) {
         const double shape = curve(rows);
         if (!(shape > 0) || !(ms >= 0)) return;
-        scale_ = (1 - weight) * scale_ + weight * ms / shape;
+        double& scale = drafted ? scale_ : step_scale_;
+        scale = (1 - weight) * scale + weight * ms / shape;
     }
-    double at(int rows) const { return scale_ * curve(rows); }
+    double at(int rows, bool drafted) const { return (drafted ? scale_ : step_scale_) * curve(rows); }
 
 private:
     double curve(int rows) const {
@@ -103,7 +107,8 @@ private:
     }
 
     std::vector<double> ms_;  // start-up timings by rows; -1: not timed
-    double scale_ = 1.0;      // the rounds' verify over the timings
+    double scale_ = 1.0;      // the drafting rounds' verify over the timings
+    double step_scale_ = 1.0; // the rounds without a draft: over the timings
 };
 
 struct Tally {
@@ -238,7 +243,7 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
         expect_[s] = expected_tokens(rates);
     }
     std::vector<int> ks = best_lengths(expect_, budget, [this](int rows, int depth) {
-        return other_ms_ + draft_step_ms_ * depth + cost_.at(rows);
+        return other_ms_ + draft_step_ms_ * depth + cost_.at(rows, depth > 0);
     });
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
@@ -283,7 +288,7 @@ void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const st
             }
         }
     }
-    if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight);
+    if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight, depth > 0);
     const double w = warm_ ? kStepWeight : 1.0;
     if (depth > 0) draft_step_ms_ = (1 - w) * draft_step_ms_ + w * cost.draft_ms / depth;
     other_ms_ = (1 - w) * other_ms_ + w * cost.other_ms;
