@@ -17,12 +17,6 @@ namespace specnative {
 
 namespace {
 
-double median_of(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Wall time of one decode of `positions` tokens per sequence placed after each prompt (every row
 // asks for logits, as a verify batch does); the cache is rolled back to the prompts afterwards.
 // The tokens are the prompt's last one repeated: the cost does not depend on the ids.
@@ -43,6 +37,12 @@ double time_decode(Engine::Context& c, const std::vector<std::vector<int32_t>>& 
 }
 
 }  // namespace
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 CostCurve Engine::cost_curve(const std::vector<std::vector<int32_t>>& prompts, int k_max, int repeats) {
     if (k_max < 1) throw std::invalid_argument("k_max must be at least 1");

@@ -182,6 +182,8 @@ bool finished(const Engine::Sequence& seq, const GenerateParams& p, const llama_
 void reset_counts(SeqCounts& counts, int k);
 // Busy-waits `ms` (engine work that llama.cpp never sees; a planted slowdown, acceptor.h).
 void spin_for_ms(double ms);
+// The median of timings (cost_curve.cpp): the cost curve's and the spec policy's start-up.
+double median_of(std::vector<double> v);
 // Accounts one engine iteration for the steady-state window: `active` sequences took part,
 // `emitted` tokens came out, `ms` it took (the sum of the step buckets it was charged to).
 void count_iteration(GenerateResult& r, int active, int64_t emitted, double ms);

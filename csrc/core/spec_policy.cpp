@@ -34,12 +34,6 @@ constexpr double kStepWeight = 0.2; // a new round's weight in the draft step's 
 constexpr int kFirstGap = 8;        // rounds at k = 0 before a sequence's first probe
 constexpr int kMaxGap = 256;
 
-double median_of(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 class StaticPolicy final : public SpecPolicy {
 public:
     bool is_static() const override { return true; }
