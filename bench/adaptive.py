@@ -9,7 +9,11 @@ the same prompts and traces, interleaved repeat by repeat in a rotating order:
     k2 k4 k8     static chains of k
     by-batch     a k per occupancy band, the run's own advice: the best of off/k2/k4/k8 at each
                  concurrency of this run's closed loop (vLLM's [[lo, hi, k], ...] form)
-    adaptive     k (0..8) chosen per sequence every round (engine/spec_policy.py)
+    adaptive     k (0..8) chosen per sequence every round (engine/spec_policy.py); what it learns
+                 carries from one run of the engine to the next, as in a server that runs for hours
+
+Each closed-loop configuration runs once untimed at each concurrency before its repeats (a warm-up,
+as llama-bench's; for adaptive it is also where the pair's acceptance is first seen).
 
 Per (pair, workload, metric) comparison.csv holds adaptive's paired ratio to the best static
 configuration (the one with the best median on that metric; "static" counts off and by-batch), its
@@ -129,11 +133,16 @@ def closed_loop(engine, pair, prompts, n: int, repeats: int, rows: list, verdict
         chosen = prompts[:conc]
         tps: dict[str, list] = {c: [] for c in configs}
         base_tokens = None
+        specs = {}
+        for config in configs:
+            spec = decode_spec(config, n, None) or DecodeSpec(n_predict=n)
+            if pair["drafter"] != "model" and spec.spec:
+                spec = dataclasses.replace(spec, drafter=pair["drafter"])
+            specs[config] = spec
+            engine.generate(chosen, spec)  # a warm-up, not timed, as llama-bench's
         for r in range(repeats):
             for config in rotation(configs, r):
-                spec = decode_spec(config, n, None) or DecodeSpec(n_predict=n)
-                if pair["drafter"] != "model" and spec.spec:
-                    spec = dataclasses.replace(spec, drafter=pair["drafter"])
+                spec = specs[config]
                 res = engine.generate(chosen, spec)
                 ms = decoding_ms(res.times)
                 tps[config].append(res.decode_tokens / (ms / 1000.0))

@@ -23,13 +23,24 @@ POLICIES = ("static", "adaptive", "by-batch:[[1,1,4],[2,8,1]]", "by-batch:[[1,8,
 def test_the_policy_drafts_nothing_where_a_verify_costs_more_than_it_brings():
     # every verify row costs a whole step: a chain of k brings at most k tokens for k rows' time
     verify_ms = [10.0 * rows for rows in range(1, 11)]
-    ks = _core._policy_choice([[0.9] * 4, [0.9] * 4], [4, 4], verify_ms, draft_step_ms=1.0, other_ms=0.0)
+    ks, probed = _core._policy_choice([[0.9] * 4, [0.9] * 4], [4, 4], verify_ms, draft_step_ms=1.0, other_ms=0.0)
     assert ks == [0, 0]
+    assert probed == [False, False]  # even a draft always kept would not pay: no probes
+
+
+def test_a_sequence_off_for_its_acceptance_is_probed_and_one_off_for_the_cost_is_not():
+    # cheap rows: the draft that is rarely kept sits out but is probed, its acceptance could change;
+    # a draft step dearer than the target's decode switches a sequence off whatever it accepts
+    cheap_rows = [10.0 + 0.5 * rows for rows in range(1, 20)]
+    ks, probed = _core._policy_choice([[0.02] * 4], [4], cheap_rows, draft_step_ms=2.0, other_ms=0.0)
+    assert ks == [0] and probed == [True]
+    ks, probed = _core._policy_choice([[0.02] * 4], [4], cheap_rows, draft_step_ms=12.0, other_ms=0.0)
+    assert ks == [0] and probed == [False]
 
 
 def test_the_policy_drafts_the_whole_budget_where_rows_are_free_and_drafts_always_kept():
     verify_ms = [10.0] * 10
-    assert _core._policy_choice([[1.0] * 4, [1.0] * 4], [4, 4], verify_ms, 0.5, 0.0) == [4, 4]
+    assert _core._policy_choice([[1.0] * 4, [1.0] * 4], [4, 4], verify_ms, 0.5, 0.0)[0] == [4, 4]
 
 
 @pytest.mark.parametrize("alpha", [0.5, 0.7, 0.85, 0.95])
@@ -40,7 +51,7 @@ def test_the_policy_picks_the_k_of_the_closed_form(alpha, c):
     k_max = 8
     step = 10.0
     verify_ms = [step] * (k_max + 1)
-    ks = _core._policy_choice([[alpha] * k_max], [k_max], verify_ms, draft_step_ms=c * step, other_ms=0.0)
+    ks, _ = _core._policy_choice([[alpha] * k_max], [k_max], verify_ms, draft_step_ms=c * step, other_ms=0.0)
     best = max(range(k_max + 1), key=lambda k: theory.predicted_speedup(alpha, k, c * k))
     assert ks == [best]
 
@@ -48,7 +59,7 @@ def test_the_policy_picks_the_k_of_the_closed_form(alpha, c):
 def test_sequences_of_one_batch_get_different_lengths():
     # rows are cheap, so a sequence drafts where its own acceptance pays for its draft positions
     verify_ms = [10.0 + 0.5 * rows for rows in range(1, 20)]
-    ks = _core._policy_choice([[0.95] * 6, [0.05] * 6], [6, 6], verify_ms, draft_step_ms=0.2, other_ms=0.0)
+    ks, _ = _core._policy_choice([[0.95] * 6, [0.05] * 6], [6, 6], verify_ms, draft_step_ms=0.2, other_ms=0.0)
     assert ks[0] >= 4 and ks[1] <= 1
 
 
@@ -83,6 +94,32 @@ def test_every_policy_is_lossless_and_records_its_choices(noisy_engine, baseline
         assert r.times["policy"] > r.times["policy_startup"] > 0  # a cost curve at start-up, then every round
     else:
         assert r.times["policy_startup"] == 0
+
+
+def _pooled_kept(engine) -> dict:
+    """What the engine's adaptive runs left behind: kept drafts by position, per decoding settings."""
+    return {key: np.array(learned["pooled"][0][1]) for key, learned in engine._core._policy_memory().items()}
+
+
+def test_an_adaptive_run_starts_from_the_engines_earlier_runs_and_adds_its_own(noisy_engine):
+    spec = DecodeSpec(n_predict=40, spec=True, k=4, seed=11, temperature=0.0, spec_policy="adaptive")
+    before = _pooled_kept(noisy_engine)
+    first = noisy_engine.generate(PROMPTS, spec)
+    after_first = _pooled_kept(noisy_engine)
+    (key,) = [k for k in after_first if k.startswith("model ")] or [None]
+    assert key is not None and "rule=" in key
+    kept_by_run = sum(c["accepted_at"] for c in first.counts)
+    np.testing.assert_array_equal(after_first[key], before.get(key, 0) + kept_by_run)
+    second = noisy_engine.generate(PROMPTS, spec)
+    np.testing.assert_array_equal(_pooled_kept(noisy_engine)[key], after_first[key] + sum(
+        c["accepted_at"] for c in second.counts))
+    # fresh: learns from the prior alone and leaves nothing behind
+    fresh = noisy_engine.generate(PROMPTS, DecodeSpec(n_predict=40, spec=True, k=4, spec_policy="adaptive:fresh"))
+    assert fresh.totals["drafted"] > 0
+    np.testing.assert_array_equal(_pooled_kept(noisy_engine)[key], after_first[key] + sum(
+        c["accepted_at"] for c in second.counts))
+    memory = noisy_engine._core._policy_memory()[key]
+    assert memory["verify_scale"] > 0 and len(PROMPTS) in memory["draft_step_ms"]
 
 
 def test_the_static_policy_drafts_k_as_before(noisy_engine):
@@ -177,3 +214,9 @@ def test_the_schedule_is_read_from_a_run_s_advice(tmp_path):
     (tmp_path / "advice.json").write_text(json.dumps({"k": 4}))
     with pytest.raises(ValueError, match="no by_batch_schedule"):
         parse_spec_policy(f"by-batch:{tmp_path / 'advice.json'}")
+
+
+def test_the_fresh_option_is_spelled_back():
+    assert parse_spec_policy("adaptive:fresh").text == "adaptive:fresh"
+    assert not parse_spec_policy("adaptive:fresh").remember and parse_spec_policy("adaptive").remember
+    assert parse_spec_policy("adaptive:prior=0.7,fresh").text == "adaptive:fresh,prior=0.7,weight=2"

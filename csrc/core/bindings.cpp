@@ -14,6 +14,7 @@
 #include "drafter.h"
 #include "acceptor.h"
 #include "engine.h"
+#include "spec_policy.h"
 #include "engine_internal.h"  // check_temperature
 #include "model_io.h"
 #include "sampling.h"
@@ -371,7 +372,8 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("schedule", &PolicyParams::schedule)
         .def_readwrite("prior_alpha", &PolicyParams::prior_alpha)
         .def_readwrite("prior_weight", &PolicyParams::prior_weight)
-        .def_readwrite("calibrate_repeats", &PolicyParams::calibrate_repeats);
+        .def_readwrite("calibrate_repeats", &PolicyParams::calibrate_repeats)
+        .def_readwrite("remember", &PolicyParams::remember);
     py::class_<GenerateParams>(m, "GenerateParams")
         .def(py::init<>())
         .def_readwrite("n_predict", &GenerateParams::n_predict)
@@ -502,6 +504,24 @@ PYBIND11_MODULE(_core, m) {
             d["repeats"] = c.repeats;
             return d;
         }, py::arg("prompts"), py::arg("k_max"), py::arg("repeats") = 3)
+        // Tests only: what the adaptive policy's runs left behind, by decoding settings: the pooled
+        // acceptance tallies by task label ({label: (reached, kept)}) and the cost levels.
+        .def("_policy_memory", [](GuardedEngine& e) {
+            const PolicyMemory memory = locked(e, [&] { return *e.policy_memory(); });  // a copy: built on below
+            py::dict out;
+            for (const auto& [key, learned] : memory.by_setting) {
+                py::dict pooled;
+                for (const auto& [label, t] : learned.pooled) pooled[py::int_(label)] = py::make_tuple(t.reached, t.kept);
+                py::dict d;
+                d["pooled"] = pooled;
+                d["verify_scale"] = learned.verify_scale;
+                d["step_scale"] = learned.step_scale;
+                d["draft_step_ms"] = learned.draft_step_ms;
+                d["other_ms"] = learned.other_ms;
+                out[py::str(key)] = d;
+            }
+            return out;
+        })
         // Tests of the lossless verdict only: plants a known bug in the speculative loop.
         .def("_inject_fault", [](GuardedEngine& e, const std::string& name) {
             const Fault fault = fault_named(name);

@@ -105,9 +105,16 @@ void bind_kernels(py::module_& m) {
         if (static_cast<int>(verify_ms.size()) < rows_max) {
             throw std::invalid_argument("verify_ms needs one entry per row count up to " + std::to_string(rows_max));
         }
-        return best_lengths(expect, budget, [&](int rows, int depth) {
+        const auto cost_ms = [&](int rows, int depth) {
             return other_ms + draft_step_ms * depth + verify_ms[rows - 1];
-        });
+        };
+        const std::vector<int> ks = best_lengths(expect, budget, cost_ms);
+        // which sequences at k = 0 the policy goes on probing (their acceptance could switch them on)
+        std::vector<bool> probed(budget.size(), false);
+        for (size_t s = 0; s < budget.size(); ++s) {
+            if (ks[s] == 0 && budget[s] > 0) probed[s] = pays_if_always_kept(expect, ks, budget, static_cast<int>(s), cost_ms);
+        }
+        return std::make_pair(ks, probed);
     }, py::arg("acceptance"), py::arg("budget"), py::arg("verify_ms"), py::arg("draft_step_ms"), py::arg("other_ms"));
     // The engine's kernels, for tests: the greedy pick (the first index of the max, NaNs skipped,
     // at any length), the softmax and the two inverse-CDF draws (against numpy).

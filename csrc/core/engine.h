@@ -98,6 +98,10 @@ struct PolicyParams {
     double prior_weight = 2.0;  // adaptive: pseudo-rounds behind that prior, and behind the run's
                                 // pooled estimate in each sequence's own
     int calibrate_repeats = 3;  // adaptive: timed target decodes per row count at start-up
+    // adaptive: start from what the engine's earlier adaptive runs under the same decoding settings
+    // learned (acceptance by task label, the cost levels) and leave this run's there, as a server
+    // that runs for hours keeps it; false: learn from the prior alone and leave nothing.
+    bool remember = true;
 };
 
 struct GenerateParams {
@@ -331,6 +335,8 @@ struct ServeParams;
 struct ServeResult;
 struct HiddenDraft;    // drafter.h
 
+struct PolicyMemory;  // spec_policy.h
+
 class Engine {
 public:
     struct Sequence;  // engine_internal.h
@@ -409,6 +415,8 @@ public:
 
     // Tests only: the acceptance rule's decisions come from a planted fault (acceptor.h).
     void inject_fault(Fault fault);
+    // What the adaptive spec policy's runs learned, by decoding settings (spec_policy.h); made on first use.
+    PolicyMemory* policy_memory();
 
 private:
     using ForcedVisit = std::function<void(int seq, int64_t index, const float* logits)>;
@@ -463,6 +471,8 @@ private:
     std::vector<int32_t> last_pending_pos_;  // where the pending token goes (prompt + emitted - 1)
     std::unique_ptr<Acceptor> acceptor_;  // the correct rule; a planted fault in tests
     std::unique_ptr<TreeAcceptor> tree_acceptor_;  // the same for draft trees
+    // What the adaptive spec policy learned in this engine's earlier runs (spec_policy.h).
+    std::shared_ptr<PolicyMemory> policy_memory_;
 };
 
 }  // namespace specnative

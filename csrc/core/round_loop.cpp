@@ -201,10 +201,10 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
     r.times.prefill_draft += ingest_in_prefill;
     shape->begin(seqs, shared_prefix);
     clock.charge(r.times.prefill_draft);
-    const std::unique_ptr<SpecPolicy> policy = make_policy(p.policy, p.k, n_seq);
+    const std::unique_ptr<SpecPolicy> policy = make_policy(p, n_seq, policy_memory());
     const bool steered = !policy->is_static();  // static: the policy only records k
     if (policy->measures_at_start()) {
-        policy->start(t, seqs);
+        policy->start(t, p.drafter.type == "model" ? draft_ : nullptr, seqs);
         clock.charge(r.times.policy);
         r.times.policy_startup = r.times.policy;
     }

@@ -197,10 +197,10 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
     const auto seq_at = [&](int s) -> Sequence& { return s == holder_id ? holder : slots[s]; };
 
     PhaseClock clock;
-    const std::unique_ptr<SpecPolicy> policy = make_policy(p.policy, p.k, n_slots);
+    const std::unique_ptr<SpecPolicy> policy = make_policy(p, n_slots, policy_memory());
     const bool steered = p.spec && !policy->is_static();  // static: the policy only records k
     if (p.spec && policy->measures_at_start()) {  // before the serving clock starts: no request waits for it
-        policy->start(t, slots);
+        policy->start(t, p.drafter.type == "model" ? draft_ : nullptr, slots);
         clock.charge(r.times.policy);
         r.times.policy_startup = r.times.policy;
     }

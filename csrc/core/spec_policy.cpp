@@ -83,6 +83,9 @@ public:
         scale = (1 - weight) * scale + weight * ms / shape;
     }
     double at(int rows, bool drafted) const { return (drafted ? scale_ : step_scale_) * curve(rows); }
+    void load(double scale, double step_scale) { scale_ = scale, step_scale_ = step_scale; }
+    double scale() const { return scale_; }
+    double step_scale() const { return step_scale_; }
 
 private:
     double curve(int rows) const {
@@ -105,22 +108,46 @@ private:
     double step_scale_ = 1.0; // the rounds without a draft: over the timings
 };
 
-struct Tally {
-    std::vector<double> reached, kept;  // [k]: rounds whose walk reached position i+1, and kept it
-    void reset(int k) {
-        reached.assign(k, 0.0);
-        kept.assign(k, 0.0);
-    }
-};
-
 class AdaptivePolicy final : public SpecPolicy {
 public:
-    AdaptivePolicy(const PolicyParams& p, int k_max, int n_slots)
+    // `learned`: an earlier run's under the same settings, where this run starts and what it leaves.
+    AdaptivePolicy(const PolicyParams& p, int k_max, int n_slots, PolicyLearned* learned)
         : p_(p), k_(k_max), idle_(n_slots, 0), gap_(n_slots, kFirstGap), own_(n_slots),
           key_(n_slots, std::numeric_limits<uint64_t>::max()), snap_drafted_(n_slots, 0), snap_accepted_(n_slots, 0),
-          cost_(n_slots * (k_max + 1)), expect_(n_slots) {}
+          cost_(n_slots * (k_max + 1)), expect_(n_slots), learned_(learned),
+          off_before_(n_slots, 0) {
+        if (learned_ == nullptr) return;
+        for (const auto& [label, tally] : learned_->pooled) {
+            Tally& t = pooled(label);
+            for (int i = 0; i < std::min<int>(k_, static_cast<int>(tally.reached.size())); ++i) {
+                t.reached[i] = tally.reached[i];
+                t.kept[i] = tally.kept[i];
+            }
+        }
+        cost_.load(learned_->verify_scale, learned_->step_scale);
+        draft_step_ms_ = learned_->draft_step_ms;
+        other_ms_ = learned_->other_ms;
+    }
+    ~AdaptivePolicy() override {
+        if (learned_ == nullptr) return;
+        for (const auto& [label, tally] : pooled_) {
+            Tally& t = learned_->pooled[label];
+            if (t.reached.size() < tally.reached.size()) {  // a longer k than before: its further positions
+                t.reached.resize(tally.reached.size(), 0.0);
+                t.kept.resize(tally.kept.size(), 0.0);
+            }
+            for (size_t i = 0; i < tally.reached.size(); ++i) {
+                t.reached[i] = tally.reached[i];
+                t.kept[i] = tally.kept[i];
+            }
+        }
+        learned_->verify_scale = cost_.scale();
+        learned_->step_scale = cost_.step_scale();
+        learned_->draft_step_ms = draft_step_ms_;
+        learned_->other_ms = other_ms_;
+    }
 
-    void start(Engine::Context& t, const std::vector<Engine::Sequence>& seqs) override;
+    void start(Engine::Context& t, Engine::Context* draft, const std::vector<Engine::Sequence>& seqs) override;
     bool measures_at_start() const override { return true; }
     void observe(const std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget,
                  const RoundCost& cost) override;
@@ -151,6 +178,21 @@ private:
         }
     }
     void explore(int s, int& k, int budget);
+    // The round's draft step and the rest (ms) with n sequences decoding: the running mean at n, else
+    // at the nearest n measured; NaN before any round.
+    static double by_size(const std::map<int, double>& means, int n) {
+        if (means.empty()) return std::numeric_limits<double>::quiet_NaN();
+        auto hi = means.lower_bound(n);
+        if (hi == means.end()) return std::prev(hi)->second;
+        if (hi->first == n || hi == means.begin()) return hi->second;
+        auto lo = std::prev(hi);
+        return n - lo->first <= hi->first - n ? lo->second : hi->second;
+    }
+    static void update(std::map<int, double>& means, int n, double value) {
+        auto it = means.find(n);
+        if (it == means.end()) means[n] = value;  // the first round at this size: its own value
+        else it->second = (1 - kStepWeight) * it->second + kStepWeight * value;
+    }
 
     PolicyParams p_;
     int k_;
@@ -160,9 +202,11 @@ private:
     std::map<int, Tally> pooled_;  // by task label: every sequence of the run so far
     std::vector<int64_t> snap_drafted_, snap_accepted_;  // by slot: counts before the round
     RowCost cost_;
-    double draft_step_ms_ = 0, other_ms_ = 0;
-    bool warm_ = false;  // a round was observed: its draft and other costs are known (the first drafts 1)
+    std::map<int, double> draft_step_ms_, other_ms_;  // by sequences decoding; none: no round seen yet
     std::vector<std::vector<double>> expect_;  // scratch: E_s(0..k)
+    PolicyLearned* learned_;  // the engine's memory for these settings; null: none
+    std::vector<char> off_before_;  // by slot: its last round drafted nothing (the draft has tokens to catch up on)
+    bool caught_up_ = false;        // this round drafts for such a sequence
 };
 
 // Times one target decode of m rows on each of the first n anchors (sequence id, position, token)
@@ -181,15 +225,20 @@ double time_rows(Engine::Context& t, const std::vector<std::tuple<int, int32_t, 
 }
 
 // The row counts a round can verify, timed: one sequence with 1..k+1 rows, every sequence with
-// m = 1..k+1 rows each. generate(): at the prompts' ends; serve(): on the empty slots from
+// m = 1..k+1 rows each, each after a draft decode of one row per sequence (a verify in a round runs
+// after the draft's decodes, its caches colder than back to back: on a CPU that changes the curve's
+// shape, not only its level). generate(): at the prompts' ends; serve(): on the empty slots from
 // position 0 (a prior only: every round refines it at the context it has).
-void AdaptivePolicy::start(Engine::Context& t, const std::vector<Engine::Sequence>& seqs) {
-    std::vector<std::tuple<int, int32_t, int32_t>> anchors;
+void AdaptivePolicy::start(Engine::Context& t, Engine::Context* draft, const std::vector<Engine::Sequence>& seqs) {
+    std::vector<std::tuple<int, int32_t, int32_t>> anchors, draft_anchors;
     for (const auto& seq : seqs) {
-        if (!seq.done && !seq.out.empty()) anchors.emplace_back(seq.id, seq.n_past_target, seq.pending());
+        if (seq.done || seq.out.empty()) continue;
+        anchors.emplace_back(seq.id, seq.n_past_target, seq.pending());
+        draft_anchors.emplace_back(seq.id, seq.n_past_draft, seq.pending());
     }
     if (anchors.empty()) {
         for (int s = 0; s < static_cast<int>(own_.size()); ++s) anchors.emplace_back(s, 0, 0);
+        draft_anchors = anchors;
     }
     const int n = static_cast<int>(anchors.size());
     std::vector<std::pair<int, int>> shapes;  // (sequences, rows each)
@@ -200,6 +249,7 @@ void AdaptivePolicy::start(Engine::Context& t, const std::vector<Engine::Sequenc
         for (size_t i = 0; i < shapes.size(); ++i) {
             const auto [seqs_n, m] = shapes[i];
             if (seqs_n * m > t.n_batch) continue;
+            if (draft != nullptr) time_rows(*draft, draft_anchors, seqs_n, 1);
             const double ms = time_rows(t, anchors, seqs_n, m);
             if (r > 0) times[i].push_back(ms);
         }
@@ -209,7 +259,7 @@ void AdaptivePolicy::start(Engine::Context& t, const std::vector<Engine::Sequenc
     }
 }
 
-void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int /*decoding*/) {
+void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) {
     const int n = static_cast<int>(seqs.size());
     int k_top = 0;
     for (int s = 0; s < n; ++s) {
@@ -219,13 +269,14 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
             own_[s].reset(k_);
             idle_[s] = 0;
             gap_[s] = kFirstGap;
+            off_before_[s] = 0;
         }
         snap_drafted_[s] = seqs[s].counts.drafted;
         snap_accepted_[s] = seqs[s].counts.accepted;
         k_top = std::max(k_top, budget[s]);
     }
     if (k_top == 0) return;
-    if (!warm_) {  // the first round drafts one token each: the draft's cost is observed before any choice
+    if (draft_step_ms_.empty()) {  // the first round ever drafts one token each: the draft's cost seen before any choice
         for (int& b : budget) b = std::min(b, 1);
         return;
     }
@@ -236,12 +287,21 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
         acceptance(own_[s], pool, rates);
         expect_[s] = expected_tokens(rates);
     }
-    std::vector<int> ks = best_lengths(expect_, budget, [this](int rows, int depth) {
-        return other_ms_ + draft_step_ms_ * depth + cost_.at(rows, depth > 0);
-    });
+    const double draft_step = by_size(draft_step_ms_, decoding), other = by_size(other_ms_, decoding);
+    const auto cost_ms = [&](int rows, int depth) { return other + draft_step * depth + cost_.at(rows, depth > 0); };
+    std::vector<int> ks = best_lengths(expect_, budget, cost_ms);
+    caught_up_ = false;
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
+        if (ks[s] == 0 && budget[s] > 0 && !pays_if_always_kept(expect_, ks, budget, s, cost_ms)) {
+            idle_[s] = 0;  // off by the cost alone: no acceptance it could measure would switch it on
+            budget[s] = 0;
+            off_before_[s] = 1;
+            continue;
+        }
         explore(s, ks[s], budget[s]);
+        caught_up_ = caught_up_ || (off_before_[s] && ks[s] > 0);
+        off_before_[s] = ks[s] == 0;
         budget[s] = ks[s];
     }
 }
@@ -264,9 +324,10 @@ void AdaptivePolicy::explore(int s, int& k, int budget) {
 
 void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget,
                              const RoundCost& cost) {
-    int depth = 0;
+    int depth = 0, decoding = 0;
     for (size_t s = 0; s < seqs.size(); ++s) {
         if (budget[s] < 0) continue;
+        ++decoding;
         const int drafted = static_cast<int>(seqs[s].counts.drafted - snap_drafted_[s]);
         const int accepted = static_cast<int>(seqs[s].counts.accepted - snap_accepted_[s]);
         depth = std::max(depth, drafted);
@@ -283,10 +344,9 @@ void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const st
         }
     }
     if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight, depth > 0);
-    const double w = warm_ ? kStepWeight : 1.0;
-    if (depth > 0) draft_step_ms_ = (1 - w) * draft_step_ms_ + w * cost.draft_ms / depth;
-    other_ms_ = (1 - w) * other_ms_ + w * cost.other_ms;
-    warm_ = true;
+    // A round after idle rounds carries the draft model's catch-up on their tokens: not a draft step.
+    if (depth > 0 && !caught_up_) update(draft_step_ms_, decoding, cost.draft_ms / depth);
+    update(other_ms_, decoding, cost.other_ms);
 }
 
 }  // namespace
@@ -301,6 +361,32 @@ std::vector<double> expected_tokens(const std::vector<double>& acceptance) {
     return e;
 }
 
+// The batch's expected tokens per ms with draft lengths ks (sequences with budget < 0 sit out).
+double batch_rate(const std::vector<std::vector<double>>& expect, const std::vector<int>& budget,
+                  const std::vector<int>& ks, const std::function<double(int rows, int depth)>& cost_ms) {
+    double tokens = 0;
+    int rows = 0, depth = 0;
+    for (size_t s = 0; s < budget.size(); ++s) {
+        if (budget[s] < 0) continue;
+        tokens += expect[s][ks[s]];
+        rows += ks[s] + 1;
+        depth = std::max(depth, ks[s]);
+    }
+    return tokens / cost_ms(rows, depth);
+}
+
+bool pays_if_always_kept(std::vector<std::vector<double>> expect, std::vector<int> ks, const std::vector<int>& budget,
+                         int s, const std::function<double(int rows, int depth)>& cost_ms) {
+    for (int k = 0; k <= budget[s]; ++k) expect[s][k] = 1.0 + k;
+    ks[s] = 0;
+    const double off = batch_rate(expect, budget, ks, cost_ms);
+    for (int k = 1; k <= budget[s]; ++k) {
+        ks[s] = k;
+        if (batch_rate(expect, budget, ks, cost_ms) > off) return true;
+    }
+    return false;
+}
+
 // One k for the batch first (0..the largest budget), then each sequence alone to its best k with
 // the others held. Returns 0 for a sequence that does not decode; the budgets where no cost is
 // known (NaN).
@@ -308,17 +394,7 @@ std::vector<int> best_lengths(const std::vector<std::vector<double>>& expect, co
                               const std::function<double(int rows, int depth)>& cost_ms) {
     const size_t n = budget.size();
     std::vector<int> ks(n, 0);
-    const auto rate = [&] {
-        double tokens = 0;
-        int rows = 0, depth = 0;
-        for (size_t s = 0; s < n; ++s) {
-            if (budget[s] < 0) continue;
-            tokens += expect[s][ks[s]];
-            rows += ks[s] + 1;
-            depth = std::max(depth, ks[s]);
-        }
-        return tokens / cost_ms(rows, depth);
-    };
+    const auto rate = [&] { return batch_rate(expect, budget, ks, cost_ms); };
     const int k_top = *std::max_element(budget.begin(), budget.end());
     double best = -1;
     int best_k = 0;
@@ -353,10 +429,28 @@ void SpecPolicy::decide(std::vector<Engine::Sequence>& seqs, std::vector<int>& b
     }
 }
 
-std::unique_ptr<SpecPolicy> make_policy(const PolicyParams& params, int k_max, int n_slots) {
-    switch (params.kind) {
-        case PolicyParams::Kind::by_batch: return std::make_unique<ByBatchPolicy>(params.schedule);
-        case PolicyParams::Kind::adaptive: return std::make_unique<AdaptivePolicy>(params, k_max, n_slots);
+PolicyMemory* Engine::policy_memory() {
+    if (!policy_memory_) policy_memory_ = std::make_shared<PolicyMemory>();
+    return policy_memory_.get();
+}
+
+// The decoding settings acceptance depends on, as the key of what an adaptive run leaves behind.
+std::string memory_key(const GenerateParams& p) {
+    std::string key = p.drafter.type;
+    for (const auto& [name, value] : p.drafter.options) key += " " + name + "=" + value;
+    key += " T=" + std::to_string(p.temperature) + " draft_T=" + std::to_string(p.draft_temperature) +
+           " rule=" + std::to_string(static_cast<int>(p.rule)) + " p_min=" + std::to_string(p.draft_p_min);
+    for (double a : p.synthetic) key += " " + std::to_string(a);
+    return key;
+}
+
+std::unique_ptr<SpecPolicy> make_policy(const GenerateParams& p, int n_slots, PolicyMemory* memory) {
+    switch (p.policy.kind) {
+        case PolicyParams::Kind::by_batch: return std::make_unique<ByBatchPolicy>(p.policy.schedule);
+        case PolicyParams::Kind::adaptive: {
+            PolicyLearned* learned = memory != nullptr && p.policy.remember ? &memory->by_setting[memory_key(p)] : nullptr;
+            return std::make_unique<AdaptivePolicy>(p.policy, p.k, n_slots, learned);
+        }
         default: return std::make_unique<StaticPolicy>();
     }
 }

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine.h"
@@ -31,8 +33,10 @@ class SpecPolicy {
 public:
     virtual ~SpecPolicy() = default;
     // Once, before the first round, with the sequences that decode (generate) or none yet (serve):
-    // an adaptive policy times the target's decode at the row counts it will choose between.
-    virtual void start(Engine::Context& /*target*/, const std::vector<Engine::Sequence>& /*seqs*/) {}
+    // an adaptive policy times the target's decode at the row counts it will choose between, each
+    // after one decode of the draft model (`draft`; null: a drafter without one), as in a round.
+    virtual void start(Engine::Context& /*target*/, Engine::Context* /*draft*/,
+                       const std::vector<Engine::Sequence>& /*seqs*/) {}
     virtual bool measures_at_start() const { return false; }
     // Caps budget[s] (>= 0: sequence s decodes this round) to its draft length for this round and
     // records it in the sequence's k_chosen_hist. `decoding`: sequences with budget >= 0.
@@ -46,6 +50,27 @@ protected:
     virtual void cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) = 0;
 };
 
+// Acceptance counts by draft position: [i] rounds whose walk reached position i+1, and kept it.
+struct Tally {
+    std::vector<double> reached, kept;
+    void reset(int k) {
+        reached.assign(k, 0.0);
+        kept.assign(k, 0.0);
+    }
+};
+
+// What an adaptive run learned that outlives it, for the next run under the same decoding
+// settings (its key: drafter, its options, temperatures, acceptance rule).
+struct PolicyLearned {
+    std::map<int, Tally> pooled;       // by task label: acceptance by position
+    double verify_scale = 1.0;         // the drafting rounds' verify over the start-up timings
+    double step_scale = 1.0;           // the rounds without a draft, likewise
+    std::map<int, double> draft_step_ms, other_ms;  // by sequences decoding in the round
+};
+struct PolicyMemory {
+    std::map<std::string, PolicyLearned> by_setting;
+};
+
 // The adaptive policy's arithmetic, apart for tests. E(0..k): the expected tokens a chain of
 // 0..k emits, from the acceptance at each position given the earlier ones were kept.
 std::vector<double> expected_tokens(const std::vector<double>& acceptance);
@@ -54,8 +79,16 @@ std::vector<double> expected_tokens(const std::vector<double>& acceptance);
 std::vector<int> best_lengths(const std::vector<std::vector<double>>& expect, const std::vector<int>& budget,
                               const std::function<double(int rows, int depth)>& cost_ms);
 
-// The policy `params` names, for chains of at most k_max tokens over n_slots sequence slots.
-std::unique_ptr<SpecPolicy> make_policy(const PolicyParams& params, int k_max, int n_slots);
+// Whether sequence s, held at k = 0 with the others at ks, would raise the batch's rate at some k
+// were every draft of it kept: if not, no acceptance it could measure switches it on, and probing
+// it is waste (a draft model as dear as the target, whose catch-up after idle rounds costs more
+// than it brings). `expect` and `ks` are copies: the test changes them.
+bool pays_if_always_kept(std::vector<std::vector<double>> expect, std::vector<int> ks, const std::vector<int>& budget,
+                         int s, const std::function<double(int rows, int depth)>& cost_ms);
+
+// The policy p.policy names, for chains of at most p.k tokens over n_slots sequence slots; an
+// adaptive one starts from `memory` (none: from its prior) and leaves what it learned there.
+std::unique_ptr<SpecPolicy> make_policy(const GenerateParams& p, int n_slots, PolicyMemory* memory);
 
 // Checks a policy's parameters (std::invalid_argument naming what is wrong).
 void check_policy(const PolicyParams& params, int k_max, bool tree);

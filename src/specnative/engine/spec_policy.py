@@ -7,7 +7,10 @@
     by-batch:RUN/advice.json        the schedule a load sweep's advice.json carries (by_batch_schedule)
     adaptive                        chosen every round from the measured verify cost by rows and each
     adaptive:prior=0.6,weight=2     sequence's acceptance by position (a prior of `prior` at every
-                                    position, `weight` pseudo-rounds behind it)
+                                    position, `weight` pseudo-rounds behind it); it starts from what
+                                    the engine's earlier adaptive runs under the same decoding
+                                    settings learned, and leaves its own there
+    adaptive:fresh                  the same from the prior alone, leaving nothing behind
 
 The run's k is the most any round drafts. A policy changes when tokens are drafted, never which
 tokens come out. Chains only: a draft tree drafts its whole shape every round.
@@ -31,6 +34,7 @@ class SpecPolicy:
     schedule: tuple = ()  # by-batch: ((lo, hi, k), ...)
     prior_alpha: float = ADAPTIVE_DEFAULTS["prior"]
     prior_weight: float = ADAPTIVE_DEFAULTS["weight"]
+    remember: bool = True  # adaptive: carry what was learned from one run of the engine to the next
 
     @property
     def is_static(self) -> bool:
@@ -41,8 +45,11 @@ class SpecPolicy:
         """The policy's spelling in a cell id and traces.csv (a schedule inline, not its file)."""
         if self.kind == "by-batch":
             return "by-batch:" + json.dumps([list(band) for band in self.schedule], separators=(",", ":"))
-        if self.kind == "adaptive" and (self.prior_alpha, self.prior_weight) != tuple(ADAPTIVE_DEFAULTS.values()):
-            return f"adaptive:prior={self.prior_alpha:g},weight={self.prior_weight:g}"
+        if self.kind == "adaptive":
+            options = [] if self.remember else ["fresh"]
+            if (self.prior_alpha, self.prior_weight) != tuple(ADAPTIVE_DEFAULTS.values()):
+                options += [f"prior={self.prior_alpha:g}", f"weight={self.prior_weight:g}"]
+            return "adaptive" + (":" + ",".join(options) if options else "")
         return self.kind
 
     def check_k(self, k: int) -> None:
@@ -56,6 +63,7 @@ class SpecPolicy:
         p.schedule = [_core.PolicyBand(lo, hi, k) for lo, hi, k in self.schedule]
         p.prior_alpha = self.prior_alpha
         p.prior_weight = self.prior_weight
+        p.remember = self.remember
 
 
 def _band(item, where: str) -> tuple:
@@ -96,11 +104,14 @@ def _schedule(text: str) -> tuple:
 
 
 def _adaptive(options: str) -> SpecPolicy:
-    values = dict(ADAPTIVE_DEFAULTS)
+    values, remember = dict(ADAPTIVE_DEFAULTS), True
     for item in filter(None, options.split(",")):
+        if item == "fresh":
+            remember = False
+            continue
         name, _, value = item.partition("=")
         if name not in values:
-            raise ValueError(f"adaptive:{options}: unknown option {name!r} (known: {', '.join(values)})")
+            raise ValueError(f"adaptive:{options}: unknown option {name!r} (known: {', '.join(values)}, fresh)")
         try:
             values[name] = float(value)
         except ValueError:
@@ -109,7 +120,7 @@ def _adaptive(options: str) -> SpecPolicy:
         raise ValueError(f"adaptive:{options}: prior must be in [0, 1]")
     if not (values["weight"] > 0 and math.isfinite(values["weight"])):
         raise ValueError(f"adaptive:{options}: weight must be a finite number > 0")
-    return SpecPolicy("adaptive", prior_alpha=values["prior"], prior_weight=values["weight"])
+    return SpecPolicy("adaptive", prior_alpha=values["prior"], prior_weight=values["weight"], remember=remember)
 
 
 def parse(value) -> SpecPolicy:
@@ -127,5 +138,5 @@ def parse(value) -> SpecPolicy:
         return _adaptive(rest)
     if kind == "by-batch" and rest:
         return SpecPolicy("by-batch", schedule=_schedule(rest))
-    raise ValueError(f"spec_policy {value!r}: expected static, adaptive[:prior=A,weight=W], "
+    raise ValueError(f"spec_policy {value!r}: expected static, adaptive[:fresh,prior=A,weight=W], "
                      f"by-batch:[[lo,hi,k],...] or by-batch:RUN/advice.json")
