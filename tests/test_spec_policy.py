@@ -178,6 +178,27 @@ def test_serving_under_every_policy_is_lossless_and_counts_per_request(noisy_eng
         assert steps + run.idle_ms == pytest.approx(t["total"], rel=0.01, abs=0.5)
 
 
+def test_a_policy_defers_the_draft_models_prompt_until_it_drafts(noisy_engine):
+    """Under a policy a request may never be drafted for: its prompt reaches the draft model only in
+    the first round that drafts for it, so a policy that never drafts costs the draft nothing and
+    one that does still decodes the same tokens."""
+    prompts = [noisy_engine.tokenize(p) for p in PROMPTS]
+    trace = arrivals.build_trace(prompts, [20, 16, 24], 300.0, 6, seed=3)
+    static = serve(noisy_engine, trace, max_concurrency=3, spec=True, k=3, virtual_clock=True)
+    assert static.times["prefill_draft"] > 0  # static: the prompt into the draft at admission, as before
+    never = serve(noisy_engine, trace, max_concurrency=3, spec=True, k=3, virtual_clock=True,
+                  spec_policy="by-batch:[[1,8,0]]")
+    # what is left is the admission's bookkeeping, microseconds: no draft decode
+    assert never.times["prefill_draft"] < 0.02 * static.times["prefill_draft"]
+    assert never.times["draft"] < 0.02 * static.times["draft"]
+    assert never.totals["drafted"] == 0
+    some = serve(noisy_engine, trace, max_concurrency=3, spec=True, k=3, virtual_clock=True,
+                 spec_policy="by-batch:[[1,1,0],[2,8,3]]")
+    assert some.totals["drafted"] > 0
+    for run in (never, some):
+        assert serving_verdict(noisy_engine, trace, run.tokens, k=3).lossless_ok
+
+
 # --- refusals ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spelling, message", [
     ("sometimes", "expected static, adaptive"),

@@ -114,8 +114,7 @@ public:
     AdaptivePolicy(const PolicyParams& p, int k_max, int n_slots, PolicyLearned* learned)
         : p_(p), k_(k_max), idle_(n_slots, 0), gap_(n_slots, kFirstGap), own_(n_slots),
           key_(n_slots, std::numeric_limits<uint64_t>::max()), snap_drafted_(n_slots, 0), snap_accepted_(n_slots, 0),
-          cost_(n_slots * (k_max + 1)), expect_(n_slots), learned_(learned),
-          off_before_(n_slots, 0) {
+          cost_(n_slots * (k_max + 1)), expect_(n_slots), learned_(learned) {
         if (learned_ == nullptr) return;
         for (const auto& [label, tally] : learned_->pooled) {
             Tally& t = pooled(label);
@@ -178,6 +177,8 @@ private:
         }
     }
     void explore(int s, int& k, int budget);
+    // The search's draft lengths into budget (cap, once the draft's cost is known).
+    void choose(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding);
     // The round's draft step and the rest (ms) with n sequences decoding: the running mean at n, else
     // at the nearest n measured; NaN before any round.
     static double by_size(const std::map<int, double>& means, int n) {
@@ -205,8 +206,9 @@ private:
     std::map<int, double> draft_step_ms_, other_ms_;  // by sequences decoding; none: no round seen yet
     std::vector<std::vector<double>> expect_;  // scratch: E_s(0..k)
     PolicyLearned* learned_;  // the engine's memory for these settings; null: none
-    std::vector<char> off_before_;  // by slot: its last round drafted nothing (the draft has tokens to catch up on)
-    bool caught_up_ = false;        // this round drafts for such a sequence
+    // This round drafts for a sequence whose draft model has more than the last round's tokens to
+    // take in first (rounds at k = 0 before, or a prompt a non-static policy's admission deferred).
+    bool caught_up_ = false;
 };
 
 // Times one target decode of m rows on each of the first n anchors (sequence id, position, token)
@@ -269,7 +271,6 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
             own_[s].reset(k_);
             idle_[s] = 0;
             gap_[s] = kFirstGap;
-            off_before_[s] = 0;
         }
         snap_drafted_[s] = seqs[s].counts.drafted;
         snap_accepted_[s] = seqs[s].counts.accepted;
@@ -278,8 +279,15 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
     if (k_top == 0) return;
     if (draft_step_ms_.empty()) {  // the first round ever drafts one token each: the draft's cost seen before any choice
         for (int& b : budget) b = std::min(b, 1);
-        return;
+    } else {
+        choose(seqs, budget, decoding);
     }
+    caught_up_ = false;  // a model drafter's catch-up: more than pending and the last correction to take in
+    for (int s = 0; s < n; ++s) caught_up_ = caught_up_ || (budget[s] > 0 && seqs[s].draft_todo.size() > 2);
+}
+
+void AdaptivePolicy::choose(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) {
+    const int n = static_cast<int>(seqs.size());
     std::vector<double> rates(k_);  // the sequence's acceptance by position
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
@@ -290,18 +298,14 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
     const double draft_step = by_size(draft_step_ms_, decoding), other = by_size(other_ms_, decoding);
     const auto cost_ms = [&](int rows, int depth) { return other + draft_step * depth + cost_.at(rows, depth > 0); };
     std::vector<int> ks = best_lengths(expect_, budget, cost_ms);
-    caught_up_ = false;
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
         if (ks[s] == 0 && budget[s] > 0 && !pays_if_always_kept(expect_, ks, budget, s, cost_ms)) {
             idle_[s] = 0;  // off by the cost alone: no acceptance it could measure would switch it on
             budget[s] = 0;
-            off_before_[s] = 1;
             continue;
         }
         explore(s, ks[s], budget[s]);
-        caught_up_ = caught_up_ || (off_before_[s] && ks[s] > 0);
-        off_before_[s] = ks[s] == 0;
         budget[s] = ks[s];
     }
 }

@@ -68,10 +68,19 @@ public:
             llama_memory_seq_cp(d_.memory(), holder_, seq.id, -1, -1);
             from = static_cast<size_t>(shared_);
         }
+        stopped_[seq.id] = 0;
+        if (p_.policy.kind != PolicyParams::Kind::static_k) {
+            // A policy may keep this sequence at k = 0 to the end: its prompt waits in draft_todo for
+            // the first round that drafts for it (the catch-up), so a request never drafted for costs
+            // the draft nothing and its first token comes as soon as without speculation.
+            seq.n_past_draft = static_cast<int32_t>(from);
+            seq.draft_todo.assign(seq.prompt.begin() + static_cast<std::ptrdiff_t>(from), seq.prompt.end());
+            seq.draft_todo.push_back(seq.pending());
+            return;
+        }
         feed(seq.prompt, from, seq.prompt.size(), seq.id);
         seq.n_past_draft = static_cast<int32_t>(seq.prompt.size());
         seq.draft_todo = {seq.pending()};
-        stopped_[seq.id] = 0;
     }
 
     void release(const Engine::Sequence& seq) override { d_.remove_from(seq.id, 0); }
