@@ -348,8 +348,11 @@ void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const st
         }
     }
     if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight, depth > 0);
-    // A round after idle rounds carries the draft model's catch-up on their tokens: not a draft step.
-    if (depth > 0 && !caught_up_) update(draft_step_ms_, decoding, cost.draft_ms / depth);
+    // A round after idle rounds carries the draft model's catch-up on their tokens: not a draft step,
+    // unless it is the first draft seen at this batch size (dearer than a step, never cheaper: a
+    // nearer size's cheaper step would keep a draft as dear as the target probing at this one).
+    const bool first_at_size = draft_step_ms_.count(decoding) == 0;
+    if (depth > 0 && (!caught_up_ || first_at_size)) update(draft_step_ms_, decoding, cost.draft_ms / depth);
     update(other_ms_, decoding, cost.other_ms);
 }
 
