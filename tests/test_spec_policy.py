@@ -199,6 +199,26 @@ def test_a_policy_defers_the_draft_models_prompt_until_it_drafts(noisy_engine):
         assert serving_verdict(noisy_engine, trace, run.tokens, k=3).lossless_ok
 
 
+
+def test_a_deferred_prompts_catch_up_is_not_priced_as_a_draft_step(noisy_pair):
+    """Requests arriving together under a policy give the draft model their whole prompts in the first
+    round that drafts: that catch-up is timed apart, so the draft step the policy learns at that batch
+    size is a step's (a prompt priced as one kept a paying pair off wherever it happened)."""
+    from conftest import ENGINE_KW
+    from specnative import Engine
+    target, draft = noisy_pair
+    with Engine(target, draft, n_ctx=4096, n_batch=256, n_seq_max=4, **ENGINE_KW) as engine:  # its own memory
+        prompts = [engine.tokenize(p * 12) for p in PROMPTS]  # 60-120 tokens each
+        trace = arrivals.build_trace(prompts, [20, 16, 24], float("inf"), 6, seed=3)
+        static = serve(engine, trace, max_concurrency=3, spec=True, k=3, virtual_clock=True)
+        step_ms = static.times["draft"] / (static.steps * 3)  # about one draft decode of <= 3 rows
+        adaptive = serve(engine, trace, max_concurrency=3, spec=True, k=3, virtual_clock=True, spec_policy="adaptive")
+        assert adaptive.totals["drafted"] > 0  # its first round drafted, with the three prompts' catch-up
+        (learned,) = engine._core._policy_memory().values()
+        assert learned["draft_step_ms"][3] < 4 * step_ms
+        assert serving_verdict(engine, trace, adaptive.tokens, k=3).lossless_ok
+
+
 # --- refusals ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("spelling, message", [
     ("sometimes", "expected static, adaptive"),

@@ -92,6 +92,7 @@ public:
     }
     void accept(Engine::Sequence& seq, int s) override { judge(seq, drafts_[s], q_[s], row_[s]); }
     double library_ms() const override { return drafter_->library_ms(); }
+    double catch_up_ms() const override { return drafter_->catch_up_ms(); }
 
 private:
     void judge(Engine::Sequence& seq, const std::vector<int32_t>& drafts, const std::vector<std::vector<float>>& q,

@@ -63,6 +63,8 @@ public:
     // TreeDrafter::library_ms), and the part of them that removed or copied cache cells.
     virtual double library_ms() const { return 0; }
     virtual double kv_ms() const { return 0; }
+    // The part of the draft phase that was a draft model's catch-up (Drafter::catch_up_ms).
+    virtual double catch_up_ms() const { return 0; }
 };
 
 // A chain of up to k drafted tokens per sequence, verified as consecutive rows (chain_round.cpp).

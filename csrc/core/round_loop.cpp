@@ -222,6 +222,7 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
         const int active_now = active(seqs);
         const int64_t tokens_before = generated(seqs);
         const StepTimes before = r.times;
+        const double catch_up_before = shape->catch_up_ms();
         if (active_now == 0) break;
         for (int s = 0; s < n_seq; ++s) budget[s] = seqs[s].done ? -1 : shape->budget(seqs[s]);
         policy->decide(seqs, budget, active_now);
@@ -248,7 +249,7 @@ GenerateResult Engine::run_rounds(std::vector<Sequence>& seqs, int shared_prefix
         shape->after_accept();
         clock.charge(r.times.draft_ingest);
         if (steered) {
-            policy->observe(seqs, budget, round_cost(before, r.times, verify_rows));
+            policy->observe(seqs, budget, round_cost(before, r.times, verify_rows, shape->catch_up_ms() - catch_up_before));
             clock.charge(r.times.policy);
         }
         count_iteration(r, active_now, generated(seqs) - tokens_before, round_ms(r.times) - round_ms(before));

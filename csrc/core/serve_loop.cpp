@@ -274,6 +274,7 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
 
         // ---- draft ---------------------------------------------------------------------------
         const StepTimes before = r.times;
+        const double catch_up_before = shape->catch_up_ms();
         if (p.spec && decoding > 0) {
             for (int s = 0; s < n_slots; ++s) {
                 const bool decodes = request_of[s] >= 0 && !slots[s].out.empty();
@@ -340,7 +341,8 @@ ServeResult Engine::serve(const std::vector<ServeRequest>& requests, const Serve
             charge(r.times.draft_ingest, true);
         }
         if (steered && decode_tokens > 0) {  // before the completions take the finished slots' counts
-            policy->observe(slots, budget, round_cost(before, r.times, prompt_tokens == 0 ? decode_tokens : 0));
+            policy->observe(slots, budget, round_cost(before, r.times, prompt_tokens == 0 ? decode_tokens : 0,
+                                                         shape->catch_up_ms() - catch_up_before));
             charge(r.times.policy, true);
         }
         first_token_now.clear();

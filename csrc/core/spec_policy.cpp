@@ -206,9 +206,6 @@ private:
     std::map<int, double> draft_step_ms_, other_ms_;  // by sequences decoding; none: no round seen yet
     std::vector<std::vector<double>> expect_;  // scratch: E_s(0..k)
     PolicyLearned* learned_;  // the engine's memory for these settings; null: none
-    // This round drafts for a sequence whose draft model has more than the last round's tokens to
-    // take in first (rounds at k = 0 before, or a prompt a non-static policy's admission deferred).
-    bool caught_up_ = false;
 };
 
 // Times one target decode of m rows on each of the first n anchors (sequence id, position, token)
@@ -282,8 +279,6 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
     } else {
         choose(seqs, budget, decoding);
     }
-    caught_up_ = false;  // a model drafter's catch-up: more than pending and the last correction to take in
-    for (int s = 0; s < n; ++s) caught_up_ = caught_up_ || (budget[s] > 0 && seqs[s].draft_todo.size() > 2);
 }
 
 void AdaptivePolicy::choose(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) {
@@ -348,11 +343,10 @@ void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const st
         }
     }
     if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight, depth > 0);
-    // A round after idle rounds carries the draft model's catch-up on their tokens: not a draft step,
-    // unless it is the first draft seen at this batch size (dearer than a step, never cheaper: a
-    // nearer size's cheaper step would keep a draft as dear as the target probing at this one).
-    const bool first_at_size = draft_step_ms_.count(decoding) == 0;
-    if (depth > 0 && (!caught_up_ || first_at_size)) update(draft_step_ms_, decoding, cost.draft_ms / depth);
+    // A draft model's catch-up on tokens it has not seen (rounds at k = 0, a deferred prompt) is
+    // timed apart and is not a draft step: a prompt's catch-up priced as one would keep a paying
+    // pair off at the batch size where it happened.
+    if (depth > 0) update(draft_step_ms_, decoding, std::max(cost.draft_ms - cost.catch_up_ms, 0.0) / depth);
     update(other_ms_, decoding, cost.other_ms);
 }
 

@@ -19,13 +19,14 @@ namespace specnative {
 struct RoundCost {
     int rows = 0;           // target rows verified; 0 where prompt chunks rode along (serving)
     double draft_ms = 0;    // the draft phase (a draft model's catch-up on emitted tokens included)
+    double catch_up_ms = 0; // the part of draft_ms that was that catch-up (no draft step)
     double verify_ms = 0;   // the target's verify decode
     double other_ms = 0;    // reading features, accepting, resampling
 };
 
 // The round's cost from the step timers before and after it; `rows` as RoundCost's.
-inline RoundCost round_cost(const StepTimes& before, const StepTimes& after, int rows) {
-    return RoundCost{rows, after.draft - before.draft, after.verify - before.verify,
+inline RoundCost round_cost(const StepTimes& before, const StepTimes& after, int rows, double catch_up_ms) {
+    return RoundCost{rows, after.draft - before.draft, catch_up_ms, after.verify - before.verify,
                      after.draft_ingest - before.draft_ingest + after.resample - before.resample};
 }
 

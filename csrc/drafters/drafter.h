@@ -76,6 +76,9 @@ public:
     // (which keeps its own count, Context::llama_ms), since it was made: an n-gram drafter's
     // common_speculative_* calls. The round loop adds its delta to StepTimes::llama.
     virtual double library_ms() const { return 0.0; }
+    // Milliseconds of the draft phase spent taking in tokens the draft model has not seen (rounds
+    // at k = 0 before, a prompt a policy deferred), since it was made: part of draft, not a step.
+    virtual double catch_up_ms() const { return 0.0; }
 };
 
 // ---- the draft-model family (drafter_model.cpp) -------------------------------------------------

@@ -84,6 +84,7 @@ public:
     }
 
     void release(const Engine::Sequence& seq) override { d_.remove_from(seq.id, 0); }
+    double catch_up_ms() const override { return catch_up_ms_; }
 
     void share_prefix(int length, int holder) override {
         if (length == 0 && holder_filled_) d_.remove_from(holder_, 0);
@@ -165,6 +166,7 @@ private:
     // so that the first draft position's batch keeps at most two rows per sequence, as every round
     // of a fixed k has.
     void catch_up(std::vector<Engine::Sequence>& seqs, const std::vector<int>& k_max) {
+        const ScopedMs timer(catch_up_ms_);
         d_.clear_batch();
         for (size_t s = 0; s < seqs.size(); ++s) {
             std::vector<int32_t>& todo = seqs[s].draft_todo;
@@ -209,6 +211,7 @@ private:
     // By sequence (index = id): the p_min rule ended this round's draft, after its last draft
     // token was fed to compute the position that failed the check.
     std::vector<char> stopped_;
+    double catch_up_ms_ = 0.0;  // catch_up's decodes, all rounds so far
 };
 
 }  // namespace
