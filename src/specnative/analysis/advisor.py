@@ -22,11 +22,12 @@ import pandas as pd
 
 from specnative.analysis import theory
 from specnative.record import schema
+from specnative.record.factors import FACTORS, FACTOR_NAMES
 
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
 # carry no draft columns, so k and accept_rule cannot be part of the join).
 REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter",
-               "draft_p_min", "prefix_cache")
+               "draft_p_min", "prefix_cache") + FACTOR_NAMES  # (record/factors.py: on rows at the default read as it)
 # (drafter: each drafter's cell measured its own baseline beside it; empty in older traces;
 # draft_p_min likewise, 0 = fixed k, filled in by load_traces for off rows and older traces)
 BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter",
@@ -131,6 +132,10 @@ def with_p_min(frame: pd.DataFrame) -> pd.DataFrame:
     if "request_rate" in frame:  # serve levels shared nothing before the axis
         shared[frame["request_rate"].notna()] = "off"
     frame["prefix_cache"] = frame["prefix_cache"].fillna(shared) if "prefix_cache" in frame else shared
+    on = frame["spec_decode"] == "on" if "spec_decode" in frame else pd.Series(False, index=frame.index)
+    for factor in FACTORS:  # an on row without the factor's column ran at its default (older runs too)
+        column = frame[factor.name] if factor.name in frame else pd.Series(None, index=frame.index, dtype=object)
+        frame[factor.name] = column.astype(object).where(~(on & column.isna()), factor.default)
     return frame
 
 

@@ -140,3 +140,14 @@ def parse(value) -> SpecPolicy:
         return SpecPolicy("by-batch", schedule=_schedule(rest))
     raise ValueError(f"spec_policy {value!r}: expected static, adaptive[:fresh,prior=A,weight=W], "
                      f"by-batch:[[lo,hi,k],...] or by-batch:RUN/advice.json")
+
+
+def choice_columns(spelling: str, totals: dict, times: dict, rounds: int) -> dict:
+    """The spec policy's spelling and choices from summed counts and step timers: sequence-rounds
+    by the draft length it allowed, its k = 0 share, its own time per round (start-up apart)."""
+    hist = [int(h) for h in totals.get("k_chosen_hist", [])]
+    n = sum(hist)
+    return {"spec_policy": spelling, "k_chosen_hist": ";".join(str(h) for h in hist),
+            "k0_share": hist[0] / n if n else math.nan,
+            "policy_ms_per_round": (times["policy"] - times["policy_startup"]) / rounds if rounds else math.nan,
+            "policy_startup_ms": times["policy_startup"]}

@@ -1,5 +1,5 @@
 """Row columns both kinds of run write the same way: a synthetic acceptance row's own columns, a
-draft tree's counts and the spec policy's choices (a sweep cell's runs, a serve level's requests)."""
+draft tree's counts (a sweep cell's runs, a serve level's requests)."""
 from __future__ import annotations
 
 import math
@@ -36,14 +36,3 @@ def tree_count_columns(spelling: str, totals: dict) -> dict:
             "nodes_per_round": drafted / rounds if rounds else math.nan,
             "accept_at_rank": ";".join(f"{a / o:.4f}" if o else "" for a, o in
                                        zip(totals["accepted_rank"], totals["offered_rank"]))}
-
-
-def policy_columns(spelling: str, totals: dict, times: dict, rounds: int) -> dict:
-    """The spec policy's spelling and choices from summed counts and step timers: sequence-rounds
-    by the draft length it allowed, its k = 0 share, its own time per round (start-up apart)."""
-    hist = [int(h) for h in totals.get("k_chosen_hist", [])]
-    n = sum(hist)
-    return {"spec_policy": spelling, "k_chosen_hist": ";".join(str(h) for h in hist),
-            "k0_share": hist[0] / n if n else math.nan,
-            "policy_ms_per_round": (times["policy"] - times["policy_startup"]) / rounds if rounds else math.nan,
-            "policy_startup_ms": times["policy_startup"]}

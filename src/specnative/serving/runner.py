@@ -32,7 +32,8 @@ from specnative.engine import DraftShape, Engine, drafter_options_text, parse_dr
 from specnative.record import database, rundir, schema
 from specnative.record.provenance import environment, model_record, now_iso, sha256_file, write_json
 from specnative.run import hidden_drafters, workloads
-from specnative.run.row_columns import policy_columns, synthetic_columns, tree_count_columns
+from specnative.engine.spec_policy import choice_columns
+from specnative.run.row_columns import synthetic_columns, tree_count_columns
 from specnative.serving import arrivals, checks
 from specnative.serving.arrivals import Request
 from specnative.serving.loop import ServeRun, serve
@@ -158,7 +159,7 @@ def level_row(run: ServeRun, trace: list[Request], rate: float, seed: int, cfg: 
                     "accept_len_hist": ";".join(str(int(h)) for h in totals["accept_len_hist"])})
         if shape_of(cfg).is_tree:
             row.update(tree_count_columns(cfg.draft_shape, totals))
-        row.update(policy_columns(cfg.spec_policy, totals, t, run.decode_steps))
+        row.update(choice_columns(cfg.spec_policy, totals, t, run.decode_steps))
     else:
         row["step_ms"] = run.iteration_ms
     return row

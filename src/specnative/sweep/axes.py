@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from specnative.record.factors import FACTORS
+
 
 @dataclass(frozen=True)
 class Axis:
@@ -57,6 +59,10 @@ GRID_SETTINGS = (("n_predict", lambda cfg: cfg.n_predict),)
 def grid_record(cfg) -> dict:
     """provenance.json's grid: every axis the run's values must be recorded for, and the settings."""
     grid = {axis.grid: axis.record(axis.values(cfg)) for axis in CELL_AXES + ON_ROW_AXES if axis.recorded(cfg)}
+    for factor in FACTORS:  # a factor's values, where a run leaves its default
+        values = cfg.factors.get(factor.name, [factor.default])
+        if values != [factor.default]:
+            grid[factor.name] = list(values)
     grid.update({name: value(cfg) for name, value in GRID_SETTINGS})
     return grid
 
@@ -65,6 +71,8 @@ def cell_key(target_sha: str, values: dict, kind=None, synthetic: str | None = N
     """The cell id: the target's sha256 prefix and each keyed axis's part; with `kind` an on row's (a
     chain's k, or a draft tree's spelling), with `synthetic` (a profile's text) a synthetic row's."""
     base = target_sha[:16] + "".join(axis.key(values[axis.name]) for axis in CELL_AXES if axis.key)
+    chosen = dict(values.get("factors", ()))
+    base += "".join(factor.key(chosen[factor.name]) for factor in FACTORS if factor.name in chosen)
     if isinstance(kind, str):
         base += f"|shape={kind}"
     elif kind is not None:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from specnative.record import shards
+from specnative.record.factors import FACTORS
 from specnative.report import write_report
 from specnative.run import options
 from specnative.run.options import (
@@ -49,6 +50,20 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                            "between runs; off: every sequence prefills its own copy every run (a server without "
                            "prompt caching); both: one cell each")
     add_synthetic_flag(grid)
+    for factor in FACTORS:  # record/factors.py: each a row of its own
+        grid.add_argument(factor.flag, dest=factor.name, type=factor_list(factor), default=[factor.default],
+                          metavar=factor.metavar, help=f"{factor.help} (default {factor.default})")
+
+
+def factor_list(factor):
+    """argparse's type for a factor's flag: its comma list, a bad value one line naming the flag."""
+    def parse(text: str) -> list:
+        try:
+            return factor.values_from(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    parse.__name__ = factor.flag  # argparse names the type in its message
+    return parse
 
 
 def add_measuring_flags(p: argparse.ArgumentParser, runs: argparse._ArgumentGroup) -> None:
@@ -102,7 +117,9 @@ def describe(cfg: SweepConfig) -> str:
 
 def config_from_args(args: argparse.Namespace, argv: list[str]) -> SweepConfig:
     """The sweep's configuration from its parsed flags, checked together before any work."""
-    return SweepConfig.from_spec(options.spec_from_args(args, argv, "sweep"))
+    cfg = SweepConfig.from_spec(options.spec_from_args(args, argv, "sweep"))
+    cfg.factors = {f.name: getattr(args, f.name) for f in FACTORS if getattr(args, f.name) != [f.default]}
+    return cfg
 
 
 def main(argv: list[str] | None = None, prog: str = "specnative sweep") -> int:

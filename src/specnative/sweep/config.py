@@ -2,11 +2,13 @@
 regime of the grid), with the cell id every traces.csv row carries."""
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from specnative.engine import HIDDEN_DRAFTERS, TREE_DRAFTERS, default_threads, native, parse_draft_shape
 from specnative.record import shards
+from specnative.record.factors import FACTORS, factor_named
 from specnative.run import workloads
 from specnative.run.spec import DIST_POSITIONS, RunSpec
 from specnative.sweep import axes
@@ -84,6 +86,8 @@ class SweepConfig:
     # their spelling (engine/draft_shape.py), each an on row of the same cell, timed in the same
     # repeats as the chains (paired intervals)
     draft_shapes: list = field(default_factory=lambda: ["chain"])
+    # the grid's factors (record/factors.py): name -> the values its flag gave (absent: its default)
+    factors: dict = field(default_factory=dict)
 
     @classmethod
     def from_spec(cls, spec: RunSpec) -> SweepConfig:
@@ -112,13 +116,23 @@ def drafter_options_of(cfg: SweepConfig, drafter: str) -> dict:
                                           if native.drafter_of_option(name) == drafter}
 
 
-def on_kinds(cfg: SweepConfig, drafter: str) -> list:
+def on_kinds(cfg: SweepConfig, drafter: str, cell: Cell | None = None) -> list:
     """A cell's on rows, in order: every k of the chain (an int), then every draft tree's spelling
     (a str; the draft model and an EAGLE-3 head only). Without "chain" among the draft shapes only
-    the trees run."""
+    the trees run. A cell whose factor applies to chains only (record/factors.py) has only chains."""
     trees = [s for s in cfg.draft_shapes if s != "chain"] if drafter in TREE_DRAFTERS else []
     chains = list(cfg.ks) if "chain" in cfg.draft_shapes or not trees else []
+    if cell is not None and cell.chains_only:
+        return list(cfg.ks)
     return chains + trees
+
+
+def factor_combinations(cfg: SweepConfig) -> list[tuple]:
+    """Each combination of the grid's factor values, as a Cell's factors (the values other than
+    the default, by name); ((),) where every factor is at its default."""
+    chosen = [[(f.name, v) for v in cfg.factors.get(f.name, [f.default])] for f in FACTORS]
+    return [tuple((name, v) for name, v in combo if v != factor_named(name).default)
+            for combo in itertools.product(*chosen)]
 
 
 def tree_ids_per_sequence(cfg: SweepConfig) -> int:
@@ -144,6 +158,11 @@ def grid_problems(cfg: SweepConfig) -> list[str]:
         problems.append(f"-n/--n-predict {cfg.n_predict}: a sweep needs at least {MIN_N_PREDICT} tokens per "
                         f"sequence (the first comes from the prefill and a round's last is the target's own, so "
                         f"only from {MIN_N_PREDICT} on does a decode step draft a token)")
+    for factor in FACTORS:  # what a factor's values cannot run with (record/factors.py)
+        values = cfg.factors.get(factor.name, [factor.default])
+        problems += factor.problems(values, list(cfg.ks))
+        if factor.chains_only and values != [factor.default] and "chain" not in cfg.draft_shapes:
+            problems.append(f"{factor.flag}: applies to chains, and --draft-shape has none (add chain)")
     trees = [parse_draft_shape(s) for s in cfg.draft_shapes if s != "chain"]
     if not trees or not set(TREE_DRAFTERS) & set(cfg.drafters):
         return problems
@@ -194,6 +213,25 @@ class Cell:
     draft_p_min: float = 0.0  # the draft model's stop rule (0: fixed k)
     batch: int = 0  # a public set's cells: which batch of the task's items (workloads.batches_of)
     prefix_cache: bool = True  # the shared context's cells computed once and shared (False: each sequence's own)
+    factors: tuple = ()  # (name, value) of each factor (record/factors.py) not at its default
+
+    def factor(self, name: str):
+        return dict(self.factors).get(name, factor_named(name).default)
+
+    @property
+    def factor_args(self) -> dict:
+        """generate()'s keywords for the cell's speculative runs (nothing at the defaults: those
+        cells run exactly as before the factors)."""
+        return dict(self.factors)
+
+    @property
+    def chains_only(self) -> bool:
+        return any(factor_named(name).chains_only for name, _ in self.factors)
+
+    @property
+    def lengths_vary(self) -> bool:
+        """Whether a factor makes the draft length vary from round to round (no fixed-k prediction)."""
+        return any(factor_named(name).lengths_vary(value) for name, value in self.factors)
 
     @property
     def shares_prefix(self) -> bool:

@@ -10,7 +10,7 @@ from specnative.record import shards
 from specnative.record.provenance import sha256_file
 from specnative.run import hidden_drafters, model_checks, workloads
 from specnative.run.capacity import context_refusal, gguf_shape, kv_refusal
-from specnative.sweep.config import Cell, SweepConfig, lookahead
+from specnative.sweep.config import Cell, SweepConfig, factor_combinations, lookahead
 from specnative.sweep.prompts import workload_for
 
 
@@ -24,13 +24,15 @@ def cells_of(cfg: SweepConfig) -> list[Cell]:
     # (a public set's task has a cell per batch of its items: workloads.batches_of)
     # (the prefix cache innermost: the on and off cells of a regime are measured side by side; a
     # hidden-state drafter's cells only off, hidden_drafters.prefix_modes)
-    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch, prefix_cache)
+    # (the factors innermost, record/factors.py: one cell per combination of their values)
+    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch, prefix_cache, factors)
             for t, ctx, conc, temp, task in itertools.product(cfg.targets, sorted(cfg.ctx_lens),
                                                               sorted(cfg.concurrencies), cfg.temperatures, cfg.tasks)
             for batch in range(len(workloads.batches_of(cfg.prompts, task, conc)))
             for drafter, p_min in itertools.product(cfg.drafters, cfg.draft_p_mins)
             if drafter == "model" or p_min == 0
-            for prefix_cache in hidden_drafters.prefix_modes(cfg.prefix_caches, drafter)]
+            for prefix_cache in hidden_drafters.prefix_modes(cfg.prefix_caches, drafter)
+            for factors in factor_combinations(cfg)]
 
 
 def placement_tag(cfg: SweepConfig) -> str:

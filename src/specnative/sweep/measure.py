@@ -3,6 +3,7 @@ until the speedup's interval decides, and its rows."""
 from __future__ import annotations
 
 from specnative.analysis import stats
+from specnative.record.factors import factor_named
 from specnative.run import hidden_drafters
 from specnative.run.row_columns import synthetic_columns
 from specnative.run.workloads import category_table
@@ -21,6 +22,15 @@ from specnative.sweep.rows import (
 from specnative.sweep.which_k import add_k_columns
 
 
+def factor_columns(cell: Cell, runs: list) -> dict:
+    """An on row's columns from the cell's factors (record/factors.py): each factor's value where the
+    cell leaves its default, and what the factor adds from the row's runs."""
+    columns = {}
+    for name, value in cell.factors:
+        columns.update({name: value, **factor_named(name).columns(value, runs)})
+    return columns
+
+
 def policy_of(cfg: SweepConfig) -> stats.Policy:
     return stats.Policy(min_repeats=cfg.repeats, max_repeats=cfg.max_repeats, level=cfg.ci_level,
                         rel_width=cfg.ci_width, max_warmup=cfg.warmup, settle_tol=cfg.warmup_tol)
@@ -37,7 +47,7 @@ def _speedup_intervals(pairs: list[dict], ks, level: float) -> dict:
 
 
 def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, previous: dict | None = None,
-               warm: bool = False, kinds: list | None = None) -> tuple[dict, dict]:
+               warm: bool = False, kinds: list | None = None, spec_args: dict | None = None) -> tuple[dict, dict]:
     """Warm-up until the timings settle, then timed repeats until every k's speedup interval
     decides (stats.Policy). Each repeat runs spec off, then spec on for every k, right beside
     each other: the speedup interval is over these pairs, so load that hits both cancels.
@@ -45,8 +55,10 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
     run, or with `warm` (the engine measured a cell just before: nothing left to warm) the first
     timed run, no warm-up run at all.
     Returns the timed runs by kind ("off", k, ..., a tree's spelling, ...) and how the measuring went.
-    `kinds`: the on rows (config.on_kinds; None: every k of the chain)."""
+    `kinds`: the on rows (config.on_kinds; None: every k of the chain). `spec_args`: the cell's
+    factors' keywords (Cell.factor_args), for every speculative run."""
     policy = policy_of(cfg)
+    spec_args = spec_args or {}
     kinds = list(cfg.ks) if kinds is None else kinds
 
     def with_synthetic(pair: dict) -> dict:
@@ -55,13 +67,15 @@ def timed_runs(engine, prompts, cfg: SweepConfig, common: dict, on_progress, pre
             for profile in cfg.synthetic:
                 if synthetic_kind(profile, k) not in pair:
                     pair[synthetic_kind(profile, k)] = engine.generate(
-                        prompts, spec=True, k=k, accept_rule=cfg.accept_rule, synthetic=profile, **common)
+                        prompts, spec=True, k=k, accept_rule=cfg.accept_rule, synthetic=profile, **spec_args,
+                        **common)
         return pair
 
     def one_repeat() -> dict:
         pair = {"off": engine.generate(prompts, **common)}
         for kind in kinds:
-            pair[kind] = engine.generate(prompts, spec=True, accept_rule=cfg.accept_rule, **kind_args(kind), **common)
+            pair[kind] = engine.generate(prompts, spec=True, accept_rule=cfg.accept_rule, **kind_args(kind),
+                                         **spec_args, **common)
         return with_synthetic(pair)
 
     warmups, shown = 0, ""
@@ -109,25 +123,26 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     else:  # only the shared context is shared and kept from run to run; each sequence's own prompt is
         common["prefix_limit"] = cell.ctx_len  # prefilled on every run (at ctx_len 0: the whole prompt)
     checks, check_pair = {}, {}
-    kinds = on_kinds(cfg, cell.drafter)
+    kinds = on_kinds(cfg, cell.drafter, cell)
     for k in kinds:
         on_progress(f"lossless check {'k=' + str(k) if isinstance(k, int) else k}")
         checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
                                    on_progress=on_progress, runs_out=check_pair, prefix_cache=cell.shares_prefix,
-                                   prefix_limit=cell.ctx_len)
+                                   prefix_limit=cell.ctx_len, spec_args=cell.factor_args)
     # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
     # is checked through its match proxy) at the timed seed
     same_runs = (cell.temperature == 0 or cfg.accept_rule == "match") and cfg.check_seed_offset == 0
     runs, measuring = timed_runs(engine, prompts, cfg, common, on_progress, check_pair if same_runs else None, warm,
-                                 kinds)
+                                 kinds, cell.factor_args)
     off = median_row(runs["off"])
     off.update({"step_ms": pooled_steady(runs["off"])["iteration_ms"], "speedup": 1.0,
                 "lossless_ok": True, "lossless_method": "reference", "first_divergence": -1})
     off["tps_baseline"] = off["tps"]
     rows = [{"spec_decode": "off", **off, **interval_columns(runs, "off", measuring)}]
     for k in kinds:
-        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[k], off, kind_budget(k)),
-                     **checks[k], **interval_columns(runs, k, measuring)})
+        rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule,
+                     **spec_row(runs[k], off, kind_budget(k), cell.lengths_vary), **checks[k],
+                     **interval_columns(runs, k, measuring), **factor_columns(cell, runs[k])})
         if cell.drafter == "model":
             rows[-1]["draft_p_min"] = cell.draft_p_min
         if isinstance(k, str):  # a draft tree: its shape and counts (chain rows as before)
@@ -135,7 +150,8 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     rows += synthetic_rows(runs, off, cfg, cell, measuring)
     # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
     # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
-    if cell.drafter == "model" and cell.draft_p_min == 0 and (cfg.which_k or cfg.check_k):
+    # (and a cell's factors: which-k's runs are the plain chain's)
+    if cell.drafter == "model" and cell.draft_p_min == 0 and not cell.factors and (cfg.which_k or cfg.check_k):
         add_k_columns(engine, prompts, cfg, common, runs, [r for r in rows if "draft_shape" not in r], on_progress)
     copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
     for row in rows:
@@ -155,8 +171,9 @@ def synthetic_rows(runs: dict, off: dict, cfg: SweepConfig, cell: Cell, measurin
     for k in cfg.ks:
         for profile in cfg.synthetic:
             kind = synthetic_kind(profile, k)
-            row = {"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[kind], off, k),
-                   **interval_columns(runs, kind, measuring), **synthetic_columns(profile, k)}
+            row = {"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[kind], off, k, cell.lengths_vary),
+                   **interval_columns(runs, kind, measuring), **factor_columns(cell, runs[kind]),
+                   **synthetic_columns(profile, k)}
             if cell.drafter == "model":
                 row["draft_p_min"] = cell.draft_p_min
             rows.append(row)

@@ -61,7 +61,8 @@ def e2e_rate(run) -> float:
     return generated(run) / (run.times["total"] / 1000.0) if run.times["total"] > 0 else float("nan")
 
 
-def spec_row(results, base_row: dict, k: int) -> dict:
+def spec_row(results, base_row: dict, k: int, lengths_vary: bool = False) -> dict:
+    """An on row from its runs; `lengths_vary`: a factor of the cell varies the draft length per round."""
     row = median_row(results)
     drafted = sum(r.totals["drafted"] for r in results)
     accepted = sum(r.totals["accepted"] for r in results)
@@ -97,7 +98,8 @@ def spec_row(results, base_row: dict, k: int) -> dict:
     })
     # 0..k tokens per round (an n-gram lookup, or the draft model's p_min stop rule): the closed
     # form over the length mix
-    if getattr(results[0], "drafter", "model") != "model" or getattr(results[0], "draft_p_min", 0.0) > 0:
+    if (lengths_vary or getattr(results[0], "drafter", "model") != "model"
+            or getattr(results[0], "draft_p_min", 0.0) > 0):
         reach = drafted_at / rounds if rounds else []
         row["predicted_speedup"] = theory.predicted_speedup_lengths(token_alpha, reach, c)
     return row

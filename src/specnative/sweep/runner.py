@@ -60,7 +60,7 @@ def resume_plan(cfg: SweepConfig, out: Path, traces: Path, cells: list,
     keys = {}
     for cell in cells:
         sha = sha256_file(cell.target)
-        keys[cell] = ([cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in on_kinds(cfg, cell.drafter)]
+        keys[cell] = ([cell.key(sha, cfg.accept_rule)] + [cell.key(sha, cfg.accept_rule, k) for k in on_kinds(cfg, cell.drafter, cell)]
                       + [cell.key(sha, cfg.accept_rule, k, p.text) for k in cfg.ks for p in cfg.synthetic])
     return rundir.plan_resume(traces, keys), recorded
 

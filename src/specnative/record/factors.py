@@ -1,0 +1,92 @@
+"""The grid's factors: axes declared by their row alone. A row says everything the sweep, its cell
+id, resume, provenance, the rows and the advice need to know of the axis:
+
+- its flag, how the flag's text parses into values, and its help;
+- its default: the value every run before the axis was measured at, so a cell at the default has
+  the cell id it had before, the recorded grid names the axis only when a run leaves the default
+  (older run folders still resume, merge and compare) and a row without the column reads as it;
+- its traces.csv column (declared in the traces.csv schema) and its generate() keyword (the same
+  name: the engine's parameter);
+- where it applies (chains only, or every on row) and whether it makes the draft length vary from
+  round to round (no fixed-k prediction then);
+- what a grid's values cannot run with (one line each, before any work);
+- the columns its on rows add from their runs.
+
+The sweep's flags, cells and measuring, the cell id (sweep/axes.py) and the advisor's regimes read
+this table: a new axis is one row here, its engine parameter, its column, and its tests.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+def _nothing_added(value, runs) -> dict:
+    return {}
+
+
+def _no_problems(values: list, ks: list) -> list:
+    return []
+
+
+@dataclass(frozen=True)
+class Factor:
+    name: str                     # traces.csv column, Cell factor and generate() keyword
+    flag: str                     # the sweep's flag
+    parse: Callable[[str], object]  # one value of the flag's comma list, in its canonical spelling
+    default: object               # the value of runs before the axis (the flag's default)
+    help: str
+    metavar: str = "V,V,..."
+    chains_only: bool = False     # a value other than the default applies to chains only (no draft trees)
+    lengths_vary: Callable[[object], bool] = lambda value: False  # drafts of varying length at this value
+    problems: Callable[[list, list], list] = _no_problems  # (values, the grid's ks) -> what cannot run
+    columns: Callable[[object, list], dict] = _nothing_added  # (value, an on row's runs) -> its columns
+
+    def values_from(self, text: str) -> list:
+        """The flag's comma list parsed, in order, duplicates refused. A piece that is no value alone
+        but continues the one before it belongs to it (a value's own options: adaptive:prior=0.6,weight=2)."""
+        items = []
+        for piece in split_list(text):
+            if items and not self._parses(piece) and self._parses(items[-1] + "," + piece):
+                items[-1] += "," + piece
+            else:
+                items.append(piece)
+        values = [self.parse(item) for item in items]
+        if len(set(values)) != len(values):
+            raise ValueError(f"{self.flag}: a value is given twice in {text!r}")
+        return values
+
+    def _parses(self, text: str) -> bool:
+        try:
+            self.parse(text)
+        except ValueError:
+            return False
+        return True
+
+    def key(self, value) -> str:
+        """Its part of the cell id: nothing at the default."""
+        return "" if value == self.default else f"|{self.name}={value}"
+
+
+def split_list(text: str) -> list[str]:
+    """A flag's comma list, commas inside brackets kept (a by-batch schedule is one value)."""
+    items, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    items.append(current.strip())
+    if any(not item for item in items):
+        raise ValueError(f"empty value in {text!r}")
+    return items
+
+
+FACTORS: tuple[Factor, ...] = ()
+FACTOR_NAMES: tuple[str, ...] = tuple(f.name for f in FACTORS)
+
+
+def factor_named(name: str) -> Factor:
+    return next(f for f in FACTORS if f.name == name)
