@@ -84,7 +84,41 @@ def split_list(text: str) -> list[str]:
     return items
 
 
-FACTORS: tuple[Factor, ...] = ()
+def _policy(text: str) -> str:
+    from specnative.engine.spec_policy import parse  # the engine's own parser: one spelling everywhere
+
+    return parse(text).text
+
+
+def _policy_problems(values: list, ks: list) -> list:
+    from specnative.engine.spec_policy import parse
+
+    problems = []
+    for value in values:
+        try:
+            for k in ks:
+                parse(value).check_k(k)
+        except ValueError as error:
+            problems.append(f"--spec-policy: {error}")
+    return problems
+
+
+def _policy_columns(value, runs) -> dict:
+    from specnative.engine.spec_policy import choice_columns
+
+    hist = sum(run.totals["k_chosen_hist"] for run in runs)
+    times = {name: sum(run.times[name] for run in runs) for name in ("policy", "policy_startup")}
+    return choice_columns(value, {"k_chosen_hist": hist}, times, sum(run.steps for run in runs))
+
+
+FACTORS: tuple[Factor, ...] = (
+    Factor("spec_policy", "--spec-policy", _policy, "static",
+           "how many tokens each sequence drafts per round, one cell per policy: static (k every round), "
+           "adaptive (k per sequence per round from its acceptance and the measured verify cost) or "
+           "by-batch:[[lo,hi,k],...] (docs/adaptive.md); a non-static policy applies to chains",
+           metavar="P,P,...", chains_only=True, lengths_vary=lambda value: value != "static",
+           problems=_policy_problems, columns=_policy_columns),
+)
 FACTOR_NAMES: tuple[str, ...] = tuple(f.name for f in FACTORS)
 
 
