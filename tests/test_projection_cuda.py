@@ -1,5 +1,6 @@
 """The CUDA cost model: the kernel the vendored ggml-cuda selects per (type, rows, architecture), the
 cost of each kernel family, the shipped GPU table, and `specnative project --bench`."""
+import dataclasses
 import json
 
 import pytest
@@ -76,14 +77,58 @@ def test_mmvq_time_grows_per_column_and_mmq_is_flat_within_a_tile():
 
 
 def test_the_a100_34b_q8_0_curve_switches_kernel_at_nine_rows():
-    # llama.cpp's published A100 CodeLlama 34B Q8_0 pp1..pp9 (a test, never fitted): MMVQ's time grows
-    # over 8 columns and the kernel switches at 9 (the published build then ran cuBLAS, the vendored
-    # source runs MMQ: the model does not reproduce that build's fall at 9 rows)
+    # the vendored source: MMVQ's time grows over 8 columns, and at 9 rows it runs MMQ on int8
+    # tensor cores, a fall in time
     dev, = resolve("a100-80gb")
     shape = from_config(pub.MODELS["codellama-34b"], "Q8_0")
     ratio = {n: cost.forward_s(shape, dev, n) / cost.forward_s(shape, dev, 1) for n in (1, 2, 4, 8, 9)}
     assert ratio[1] < ratio[2] < ratio[4] < ratio[8] and ratio[8] > 1.3
     assert cost.forward(shape, dev, 8).kernel == "mmvq" and cost.forward(shape, dev, 9).kernel == "mmq"
+    assert ratio[9] < ratio[8]
+
+
+def test_the_published_a100_curve_is_reproduced_with_its_builds_kernels():
+    # llama.cpp's published A100 CodeLlama 34B Q8_0 pp1..pp9 (a March 2024 build; a test, never
+    # fitted): 3.88 steps at 9 rows, where that build left MMVQ for the dp4a MMQ of the time
+    dev, = resolve("a100-80gb")
+    old = dataclasses.replace(dev, cuda_kernels="early-2024")
+    shape = from_config(pub.MODELS["codellama-34b"], "Q8_0")
+    published = {n: (n / tps) / (1 / pub.PR5625_A100_34B_Q8_0[1]) for n, tps in pub.PR5625_A100_34B_Q8_0.items()}
+    predicted = {n: cost.forward_s(shape, old, n) / cost.forward_s(shape, old, 1) for n in published}
+    assert cost.forward(shape, old, 8).kernel == "mmvq" and cost.forward(shape, old, 9).kernel == "mmq-dp4a"
+    assert predicted[9] > 2 * predicted[8]  # the switch: a rise in time, not a fall
+    assert abs(predicted[9] / published[9] - 1) < 0.15
+
+
+def early_switch_rows(type_name, cc):
+    kernels = [cuda.select(type_name, n, cc, "early-2024") for n in range(1, 81)]
+    return {n + 1: kernels[n] for n in range(1, 80) if kernels[n] != kernels[n - 1]}
+
+
+@pytest.mark.parametrize("type_name, cc, switches", [
+    ("Q8_0", 800, {9: "mmq-dp4a", 33: "cublas"}), ("Q4_K", ADA, {9: "mmq-dp4a", 33: "cublas"}),
+    ("Q4_0", P40, {9: "mmq-dp4a"}),                      # no tensor cores: MMQ at every batch
+    ("Q4_0", P100, {9: "cublas"}),                       # no dp4a
+    ("IQ4_XS", ADA, {9: "cublas"}),                      # no MMQ of that time for i-quants
+    ("F16", ADA, {2: "cublas"}),
+])
+def test_the_early_2024_kernel_set_switches_where_that_build_did(type_name, cc, switches):
+    assert early_switch_rows(type_name, cc) == switches
+    assert cuda.next_switch(type_name, cc, kernel_set="early-2024") == min(switches)
+
+
+def test_an_unknown_kernel_set_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="unknown CUDA kernel set"):
+        cuda.select("Q4_0", 9, ADA, "2023")
+    f = tmp_path / "d.toml"
+    f.write_text('[g]\nbackend = "cuda"\nmem_bw_gbs = 1\ntflops = { float = 1 }\ncuda_kernels = "2023"\n')
+    with pytest.raises(DeviceError, match="cuda_kernels must be one of"):
+        resolve("g", f)
+    f.write_text('[g]\nbackend = "cpu"\nmem_bw_gbs = 1\ntflops = { float = 1 }\ncuda_kernels = "early-2024"\n')
+    with pytest.raises(DeviceError, match="CUDA devices only"):
+        resolve("g", f)
+    f.write_text('[g]\nbackend = "cuda"\nmem_bw_gbs = 1\ntflops = { float = 1 }\ncuda_kernels = "early-2024"\n')
+    assert resolve("g", f)[0].cuda_kernels == "early-2024"
 
 
 NAMES = ["rtx-3060-12gb", "rtx-3090", "rtx-3090-ti", "rtx-4060-ti-16gb", "rtx-4070", "rtx-4080", "rtx-4090",
@@ -159,6 +204,19 @@ def test_bench_csv_has_exactly_its_columns_and_markdown_labels_every_row(config,
     assert main(["--bench", "tg128", "--model", str(config), "--type", "Q4_0", "--hardware", "m2,epyc-vm"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines()[2:]]
     assert len(rows) == 2 and all(r.startswith("| [projected] |") for r in rows)
+
+
+def test_bench_prices_another_builds_kernels_when_asked(config, capsys):
+    argv = ["--bench", "pp8,pp9", "--model", str(config), "--type", "Q8_0", "--hardware", "a100-80gb",
+            "--output", "csv"]
+    assert main(argv) == 0
+    vendored = capsys.readouterr().out.splitlines()[1:]
+    assert main(argv + ["--cuda-kernels", "early-2024"]) == 0
+    early = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split(",")[5] for r in vendored] == ["mmvq", "mmq"]
+    assert [r.split(",")[5] for r in early] == ["mmvq", "mmq-dp4a"]
+    assert vendored[0] == early[0]  # MMVQ's rows are the same kernel in both
+    assert float(early[1].split(",")[-1]) > 2 * float(vendored[1].split(",")[-1])
 
 
 def test_bench_prices_a_gguf_with_its_own_types(tiny_gguf, capsys):

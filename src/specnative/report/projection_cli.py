@@ -16,7 +16,8 @@ from pathlib import Path
 from specnative.analysis.projection.bench import BenchError, bench, load_model, parse_tests
 from specnative.analysis.projection.bench import table as bench_table
 from specnative.analysis.projection.cost import LABEL
-from specnative.analysis.projection.device import DeviceError, from_gpu_name, load_devices, resolve
+from specnative.analysis.projection.cuda import KERNEL_SETS
+from specnative.analysis.projection.device import DeviceError, from_gpu_name, load_devices, resolve, with_kernel_set
 from specnative.analysis.projection.project import ProjectionError, shape_label
 from specnative.analysis.projection.shape import ShapeError
 from specnative.report.projection_output import bench_text, write
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--model", type=Path, default=None, help="with --bench: a GGUF file or an HF config.json")
     bench.add_argument("--type", default=None, help="with --bench and a config.json: the weight type (Q4_0, Q4_K_M, F16, ...)")
     bench.add_argument("--flash-attn", choices=("on", "off"), default="off", help="with --bench: llama.cpp's -fa (default off)")
+    p.add_argument("--cuda-kernels", choices=KERNEL_SETS, default=None,
+                   help="price CUDA devices with this llama.cpp build's kernel selection: vendored (default), or "
+                        "early-2024 for builds before MMQ ran on int8 tensor cores (June 2024)")
     bench.add_argument("--output", choices=("md", "csv", "json"), default="md", help="with --bench: the format printed")
     return p
 
@@ -66,6 +70,10 @@ def _names(spec: str, devices_file) -> list:
     return resolve(names, devices_file)
 
 
+def _devices(args) -> list:
+    return with_kernel_set(_names(args.hardware, args.devices), args.cuda_kernels)
+
+
 def _bench(args) -> int:
     """`project --bench`: every (hardware, test) priced and printed; refusals raise before anything prints."""
     if args.run_dir is not None:
@@ -73,7 +81,7 @@ def _bench(args) -> int:
     if args.model is None or args.hardware is None:
         raise BenchError("--bench needs --model FILE (a GGUF or a config.json) and --hardware NAME[,NAME...]")
     tests = parse_tests(args.bench)
-    devices = _names(args.hardware, args.devices)
+    devices = _devices(args)
     shape = load_model(args.model, args.type)
     rows = bench(shape, devices, tests, flash_attn=args.flash_attn == "on", type_label=args.type.upper() if args.type else None)
     sys.stdout.write(bench_text(bench_table(rows), args.output))
@@ -94,7 +102,7 @@ def main(argv=None) -> int:
             return _bench(args)
         if args.run_dir is None or args.hardware is None:
             raise ProjectionError("give a run folder and --hardware NAME[,NAME...] (or --list-hardware)")
-        devices = _names(args.hardware, args.devices)
+        devices = _devices(args)
         from specnative.models.presets import cache_dir
 
         search = [*args.models, cache_dir()]

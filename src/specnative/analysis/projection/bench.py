@@ -8,7 +8,7 @@ kernel llama.cpp's vendored source selects per matrix product, cuda.py):
 - ppA-B: every ppN for N from A to B (the verify curve: a verify of k + 1 rows is pp(k+1)).
 
 kernel names the family the layer matrices run with at n_rows (CUDA: mmvq, mmq, mmvf, mmf,
-cublas; other backends: their backend's name), verify_ratio the forward time of n_rows rows over
+cublas, and mmq-dp4a under the early-2024 kernel set; other backends: their backend's name), verify_ratio the forward time of n_rows rows over
 one row's (both from an empty cache). Nothing here writes a file.
 """
 from __future__ import annotations

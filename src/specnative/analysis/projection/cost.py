@@ -103,7 +103,7 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
         if device.backend == "cuda":
             forced = kernel if kernel and w.type_name.upper() not in cuda.FLOAT_TYPES else None
             weights += cuda.matmul_s(device, w.type_name, w.n_bytes, w.n_elements, r, forced)
-            chosen = forced or cuda.select(w.type_name, r, device.cc)
+            chosen = forced or cuda.select(w.type_name, r, device.cc, device.cuda_kernels)
             kernels.append((w.role, w.type_name, chosen))
             if w.role == "layer":
                 layer_kernel = layer_kernel or chosen

@@ -27,6 +27,17 @@ Costs (seconds, one group of weights of one type: its bytes B and elements E, r 
     cuBLAS        quantized: B + 4 E bytes (converted to F16, written and read) / bw
                   +  2 E x r / (F16 tensor rate x compute_efficiency); float: max of the two
 tile(r) is r rounded up to the kernel's column tile: the padding of a partly filled tile is paid.
+
+Kernel sets: "vendored" (the selection above) and "early-2024", llama.cpp's CUDA backend before
+MMQ used int8 tensor cores and became the default for large batches (pull request #8075, June
+2024; builds such as the one behind pull request #5625's A100 curve, March 2024). There, on a GPU
+with FP16 tensor cores, a quantized product of at most MMVQ_MAX_BATCH rows ran MMVQ, one of up to
+MMQ_MAX_BATCH_EARLY (32) rows the MMQ of that time, on dp4a (four int8 products per CUDA-core
+lane and cycle, no tensor cores), and a larger one cuBLAS after conversion to F16; a float matrix
+ran the dequantise-and-dot kernel at one row and cuBLAS above it. The MMQ of that time is priced
+as today's MMQ (same tile rule, same efficiencies) at the dp4a rate, four times the CUDA cores'
+rate: nothing of that curve is fitted.
+    MMQ (dp4a)    max(B / (bw x mmq_bw_efficiency), 2 E x tile(r) / (4 x vector rate x compute_efficiency))
 """
 from __future__ import annotations
 
@@ -36,7 +47,10 @@ MMVQ_MAX_BATCH = 8          # mmvq.cuh MMVQ_MAX_BATCH_SIZE (mmvf.cuh MMVF_MAX_BA
 MMF_MAX_BATCH = 16          # mmf.cu: float tensor-core kernel for at most 16 columns
 MMQ_DP4A_MAX_BATCH = 64     # mmq.cuh MMQ_DP4A_MAX_BATCH_SIZE: Volta's dp4a MMQ below this many rows
 MMQ_TILE_STEP, MMQ_TILE_MAX = 8, 128   # mmq.cuh mul_mat_q_switch_J: J = 8, 16, ..., 128
-KERNELS = ("mmvq", "mmq", "mmvf", "mmf", "cublas")
+KERNELS = ("mmvq", "mmq", "mmvf", "mmf", "cublas", "mmq-dp4a")
+KERNEL_SETS = ("vendored", "early-2024")
+MMQ_MAX_BATCH_EARLY = 32    # early-2024 ggml-cuda.cu MMQ_MAX_BATCH_SIZE: cuBLAS above it on tensor-core GPUs
+DP4A_PER_LANE = 4           # int8 products per dp4a, against one FP32 product per lane and cycle
 DEFAULT_CC = 800            # a CUDA device that names no compute capability is priced as an Ampere
 
 # Compute capability (ggml's 100 x major + 10 x minor) of the architectures the selection names.
@@ -110,12 +124,33 @@ def _mmq_ok(type_name: str, cc: int, rows: int) -> bool:
     return True        # Pascal with dp4a, no tensor cores
 
 
-def select(type_name: str, rows: int, cc: int) -> str:
+def _select_early_2024(t: str, rows: int, cc: int) -> str:
+    """ggml_cuda_mul_mat before MMQ ran on int8 tensor cores (the "early-2024" kernel set)."""
+    if t in FLOAT_TYPES:
+        return "mmvf" if rows == 1 else "cublas"
+    if rows <= MMVQ_MAX_BATCH:
+        return "mmvq"
+    legacy_or_kquant = t in MMQ_TYPES and not t.startswith(("IQ", "MXFP", "NVFP", "Q1_", "Q2_0"))
+    if not legacy_or_kquant or cc < DP4A:
+        return "cublas"
+    return "mmq-dp4a" if cc < VOLTA or rows <= MMQ_MAX_BATCH_EARLY else "cublas"
+
+
+def check_kernel_set(kernel_set: str) -> str:
+    if kernel_set not in KERNEL_SETS:
+        raise ValueError(f"unknown CUDA kernel set {kernel_set!r}: one of {', '.join(KERNEL_SETS)}")
+    return kernel_set
+
+
+def select(type_name: str, rows: int, cc: int, kernel_set: str = "vendored") -> str:
     """The kernel family ggml_cuda_mul_mat runs for a weight matrix of `type_name` times `rows`
-    activation rows on a GPU of compute capability `cc` (ggml's integer form)."""
+    activation rows on a GPU of compute capability `cc` (ggml's integer form), in the vendored
+    source or an earlier kernel set (KERNEL_SETS)."""
     t = type_name.upper()
     if rows < 1:
         raise ValueError("a matrix product has at least one row")
+    if check_kernel_set(kernel_set) == "early-2024":
+        return _select_early_2024(t, rows, cc)
     if t in FLOAT_TYPES:
         if rows <= _mmvf_max_rows(t, cc):
             return "mmvf"
@@ -125,11 +160,11 @@ def select(type_name: str, rows: int, cc: int) -> str:
     return "mmq" if _mmq_ok(t, cc, rows) else "cublas"
 
 
-def next_switch(type_name: str, cc: int, start: int = 1, limit: int = 256) -> int | None:
+def next_switch(type_name: str, cc: int, start: int = 1, limit: int = 256, kernel_set: str = "vendored") -> int | None:
     """The smallest row count above `start` whose kernel differs from `start`'s (None below limit)."""
-    first = select(type_name, start, cc)
+    first = select(type_name, start, cc, kernel_set)
     for rows in range(start + 1, limit + 1):
-        if select(type_name, rows, cc) != first:
+        if select(type_name, rows, cc, kernel_set) != first:
             return rows
     return None
 
@@ -156,7 +191,7 @@ def matmul_s(device, type_name: str, n_bytes: float, n_elements: float, rows: in
     """Seconds of one group of weights (one type) times `rows` activation rows on a CUDA device; kernel:
     the family to price (default: the one the vendored source selects)."""
     cls = weight_class(type_name)
-    kernel = kernel or select(type_name, rows, device.cc)
+    kernel = kernel or select(type_name, rows, device.cc, device.cuda_kernels)
     bw = device.mem_bw_gbs * 1e9 * device.bw_efficiency
     if kernel in ("mmvq", "mmvf"):
         ops = device.mmvq_column_ops.get(type_name.upper()) or device.mmvq_column_ops.get(cls, 0.0)
@@ -165,8 +200,10 @@ def matmul_s(device, type_name: str, n_bytes: float, n_elements: float, rows: in
         columns = rows if kernel == "mmvq" else rows - 1
         return n_bytes / bw + columns * n_elements * ops / vector
     tensor = (device.tflops.get(type_name.upper()) or device.tflops.get(cls) or device.tflops["float"]) * 1e12
-    if kernel in ("mmq", "mmf"):
-        share = device.mmq_bw_efficiency if kernel == "mmq" else 1.0  # MMF streams F16 tiles as MMVF does
+    if kernel == "mmq-dp4a":
+        tensor = DP4A_PER_LANE * max(device.vector_tflops, 1e-6) * 1e12
+    if kernel in ("mmq", "mmf", "mmq-dp4a"):
+        share = 1.0 if kernel == "mmf" else device.mmq_bw_efficiency  # MMF streams F16 tiles as MMVF does
         return max(n_bytes / (bw * share),
                    2.0 * n_elements * mmq_tile(rows) / (tensor * device.compute_efficiency))
     f16 = device.tflops["float"] * 1e12 * device.compute_efficiency

@@ -5,7 +5,8 @@ Calibration (fitted): llama.cpp's CUDA scoreboard (discussion #15013: Llama 2 7B
 tg128, `-fa 0`), pull request #15131 (RTX 4090 Llama 8B Q4_0 pp512 at -ub 10..16, flash attention
 off; RTX 3090 Llama 8B F16 at -ub 8..16, flash attention on) and pull request #26079 (RTX 5090
 Q6_K and DGX Spark Q8_0, --pure files, one forward of 1..8 rows with MMVQ and with MMQ forced).
-Test (never fitted): pull request #5625's A100 CodeLlama 34B Q8_0 pp1..pp9.
+Test (never fitted): pull request #5625's A100 CodeLlama 34B Q8_0 pp1..pp9, a March 2024 build,
+priced with that build's kernel selection (cuda.py, the "early-2024" kernel set).
 
 Model shapes are llama-like configs (shape.from_config). Gemma-4-12B and Qwen3.6-27B are priced with
 llama-like stand-ins of their published sizes (layers, width, heads, vocabulary); their other
@@ -45,6 +46,7 @@ class Row:
     flash_attn: bool = False
     kernel: str = ""   # a forced kernel family (PR #26079's mvq / MMQ rows), else the source's choice
     role: str = "fit"  # fit | test
+    kernel_set: str = "vendored"  # the llama.cpp build's kernel selection (cuda.KERNEL_SETS)
 
     @property
     def n_prompt(self) -> int:
@@ -110,8 +112,8 @@ def rows() -> list:
                     out.append(Row("pr26079", f"{device} {model} {weight_type} {kernel}", device, model,
                                    weight_type, f"pp{n}", n, float(tps), kernel=kernel if n > 1 else ""))
     for n, tps in PR5625_A100_34B_Q8_0.items():
-        out.append(Row("pr5625", "A100 CodeLlama 34B Q8_0", "a100-80gb", "codellama-34b", "Q8_0", f"pp{n}", n, tps,
-                       role="test"))
+        out.append(Row("pr5625", "A100 CodeLlama 34B Q8_0 (early-2024 build)", "a100-80gb", "codellama-34b", "Q8_0",
+                       f"pp{n}", n, tps, role="test", kernel_set="early-2024"))
     return out
 
 

@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from specnative.analysis.projection.cuda import KERNEL_SETS, cc_of
+
 try:
     import tomllib
 except ImportError:  # Python < 3.11
@@ -64,14 +66,15 @@ class Device:
     compute_capability: float = 0.0
     mmvq_column_ops: dict = field(default_factory=dict)
     mmq_bw_efficiency: float = 1.0
+    # CUDA: the llama.cpp build whose kernel selection prices it (cuda.KERNEL_SETS): "vendored", or
+    # "early-2024" for builds before MMQ ran on int8 tensor cores (June 2024)
+    cuda_kernels: str = "vendored"
     source: str = ""
     extra: dict = field(default_factory=dict)
 
     @property
     def cc(self) -> int:
         """ggml's integer compute capability (890 for 8.9)."""
-        from specnative.analysis.projection.cuda import cc_of
-
         return cc_of(self.compute_capability)
 
     def rate(self, cls: str, n_rows: int, type_name: str = "") -> float:
@@ -138,7 +141,8 @@ NUMBER_FIELDS = {"mem_bw_gbs": POSITIVE, "vector_tflops": NON_NEGATIVE, "bw_effi
                  "dot_ns": NON_NEGATIVE, "bw_threads_max": NON_NEGATIVE, "threads": (1.0, True, None),
                  "compute_capability": NON_NEGATIVE, "mmq_bw_efficiency": SHARE}
 TEXT_FIELDS = ("label", "source")
-KNOWN = {"backend", "tflops", "matvec_tflops", "mmvq_column_ops", "cost_error", "match", *NUMBER_FIELDS, *TEXT_FIELDS}
+KNOWN = {"backend", "tflops", "matvec_tflops", "mmvq_column_ops", "cost_error", "match", "cuda_kernels",
+         *NUMBER_FIELDS, *TEXT_FIELDS}
 
 
 def _rule(low: float, low_in: bool, high) -> str:
@@ -211,9 +215,28 @@ def _device(name: str, entry: dict, where: str) -> Device:
         raise DeviceError(f"{prefix}: match must be a list of names, not {match!r}")
     if "compute_capability" in values and backend != "cuda":
         raise DeviceError(f"{prefix}: compute_capability applies to CUDA devices only")
+    if "cuda_kernels" in entry:
+        values["cuda_kernels"] = checked_kernel_set(prefix, entry["cuda_kernels"], backend)
     return Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec, mmvq_column_ops=column_ops,
                   label=entry.get("label", name), source=entry.get("source", ""),
                   extra={k: entry[k] for k in ("cost_error", "match") if k in entry}, **values)
+
+
+def checked_kernel_set(prefix: str, kernel_set, backend: str = "cuda") -> str:
+    """A CUDA kernel set's name (cuda.KERNEL_SETS), or a DeviceError naming what is wrong."""
+    if backend != "cuda":
+        raise DeviceError(f"{prefix}: cuda_kernels applies to CUDA devices only")
+    if kernel_set not in KERNEL_SETS:
+        raise DeviceError(f"{prefix}: cuda_kernels must be one of {', '.join(KERNEL_SETS)}, not {kernel_set!r}")
+    return kernel_set
+
+
+def with_kernel_set(devices: list, kernel_set: str | None) -> list:
+    """The CUDA devices priced with another llama.cpp build's kernel selection (others unchanged)."""
+    if not kernel_set:
+        return list(devices)
+    return [replace(d, cuda_kernels=checked_kernel_set("--cuda-kernels", kernel_set)) if d.backend == "cuda" else d
+            for d in devices]
 
 
 def load_devices(path=None) -> dict:

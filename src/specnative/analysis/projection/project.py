@@ -285,11 +285,11 @@ def switch_notes(shapes: dict, on, devices: list) -> list:
     for device in (d for d in devices if d.backend == "cuda"):
         for name in targets:
             layer_type = main_type(shapes[name])
-            switch = cuda.next_switch(layer_type, device.cc)
+            switch = cuda.next_switch(layer_type, device.cc, kernel_set=device.cuda_kernels)
             if switch is None:
                 continue
             below = switch - 1
-            first, then = cuda.select(layer_type, 1, device.cc), cuda.select(layer_type, switch, device.cc)
+            first, then = (cuda.select(layer_type, n, device.cc, device.cuda_kernels) for n in (1, switch))
             per_n = ", ".join(f"N={n}: k <= {below // n - 1}" for n in concurrencies if below // n - 1 >= 1)
             past = 0
             for _, row in on[on["target_model"].astype(str) == name].iterrows():
