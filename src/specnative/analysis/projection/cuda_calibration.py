@@ -6,11 +6,13 @@ validation: leave one source out, leave one scoreboard GPU out, and the tests it
 Fitted (scipy.optimize.least_squares, soft-L1 loss on log(predicted / published t/s), every
 parameter in log space, a weak prior on each so that one the data cannot pin stays near it):
 per architecture group (cuda_published.ARCH) the bandwidth share MMVQ reaches (bw_efficiency), the
-tensor-core share MMQ / cuBLAS reach (compute_efficiency) and a fixed cost per forward
-(overhead_forward_us); shared by every CUDA device the fixed cost per layer, the operations per
-weight element each further matrix-vector column costs (mmvq_column_ops: legacy, kquant, float)
-and the share of MMVQ's bandwidth the tiled kernels stream at (mmq_bw_efficiency). The spec-sheet
-peaks are not fitted. An architecture with no calibration row takes its fallback's values.
+share of it the tiled kernels stream at (mmq_bw_efficiency), the tensor-core share MMQ / cuBLAS
+reach (compute_efficiency) and a fixed cost per forward (overhead_forward_us); shared by every CUDA
+device the fixed cost per layer and the operations per weight element each further matrix-vector
+column costs (mmvq_column_ops: legacy, kquant, float). The two bandwidth shares are pooled: each
+architecture's is drawn towards a fitted centre rather than a fixed prior. The spec-sheet peaks are
+not fitted. An architecture with no calibration row takes its fallback's values, or the pooled
+centres and the priors where it has no fallback.
 --write-devices rewrites the CUDA section of devices.toml from the spec sheets and the full fit.
 """
 from __future__ import annotations
@@ -29,10 +31,15 @@ from specnative.analysis.projection import cuda_published as pub
 from specnative.analysis.projection.device import SHIPPED, Device
 from specnative.analysis.projection.shape import MIXES, from_config
 
-ARCH_PARAMS = {"bw_efficiency": (0.8, 0.5), "compute_efficiency": (0.3, 1.0), "overhead_forward_us": (300.0, 2.0)}
+ARCH_PARAMS = {"bw_efficiency": (0.8, 0.5), "compute_efficiency": (0.3, 1.0), "overhead_forward_us": (300.0, 2.0),
+               "mmq_bw_efficiency": (0.8, 0.5)}
 SHARED_PARAMS = {"overhead_layer_us": (10.0, 2.0), "mmvq_column_ops.legacy": (4.0, 0.7),
-                 "mmvq_column_ops.kquant": (8.0, 0.7), "mmvq_column_ops.float": (2.0, 0.7),
-                 "mmq_bw_efficiency": (0.8, 0.5)}
+                 "mmvq_column_ops.kquant": (8.0, 0.7), "mmvq_column_ops.float": (2.0, 0.7)}
+# Pooled across architectures: each architecture's value is drawn towards one fitted centre (a shared
+# parameter "pooled.NAME" with the prior above) instead of a fixed prior, so an architecture whose data
+# pin only a product of two shares (MMQ rows alone: bw_efficiency x mmq_bw_efficiency) splits it as the
+# architectures that see both kernels do
+POOLED = ("bw_efficiency", "mmq_bw_efficiency")
 PRIOR_WEIGHT = 0.05  # a prior residual log(value / prior) / width, times this (a column cost's width is
 # narrower: only PR #26079's curves see it, and a fit without them would otherwise let it run away)
 SHARES = ("bw_efficiency", "compute_efficiency", "mmq_bw_efficiency")
@@ -49,14 +56,14 @@ def device_for(name: str, params: dict) -> Device:
     """The spec-sheet device with the fitted values of its architecture and the shared ones."""
     bw, _, _, fp32, fp16, int8, cc, label, match = pub.GPUS[name]
     arch = params["arch"].get(pub.arch_of(name)) or params["arch"].get(pub.ARCH_FALLBACK.get(pub.arch_of(name), ""))
-    arch = arch or {k: v for k, (v, _) in ARCH_PARAMS.items()}
     shared = params["shared"]
+    arch = arch or {k: shared.get(f"pooled.{k}", v) for k, (v, _) in ARCH_PARAMS.items()}
     return Device(name=name, label=label, backend="cuda", mem_bw_gbs=float(bw),
                   tflops={"float": float(fp16), "legacy": float(int8), "kquant": float(int8)},
                   vector_tflops=float(fp32), compute_capability=float(cc),
                   bw_efficiency=arch["bw_efficiency"], compute_efficiency=arch["compute_efficiency"],
                   overhead_forward_us=arch["overhead_forward_us"], overhead_layer_us=shared["overhead_layer_us"],
-                  mmq_bw_efficiency=shared["mmq_bw_efficiency"],
+                  mmq_bw_efficiency=arch["mmq_bw_efficiency"],
                   mmvq_column_ops={k.split(".")[1]: v for k, v in shared.items() if k.startswith("mmvq_column_ops.")},
                   extra={"match": list(match)})
 
@@ -78,7 +85,9 @@ def predict_tps(row: pub.Row, device: Device) -> float:
 
 
 def prior_params() -> dict:
-    return {"arch": {}, "shared": {k: v for k, (v, _) in SHARED_PARAMS.items()}}
+    shared = {k: v for k, (v, _) in SHARED_PARAMS.items()}
+    shared.update({f"pooled.{p}": ARCH_PARAMS[p][0] for p in POOLED})
+    return {"arch": {}, "shared": shared}
 
 
 def fit(rows: list) -> dict:
@@ -86,10 +95,12 @@ def fit(rows: list) -> dict:
     from scipy.optimize import least_squares
 
     arches = sorted({pub.arch_of(r.device) for r in rows})
-    keys = [("arch", a, p) for a in arches for p in ARCH_PARAMS] + [("shared", None, p) for p in SHARED_PARAMS]
-    priors = [(ARCH_PARAMS if kind == "arch" else SHARED_PARAMS)[p] for kind, _, p in keys]
+    shared_params = dict(SHARED_PARAMS, **{f"pooled.{p}": ARCH_PARAMS[p] for p in POOLED})
+    keys = [("arch", a, p) for a in arches for p in ARCH_PARAMS] + [("shared", None, p) for p in shared_params]
+    priors = [(ARCH_PARAMS if kind == "arch" else shared_params)[p] for kind, _, p in keys]
     x0 = np.log([v for v, _ in priors])
-    upper = np.array([0.0 if p in SHARES else np.inf for _, _, p in keys])
+    upper = np.array([0.0 if p.removeprefix("pooled.") in SHARES else np.inf for _, _, p in keys])
+    centre = {p: keys.index(("shared", None, f"pooled.{p}")) for p in POOLED}
     x0 = np.minimum(x0, upper - 1e-6)
 
     def params_of(x) -> dict:
@@ -108,7 +119,8 @@ def fit(rows: list) -> dict:
         for r in rows:
             d = devices.get(r.device) or devices.setdefault(r.device, device_for(r.device, params))
             res.append(math.log(predict_tps(r, d) / r.tps))
-        res += [PRIOR_WEIGHT * (xi - math.log(v)) / w for xi, (v, w) in zip(x, priors)]
+        res += [PRIOR_WEIGHT * (xi - (x[centre[p]] if kind == "arch" and p in centre else math.log(v))) / w
+                for xi, (kind, _, p), (v, w) in zip(x, keys, priors)]
         return np.array(res)
 
     result = least_squares(residuals, x0, bounds=(np.full_like(x0, -np.inf), upper), loss="soft_l1", f_scale=0.05)
@@ -244,11 +256,12 @@ def report(result: dict, command: str, commit: str) -> str:
               "sources in `src/specnative/analysis/projection/cuda_published.py`."), "",
              f"Command: `{command}`  ", f"Commit: `{commit}` (the model and the data as fitted here).", "",
              "## Fitted on the whole calibration set", "",
-             "| architecture | bw_efficiency (MMVQ) | compute_efficiency (MMQ, cuBLAS) | overhead_forward_us |",
-             "|---|---|---|---|"]
+             ("| architecture | bw_efficiency (MMVQ) | mmq_bw_efficiency (MMQ's share of it) | "
+              "compute_efficiency (MMQ, cuBLAS) | overhead_forward_us |"),
+             "|---|---|---|---|---|"]
     for arch, values in sorted(full["arch"].items()):
-        lines.append(f"| {arch} | {values['bw_efficiency']:.3f} | {values['compute_efficiency']:.3f} | "
-                     f"{values['overhead_forward_us']:.0f} |")
+        lines.append(f"| {arch} | {values['bw_efficiency']:.3f} | {values['mmq_bw_efficiency']:.3f} | "
+                     f"{values['compute_efficiency']:.3f} | {values['overhead_forward_us']:.0f} |")
     lines += ["", "Shared: " + ", ".join(f"{k} {v:.3g}" for k, v in full["shared"].items()), ""]
     lines += goals(result)
     lines += ["## Leave one source out", "",
@@ -320,8 +333,8 @@ def devices_section(params: dict) -> str:
              "# Peaks from the spec sheets (dense, no sparsity): tflops.float FP16 tensor (cuBLAS, MMF),",
              "# legacy/kquant INT8 (MMQ: tensor cores from Turing on, dp4a on Pascal sm_61 and Volta), vector_tflops",
              "# FP32 (MMVQ, MMVF). Per architecture fitted on llama.cpp's published CUDA figures only (the CUDA",
-             "# scoreboard, pull requests #15131 and #26079): bw_efficiency, compute_efficiency, overhead_forward_us;",
-             "# shared by all: overhead_layer_us, mmvq_column_ops, mmq_bw_efficiency. Validation per source:",
+             "# scoreboard, pull requests #15131 and #26079): bw_efficiency, mmq_bw_efficiency, compute_efficiency,",
+             "# overhead_forward_us; shared by all: overhead_layer_us, mmvq_column_ops. Validation per source:",
              "# bench/results/projection/cuda/README.md.", ""]
     for name, (bw, sms, clock, fp32, fp16, int8, cc, label, match) in pub.GPUS.items():
         d = device_for(name, params)
