@@ -1,6 +1,7 @@
-"""Projection against llama.cpp's published tables: the Apple-silicon table (discussion #4167: LLaMA
-7B F16 / Q8_0 / Q4_0, pp512 and tg128 per chip, build 8e672ef) and, as a test only, the CUDA
-scoreboard (discussion #15013: Llama 2 7B Q4_0, pp512 and tg128 per GPU).
+"""Projection against llama.cpp's published Apple-silicon table (discussion #4167: LLaMA 7B F16 /
+Q8_0 / Q4_0, pp512 and tg128 per chip, build 8e672ef). (The CUDA scoreboard's rows, which this
+script once predicted from spec-sheet priors as a test, kept in results/projection/cuda-scoreboard/,
+are now part of the CUDA calibration: src/specnative/analysis/projection/cuda_calibration.py.)
 
 Each chip is described by its spec sheet: memory bandwidth, GPU cores x 128 ALUs x 2 FLOP x the GPU
 clock (M1 1.278 GHz, M2 1.398 GHz; FP16 runs at the FP32 rate on these GPUs). On the rows marked
@@ -8,8 +9,6 @@ clock (M1 1.278 GHz, M2 1.398 GHz; FP16 runs at the FP32 rate on these GPUs). On
 device's bandwidth and compute efficiency and one per-layer overhead of the Metal backend; it then
 predicts every row, and the `test` rows (the M1 family, the other M2 core counts) with the
 efficiencies of the fitted M2 chip of the same tier (base, Pro, Max, Ultra: the same memory system).
-The CUDA rows are predicted from the shipped devices table (spec-sheet peaks, prior efficiencies:
-nothing is fitted to them).
 
     python bench/projection_published.py [--out bench/results/projection]
 """
@@ -57,27 +56,10 @@ def write_csv(path: Path, rows: list) -> None:
         w.writerows(rows)
 
 
-def cuda(folder: Path) -> None:
-    """The CUDA scoreboard's rows predicted with the shipped devices (a test: nothing fitted)."""
-    from specnative.analysis.projection.device import resolve
-
-    out = []
-    for r in csv.DictReader(open(folder / "rows.csv")):
-        device, = resolve(r["device"])
-        predicted = predict_tps(from_config(LLAMA_7B, r["weights"]), device, r["test"])
-        out.append({**{k: r[k] for k in ("gpu", "device", "weights", "test", "build", "role")},
-                    "measured_tps": float(r["tps"]), "predicted_tps": round(predicted, 2),
-                    "error_pct": round(100 * (predicted / float(r["tps"]) - 1), 1), "source": r["source"]})
-        print(f"  [cuda test] {r['gpu']} {r['test']}: measured {r['tps']} predicted {predicted:.1f} "
-              f"({out[-1]['error_pct']:+.1f} %)")
-    write_csv(folder / "predictions.csv", out)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
-    cuda(args.out / "cuda-scoreboard")
     args.out = args.out / "apple-silicon"
     rows = list(csv.DictReader(open(args.out / "rows.csv")))
     shapes = {w: from_config(LLAMA_7B, w) for w in ("F16", "Q8_0", "Q4_0")}

@@ -1,6 +1,6 @@
 """llama-bench for hardware you don't have [projected]: `specnative project --bench TESTS --model MODEL
 --hardware NAMES`. Each test is priced on each device by the cost model (cost.py; on CUDA the
-kernel llama.cpp's vendored source selects per matrix product, cuda.py):
+and Metal the kernel llama.cpp's vendored source selects per matrix product, cuda.py and metal.py):
 
 - ppN: one prompt of N tokens in forwards of at most n_ubatch rows; avg_ts = N / its time;
   n_rows = the rows of its first forward;
@@ -8,8 +8,8 @@ kernel llama.cpp's vendored source selects per matrix product, cuda.py):
 - ppA-B: every ppN for N from A to B (the verify curve: a verify of k + 1 rows is pp(k+1)).
 
 kernel names the family the layer matrices run with at n_rows (CUDA: mmvq, mmq, mmvf, mmf,
-cublas, and mmq-dp4a under the early-2024 kernel set; other backends: their backend's name), verify_ratio the forward time of n_rows rows over
-one row's (both from an empty cache). Nothing here writes a file.
+cublas, and mmq-dp4a under the early-2024 kernel set; Metal: mul_mv, mul_mv_ext, mul_mm; a CPU:
+"cpu"), verify_ratio the forward time of n_rows rows over one row's (both from an empty cache). Nothing here writes a file.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def model_type(shape: ModelShape, type_label: str) -> str:
 
 
 def _kernel(shape: ModelShape, device: Device, rows: int) -> str:
-    if device.backend != "cuda":
+    if device.backend == "cpu":
         return device.backend
     return cost.forward(shape, device, rows).kernel
 

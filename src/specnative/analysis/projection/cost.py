@@ -2,8 +2,9 @@
 over a KV cache of n_kv cells, as a sum of per-operation rooflines plus fixed costs.
 
 Per forward, for each group of weights of one role and type:
-    time = max(bytes / bandwidth, 2 x elements x rows / rate(class, rows))   (GPU)
-    time = max(...) + serial_share x min(...)                                    (CPU)
+    CPU:         max(bytes / bandwidth, 2 x elements x rows / rate(class, rows)) + serial_share x min(...)
+    CUDA, Metal: the kernel llama.cpp's vendored backend selects for the type and the row count,
+                 priced as that kernel behaves (cuda.py, metal.py)
 the layer matrices multiply every row (N x n), the LM head only the rows that ask for logits.
 Attention without flash attention (the engine's default) multiplies every row with all n_kv cached
 positions (a masked product: llama.cpp's unified cache computes the scores of every cell):
@@ -35,7 +36,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specnative.analysis.projection import cuda
+from specnative.analysis.projection import cuda, metal
 from specnative.analysis.projection.device import Device
 from specnative.analysis.projection.shape import ModelShape, type_class
 
@@ -50,8 +51,8 @@ class Forward:
     weights_s: float
     attention_s: float
     fixed_s: float
-    kernel: str = ""  # CUDA: the kernel family of the layer matrices (cuda.select)
-    kernels: tuple = ()  # CUDA: (type, kernel) of every group of matrices priced, layers first
+    kernel: str = ""  # CUDA, Metal: the kernel family of the layer matrices (cuda.select, metal.select)
+    kernels: tuple = ()  # CUDA, Metal: (type, kernel) of every group of matrices priced, layers first
 
     @property
     def total_s(self) -> float:
@@ -77,9 +78,9 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
             logits_rows: int | None = None, flash_attn: bool = False, kernel: str | None = None) -> Forward:
     """Predicted time of one llama_decode of n_tokens per sequence for n_seq sequences over n_kv
     cached positions (default: just the batch); logits_rows rows ask for logits (default: all).
-    flash_attn: llama.cpp's fused attention (no F32 score matrices written and read). kernel (CUDA,
-    quantized weights): price every quantized matrix product with this family (mmvq or mmq) instead
-    of the one the vendored source selects."""
+    flash_attn: llama.cpp's fused attention (no F32 score matrices written and read). kernel: price
+    with this family instead of the one the vendored source selects (CUDA: mmvq or mmq, for every
+    quantized matrix product; Metal: one of metal.KERNELS, for every matrix product)."""
     if n_tokens < 1 or n_seq < 1:
         raise ValueError("a forward has at least one token and one sequence")
     rows = n_tokens * n_seq
@@ -104,6 +105,13 @@ def forward(shape: ModelShape, device: Device, n_tokens: int, n_seq: int = 1, n_
             forced = kernel if kernel and w.type_name.upper() not in cuda.FLOAT_TYPES else None
             weights += cuda.matmul_s(device, w.type_name, w.n_bytes, w.n_elements, r, forced)
             chosen = forced or cuda.select(w.type_name, r, device.cc, device.cuda_kernels)
+            kernels.append((w.role, w.type_name, chosen))
+            if w.role == "layer":
+                layer_kernel = layer_kernel or chosen
+            continue
+        if device.backend == "metal":
+            chosen = kernel if kernel in metal.KERNELS else metal.select(w.type_name, r, w.row_length or None)
+            weights += metal.matmul_s(device, w.type_name, w.n_bytes, w.n_elements, r, chosen)
             kernels.append((w.role, w.type_name, chosen))
             if w.role == "layer":
                 layer_kernel = layer_kernel or chosen

@@ -62,10 +62,15 @@ class Device:
     # CUDA: the compute capability (8.9 for an RTX 4090) that selects llama.cpp's kernel per matrix
     # product (cuda.py; 0: priced as an Ampere), operations per weight element that each further
     # column of a matrix-vector kernel (MMVQ / MMVF) costs on the CUDA cores, by class or type, and
-    # the share of the matrix-vector kernels' bandwidth the tiled kernels (MMQ / MMF) stream at
+    # the share of the matrix-vector kernels' bandwidth the tiled kernels (MMQ / MMF) stream at.
+    # Metal: mmvq_column_ops are mul_mv_ext's, at the ALU rate tflops.float (metal.py)
     compute_capability: float = 0.0
     mmvq_column_ops: dict = field(default_factory=dict)
     mmq_bw_efficiency: float = 1.0
+    # Metal: mul_mv's operations per weight element and activation row beyond one row, and the share
+    # of a stream of the weights that each further pass of a matrix-vector kernel costs (metal.py)
+    mv_column_ops: float = 0.0
+    matvec_pass_share: float = 1.0
     # CUDA: the llama.cpp build whose kernel selection prices it (cuda.KERNEL_SETS): "vendored", or
     # "early-2024" for builds before MMQ ran on int8 tensor cores (June 2024)
     cuda_kernels: str = "vendored"
@@ -139,7 +144,8 @@ NUMBER_FIELDS = {"mem_bw_gbs": POSITIVE, "vector_tflops": NON_NEGATIVE, "bw_effi
                  "overhead_forward_us": NON_NEGATIVE, "overhead_layer_us": NON_NEGATIVE,
                  "attention_score_ns": NON_NEGATIVE, "attention_score_batched_ns": NON_NEGATIVE,
                  "dot_ns": NON_NEGATIVE, "bw_threads_max": NON_NEGATIVE, "threads": (1.0, True, None),
-                 "compute_capability": NON_NEGATIVE, "mmq_bw_efficiency": SHARE}
+                 "compute_capability": NON_NEGATIVE, "mmq_bw_efficiency": SHARE,
+                 "mv_column_ops": NON_NEGATIVE, "matvec_pass_share": SHARE}
 TEXT_FIELDS = ("label", "source")
 KNOWN = {"backend", "tflops", "matvec_tflops", "mmvq_column_ops", "cost_error", "match", "cuda_kernels",
          *NUMBER_FIELDS, *TEXT_FIELDS}
@@ -171,8 +177,8 @@ def _rates(prefix: str, what: str, table, backend: str) -> dict:
                           f"names), not {unknown}")
     if table and what == "matvec_tflops" and backend != "cpu":
         raise DeviceError(f"{prefix}: matvec_tflops applies to CPUs only")
-    if table and what == "mmvq_column_ops" and backend != "cuda":
-        raise DeviceError(f"{prefix}: mmvq_column_ops applies to CUDA devices only")
+    if table and what == "mmvq_column_ops" and backend == "cpu":
+        raise DeviceError(f"{prefix}: mmvq_column_ops applies to CUDA and Metal devices only")
     return {k: _checked_number(prefix, f"{what}.{k}", v, *POSITIVE) for k, v in table.items()}
 
 
@@ -215,6 +221,9 @@ def _device(name: str, entry: dict, where: str) -> Device:
         raise DeviceError(f"{prefix}: match must be a list of names, not {match!r}")
     if "compute_capability" in values and backend != "cuda":
         raise DeviceError(f"{prefix}: compute_capability applies to CUDA devices only")
+    for key in ("mv_column_ops", "matvec_pass_share"):
+        if key in values and backend != "metal":
+            raise DeviceError(f"{prefix}: {key} applies to Metal devices only")
     if "cuda_kernels" in entry:
         values["cuda_kernels"] = checked_kernel_set(prefix, entry["cuda_kernels"], backend)
     return Device(name=name, backend=backend, tflops=tflops, matvec_tflops=matvec, mmvq_column_ops=column_ops,

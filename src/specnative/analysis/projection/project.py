@@ -272,24 +272,34 @@ def verify_rows(row, tree, nodes: float) -> float:
 
 
 def switch_notes(shapes: dict, on, devices: list) -> list:
-    """Per CUDA device and target file: the verify's row count at which llama.cpp's kernel for the
-    target's main layer type switches (cuda.next_switch), the largest chain k and tree budget below
-    it at each concurrency the run measured, and how many rows verify past it (there the curve, not
-    alpha, sets the cost)."""
-    from specnative.analysis.projection import cuda
+    """Per GPU device (CUDA, Metal) and target file: the verify's row count at which llama.cpp's kernel
+    for the target's main layer type switches (cuda.next_switch, metal.next_switch), the largest chain
+    k and tree budget below it at each concurrency the run measured, and how many rows verify past
+    it (there the curve, not alpha, sets the cost)."""
+    from specnative.analysis.projection import cuda, metal
     from specnative.analysis.projection.bench import main_type
+
+    def kernel_at(device, layer_type, rows):
+        if device.backend == "metal":
+            return metal.select(layer_type, rows)
+        return cuda.select(layer_type, rows, device.cc, device.cuda_kernels)
+
+    def switch_of(device, layer_type):
+        if device.backend == "metal":
+            return metal.next_switch(layer_type)
+        return cuda.next_switch(layer_type, device.cc, kernel_set=device.cuda_kernels)
 
     notes = []
     targets = sorted(set(on["target_model"].astype(str)))
     concurrencies = sorted({int(c) for c in on["concurrency"]})
-    for device in (d for d in devices if d.backend == "cuda"):
+    for device in (d for d in devices if d.backend in ("cuda", "metal")):
         for name in targets:
             layer_type = main_type(shapes[name])
-            switch = cuda.next_switch(layer_type, device.cc, kernel_set=device.cuda_kernels)
+            switch = switch_of(device, layer_type)
             if switch is None:
                 continue
             below = switch - 1
-            first, then = (cuda.select(layer_type, n, device.cc, device.cuda_kernels) for n in (1, switch))
+            first, then = (kernel_at(device, layer_type, n) for n in (below, switch))
             per_n = ", ".join(f"N={n}: k <= {below // n - 1}" for n in concurrencies if below // n - 1 >= 1)
             past = 0
             for _, row in on[on["target_model"].astype(str) == name].iterrows():

@@ -10,6 +10,7 @@ product per token), `output` (the LM head: one matrix product per token that ask
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,9 @@ class Weights:
     n_elements: int
     n_bytes: int
     n_rows: int = 0
+    # the greatest common divisor of the matrices' row lengths (elements per weight row): what a
+    # backend's alignment rules test (Metal's small-batch kernels need a multiple of 128); 0: unknown
+    row_length: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,9 +91,9 @@ def _role(name: str, n_dims: int, has_output: bool) -> str:
 def _group(rows) -> tuple:
     sums: dict = {}
     for role, type_name, n_el, n_b, n_rows in rows:
-        e, b, n = sums.get((role, type_name), (0, 0, 0))
-        sums[(role, type_name)] = (e + n_el, b + n_b, n + n_rows)
-    return tuple(Weights(r, t, e, b, n) for (r, t), (e, b, n) in sorted(sums.items()))
+        e, b, n, g = sums.get((role, type_name), (0, 0, 0, 0))
+        sums[(role, type_name)] = (e + n_el, b + n_b, n + n_rows, math.gcd(g, n_el // n_rows if n_rows else 0))
+    return tuple(Weights(r, t, e, b, n, g) for (r, t), (e, b, n, g) in sorted(sums.items()))
 
 
 def from_gguf(path) -> ModelShape:
@@ -171,12 +175,14 @@ def from_config(path, weight_type: str) -> ModelShape:
         block, size = type_size(type_name)
         return (n + block - 1) // block * size
 
-    per_layer = (n_embd * n_head * head * 2 + n_embd * n_head_kv * head * 2 + 3 * n_embd * n_ff)
-    rows_per_layer = n_head * head + 2 * n_head_kv * head + n_embd + 2 * n_ff + n_embd  # q, k, v, o, gate, up, down
+    # a layer's matrices by the length of their rows: q, k, v, gate and up read the hidden state; o
+    # reads the attention heads; down reads the feed-forward width (row length, weight rows)
+    matrices = [(n_embd, n_head * head + 2 * n_head_kv * head + 2 * n_ff), (n_head * head, n_embd), (n_ff, n_embd)]
     n_out = n_vocab * n_embd
-    rows = [("layer", layer_type, n_layer * per_layer, n_layer * stored(layer_type, per_layer), n_layer * rows_per_layer),
-            ("output", out_type, n_out, stored(out_type, n_out), n_vocab),
-            ("other", "F32", n_layer * 2 * n_embd + n_embd, 4 * (n_layer * 2 * n_embd + n_embd), 0)]
+    rows = [("layer", layer_type, n_layer * length * n, n_layer * stored(layer_type, length * n), n_layer * n)
+            for length, n in matrices]
+    rows += [("output", out_type, n_out, stored(out_type, n_out), n_vocab),
+             ("other", "F32", n_layer * 2 * n_embd + n_embd, 4 * (n_layer * 2 * n_embd + n_embd), 0)]
     if not cfg.get("tie_word_embeddings", False):
         rows.append(("embedding", layer_type, n_out, stored(layer_type, n_out), n_vocab))
     name = f"{cfg.get('_name_or_path') or path.parent.name or 'model'} ({weight_type})"
