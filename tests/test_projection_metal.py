@@ -90,12 +90,21 @@ def test_a_forward_names_the_kernel_of_its_layer_matrices(m2_ultra):
     assert cost.forward(shape, m2_ultra, 9).kernel == "mul_mm"
 
 
-def test_column_ops_are_refused_on_a_cpu_device(tmp_path):
+def test_the_matrix_vector_fields_are_refused_where_they_do_not_apply(tmp_path):
     f = tmp_path / "d.toml"
     f.write_text('[c]\nlabel = "c"\nbackend = "cpu"\nmem_bw_gbs = 10\ntflops = { float = 0.1 }\n'
                  'mmvq_column_ops = { legacy = 4 }\n')
     with pytest.raises(DeviceError, match="CUDA and Metal devices only"):
         resolve("c", f)
+    gpu = '[g]\nlabel = "g"\nbackend = "{backend}"\nmem_bw_gbs = 100\ntflops = {{ float = 10 }}\n{line}\n'
+    f.write_text(gpu.format(backend="cuda", line="mv_column_ops = 3"))
+    with pytest.raises(DeviceError, match="mv_column_ops applies to Metal devices only"):
+        resolve("g", f)
+    f.write_text(gpu.format(backend="metal", line="matvec_pass_share = 1.5"))
+    with pytest.raises(DeviceError, match="matvec_pass_share"):
+        resolve("g", f)
+    f.write_text(gpu.format(backend="metal", line="matvec_pass_share = 0.7"))
+    assert resolve("g", f)[0].matvec_pass_share == 0.7
 
 
 def test_bench_on_an_apple_chip_reports_metal_kernels(tmp_path, capsys):
