@@ -280,12 +280,12 @@ def test_project_run_names_the_largest_k_below_the_next_switch(tmp_path, capsys)
                      "-o", str(tmp_path / "proj")]) == 0
     notes = [line for line in capsys.readouterr().out.splitlines() if "leaves" in line]
     # F32 on an Ada: MMVF up to 3 rows, then MMF; the runs' k = 4 verifies 5 rows per sequence.
-    # On an M2: the small-batch matrix-vector kernel up to 8 rows, the matrix-matrix kernel above
+    # On an M2: rows of 64 (not a multiple of 128) take mul_mv up to 8 rows, the matrix-matrix kernel above
     assert len(notes) == 2 and notes[0].startswith("[projected] note: NVIDIA GeForce RTX 4090, F32 (pt.gguf)")
     assert "more than 3 rows leaves MMVF for MMF" in notes[0] and "largest k (and tree budget) below it is 2" in notes[0]
     assert "6 measured regime(s) verify past it" in notes[0]
     assert notes[1].startswith("[projected] note: Apple M2 (10-core GPU), F32 (pt.gguf)")
-    assert "more than 8 rows leaves MUL_MV_EXT for MUL_MM" in notes[1] and "below it is 7 at one sequence" in notes[1]
+    assert "more than 8 rows leaves MUL_MV for MUL_MM" in notes[1] and "below it is 7 at one sequence" in notes[1]
 
 
 def test_mmvq_pays_its_first_columns_dequantisation_and_mmf_streams_as_mmvf_does():

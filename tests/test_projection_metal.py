@@ -36,6 +36,7 @@ def test_each_kernel_is_chosen_where_the_vendored_source_chooses_it(type_name, e
 def test_row_length_gates_the_small_batch_and_the_matrix_matrix_kernels():
     assert switches("Q4_0", row_length=4000) == {9: "mul_mm"}   # not a multiple of 128: mul_mv to 8 rows
     assert set(kernels("Q4_0", row_length=32)) == {"mul_mv"}    # shorter than 64: never mul_mm
+    assert metal.next_switch("Q4_0", row_length=32) is None and metal.next_switch("Q4_0", row_length=4000) == 9
     with pytest.raises(ValueError, match="at least one row"):
         metal.select("Q4_0", 0)
 

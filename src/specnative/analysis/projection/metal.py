@@ -67,13 +67,13 @@ def select(type_name: str, rows: int, row_length: int | None = None) -> str:
 MATRIX_VECTOR = ("mul_mv", "mul_mv_ext")
 
 
-def next_switch(type_name: str, start: int = 1, limit: int = 256) -> int | None:
+def next_switch(type_name: str, start: int = 1, limit: int = 256, row_length: int | None = None) -> int | None:
     """The smallest row count above `start` at which the product leaves the matrix-vector kernels
     (mul_mv, mul_mv_ext: a cost that grows with every row) for the matrix-matrix kernel, or the
     reverse (None below limit). mul_mv to mul_mv_ext is a change of kernel within the family."""
-    first = select(type_name, start) in MATRIX_VECTOR
+    first = select(type_name, start, row_length) in MATRIX_VECTOR
     for rows in range(start + 1, limit + 1):
-        if (select(type_name, rows) in MATRIX_VECTOR) != first:
+        if (select(type_name, rows, row_length) in MATRIX_VECTOR) != first:
             return rows
     return None
 

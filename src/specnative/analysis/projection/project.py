@@ -279,14 +279,17 @@ def switch_notes(shapes: dict, on, devices: list) -> list:
     from specnative.analysis.projection import cuda, metal
     from specnative.analysis.projection.bench import main_type
 
-    def kernel_at(device, layer_type, rows):
+    def row_length(shape, layer_type):  # Metal's small-batch kernels need rows of a multiple of 128
+        return next((w.row_length for w in shape.weights if w.role == "layer" and w.type_name == layer_type), 0) or None
+
+    def kernel_at(device, shape, layer_type, rows):
         if device.backend == "metal":
-            return metal.select(layer_type, rows)
+            return metal.select(layer_type, rows, row_length(shape, layer_type))
         return cuda.select(layer_type, rows, device.cc, device.cuda_kernels)
 
-    def switch_of(device, layer_type):
+    def switch_of(device, shape, layer_type):
         if device.backend == "metal":
-            return metal.next_switch(layer_type)
+            return metal.next_switch(layer_type, row_length=row_length(shape, layer_type))
         return cuda.next_switch(layer_type, device.cc, kernel_set=device.cuda_kernels)
 
     notes = []
@@ -295,11 +298,11 @@ def switch_notes(shapes: dict, on, devices: list) -> list:
     for device in (d for d in devices if d.backend in ("cuda", "metal")):
         for name in targets:
             layer_type = main_type(shapes[name])
-            switch = switch_of(device, layer_type)
+            switch = switch_of(device, shapes[name], layer_type)
             if switch is None:
                 continue
             below = switch - 1
-            first, then = (kernel_at(device, layer_type, n) for n in (below, switch))
+            first, then = (kernel_at(device, shapes[name], layer_type, n) for n in (below, switch))
             per_n = ", ".join(f"N={n}: k <= {below // n - 1}" for n in concurrencies if below // n - 1 >= 1)
             past = 0
             for _, row in on[on["target_model"].astype(str) == name].iterrows():
