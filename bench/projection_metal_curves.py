@@ -22,7 +22,6 @@ import argparse
 import csv
 import dataclasses
 import statistics
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +30,7 @@ from scipy.optimize import least_squares
 from specnative.analysis.projection import cost
 from specnative.analysis.projection.device import SHIPPED, resolve
 from specnative.analysis.projection.shape import from_config
+from specnative.record.provenance import source_commit
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "projection" / "metal-curves"
@@ -110,14 +110,6 @@ def fit(curve_list):
     return least_squares(residuals, PRIOR, bounds=BOUNDS).x
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=HERE, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def pct(a, b):
     return 100.0 * (a / b - 1.0)
 
@@ -129,7 +121,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     rows = list(csv.DictReader(open(args.out / "published.csv")))
     devs = devices()
-    all_curves = {k: c for k, c in curves(rows).items()}
+    all_curves = curves(rows)
     ratio_curves = [Curve(k, c, devs[k[0]]) for k, c in all_curves.items() if 1 in c and len(c) > 1]
     full = fit(ratio_curves)
     loco = {chip: fit([c for c in ratio_curves if c.key[0] != chip]) for chip in devs}
@@ -228,7 +220,7 @@ def write_readme(out: Path, full, loco, table, tests, mm_tests) -> None:
     lines = ["# Metal: the small-batch curves of llama.cpp's matrix-vector kernels", "",
              "`python bench/projection_metal_curves.py` (this folder: `published.csv` the copied figures, "
              "`ratios.csv` every fitted row with its errors, `tests.csv` the rows without a pp1).", "",
-             f"Commit: {commit()}. Nothing here is measured on this host: the figures are llama.cpp's, "
+             f"Commit: {source_commit('unknown')}. Nothing here is measured on this host: the figures are llama.cpp's, "
              "the predictions the projection's Metal model (src/specnative/analysis/projection/metal.py).", "",
              "**Fit** (shared by every chip; each chip's bandwidth and compute efficiency stay those of the "
              "Apple-silicon fit): " + ", ".join(f"`{n}` {v:.3g}" for n, v in zip(PARAMS, full)) + ".", "",

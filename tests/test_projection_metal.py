@@ -83,6 +83,13 @@ def test_the_shipped_chips_price_the_published_curve_of_their_class(m2_ultra):
     assert t[9] > t[8]
 
 
+def test_a_kernel_that_cannot_run_is_refused_before_it_is_priced(m2_ultra):
+    with pytest.raises(ValueError, match="unknown Metal kernel 'mmvq'"):
+        metal.matmul_s(m2_ultra, "Q4_0", 3.6e9, 6.5e9, 4, kernel="mmvq")
+    with pytest.raises(ValueError, match="at most 8 rows, not 9"):
+        metal.matmul_s(m2_ultra, "Q4_0", 3.6e9, 6.5e9, 9, kernel="mul_mv_ext")
+
+
 def test_a_forward_names_the_kernel_of_its_layer_matrices(m2_ultra):
     shape = from_config(pub.MODELS["llama2-7b"], "Q4_K")
     assert cost.forward(shape, m2_ultra, 1).kernel == "mul_mv"

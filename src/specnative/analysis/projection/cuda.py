@@ -194,7 +194,7 @@ def matmul_s(device, type_name: str, n_bytes: float, n_elements: float, rows: in
     kernel = kernel or select(type_name, rows, device.cc, device.cuda_kernels)
     bw = device.mem_bw_gbs * 1e9 * device.bw_efficiency
     if kernel in ("mmvq", "mmvf"):
-        ops = device.mmvq_column_ops.get(type_name.upper()) or device.mmvq_column_ops.get(cls, 0.0)
+        ops = device.column_ops(type_name, cls)
         vector = max(device.vector_tflops, 1e-6) * 1e12
         # a quantized matrix's first column pays its dequantisation too (not hidden under the stream)
         columns = rows if kernel == "mmvq" else rows - 1

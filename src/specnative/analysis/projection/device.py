@@ -82,6 +82,10 @@ class Device:
         """ggml's integer compute capability (890 for 8.9)."""
         return cc_of(self.compute_capability)
 
+    def column_ops(self, type_name: str, cls: str) -> float:
+        """mmvq_column_ops for a weight type: its own entry, else its class's (0 where neither is given)."""
+        return self.mmvq_column_ops.get(type_name.upper()) or self.mmvq_column_ops.get(cls, 0.0)
+
     def rate(self, cls: str, n_rows: int, type_name: str = "") -> float:
         """FLOP/s of a matrix product of one weight class (or, where the device gives one, of that
         weight type: a CPU's Q4_0 and Q8_0 have kernels of their own) over n_rows activation rows.

@@ -95,15 +95,16 @@ def matmul_s(device, type_name: str, n_bytes: float, n_elements: float, rows: in
     from specnative.analysis.projection.shape import type_class
 
     kernel = kernel or select(type_name, rows)
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown Metal kernel {kernel!r}: one of {', '.join(KERNELS)}")
+    if kernel == "mul_mv_ext" and rows > MV_EXT_MAX_ROWS:
+        raise ValueError(f"mul_mv_ext runs at most {MV_EXT_MAX_ROWS} rows, not {rows}")
     bw = device.bandwidth
     alu = device.tflops["float"] * 1e12
     if kernel == "mul_mm":
         return max(n_bytes / bw, 2.0 * n_elements * mm_tile(rows) / (alu * device.compute_efficiency))
     if rows == 1:
         return max(n_bytes / bw, 2.0 * n_elements / (alu * device.compute_efficiency))
-    if kernel == "mul_mv_ext":
-        ops = device.mmvq_column_ops.get(type_name.upper()) or device.mmvq_column_ops.get(type_class(type_name), 0.0)
-    else:
-        ops = device.mv_column_ops
+    ops = device.column_ops(type_name, type_class(type_name)) if kernel == "mul_mv_ext" else device.mv_column_ops
     stream = n_bytes / bw * (1.0 + (passes(kernel, rows) - 1) * device.matvec_pass_share)
     return stream + rows * n_elements * ops / alu
