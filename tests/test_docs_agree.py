@@ -54,7 +54,8 @@ def test_a_p_min_cell_id_is_as_drafters_md_says():
     from specnative.sweep.config import Cell
 
     example = "…|task=mixed|pmin=0.5|prefix=off|k4"
-    cell = Cell(Path("t.gguf"), ctx_len=0, concurrency=1, temperature=0.0, draft_p_min=0.5, prefix_cache=False)
+    cell = Cell(Path("t.gguf"), ctx_len=0, concurrency=1, temperature=0.0, prefix_cache=False,
+                factors=(("draft_p_min", 0.5),))
     assert cell.key("ab" * 32, "greedy", 4).endswith(example[1:])
     text = one_line((DOCS / "drafters.md").read_text(encoding="utf-8"))
     assert f"`{example}`" in text and "`cell_id` ends in `|pmin=P`" not in text

@@ -380,7 +380,7 @@ def schema_read(out):
 @pytest.mark.parametrize("argv, message", [
     (["--draft-p-min", "1.0"], "draft_p_min must be in"),
     (["--draft-p-min", "0,-0.5"], "draft_p_min must be in"),
-    (["--draft-p-min", "0.5,0.5"], "duplicates"),
+    (["--draft-p-min", "0.5,0.5"], "given twice"),
     (["--drafter", "ngram-simple", "--draft-p-min", "0.5"], "add --drafter model"),
 ])
 def test_bad_p_min_flags_fail_before_any_work(argv, message, capsys):

@@ -59,11 +59,36 @@ def test_cell_ids_are_those_run_folders_already_carry():
     assert Cell(target, 8192, 4, 0.0).key(sha, "greedy") == f"{sha[:16]}|ctx8192|c4|T0|greedy|task=mixed"
     assert Cell(target, 0, 1, 0.8, "code").key(sha, "rejection", 4) == \
         f"{sha[:16]}|ctx0|c1|T0.8|rejection|task=code|k4"
-    cell = Cell(target, 0, 2, 0.0, "mixed", "ngram-simple", 0.0, 3, False)
+    cell = Cell(target, 0, 2, 0.0, "mixed", "ngram-simple", 3, False)
     assert cell.key(sha, "greedy", "tree:topk=2,depth=2,budget=3") == \
         f"{sha[:16]}|ctx0|c2|T0|greedy|task=mixed|drafter=ngram-simple|batch=3|prefix=off|shape=tree:topk=2,depth=2,budget=3"
-    assert Cell(target, 0, 1, 0.0, draft_p_min=0.5).key(sha, "greedy", 4, "0.3") == \
+    assert Cell(target, 0, 1, 0.0, factors=(("draft_p_min", 0.5),)).key(sha, "greedy", 4, "0.3") == \
         f"{sha[:16]}|ctx0|c1|T0|greedy|task=mixed|pmin=0.5|k4|synthetic=0.3"
+    # the stop rule, a factor now, keeps the place it had as a cell field: after the drafter, ahead
+    # of a public set's batch and the prefix cache; the spec policy's part comes after them all
+    both = Cell(target, 0, 1, 0.0, "mixed", "model", 2, False, (("draft_p_min", 0.25), ("spec_policy", "adaptive")))
+    assert both.key(sha, "greedy", 4) == \
+        f"{sha[:16]}|ctx0|c1|T0|greedy|task=mixed|pmin=0.25|batch=2|prefix=off|spec_policy=adaptive|k4"
+
+
+def test_every_factor_placed_among_the_cell_axes_follows_one_that_is_in_the_id():
+    from specnative.record.factors import FACTORS
+    from specnative.sweep import axes
+    keyed = {axis.name for axis in axes.CELL_AXES if axis.key}
+    assert all(f.key_after in keyed for f in FACTORS if f.key_after is not None)
+
+
+def test_the_grid_orders_a_placed_factor_where_its_cell_field_was():
+    """The order of cells decides a shard's share (i mod N): the stop rule's cells come per drafter
+    ahead of the prefix cache's modes, as they did before it was a factor; the policy's innermost."""
+    from specnative.sweep import SweepConfig
+    from specnative.sweep.grid import cells_of
+    cfg = SweepConfig(targets=[Path("t.gguf")], draft=Path("d.gguf"), ctx_lens=[0], concurrencies=[1],
+                      drafters=["model", "ngram-simple"], prefix_caches=[True, False],
+                      factors={"draft_p_min": [0.0, 0.5], "spec_policy": ["static", "adaptive"]})
+    order = [(c.drafter, c.factor("draft_p_min"), c.prefix_cache, c.factor("spec_policy")) for c in cells_of(cfg)]
+    assert order == [(d, p, pc, sp) for d in ("model", "ngram-simple") for p in ((0.0, 0.5) if d == "model" else (0.0,))
+                     for pc in (True, False) for sp in ("static", "adaptive")]
 
 
 def test_the_recorded_grid_names_a_later_axis_only_where_the_run_left_its_old_value():
@@ -74,7 +99,7 @@ def test_the_recorded_grid_names_a_later_axis_only_where_the_run_left_its_old_va
                                      "temperature": [0.0], "accept_rule": "greedy", "n_predict": 32,
                                      "task": ["mixed"], "drafter": ["model"]}
     changed = SweepConfig(targets=[Path("t.gguf")], draft=Path("d.gguf"), prefix_caches=[True, False],
-                          draft_p_mins=[0.0, 0.5], draft_shapes=["chain", "tree:topk=2,depth=2,budget=3"],
+                          factors={"draft_p_min": [0.0, 0.5]}, draft_shapes=["chain", "tree:topk=2,depth=2,budget=3"],
                           synthetic=synthetic.parse_profiles("0.5"))
     grid = axes.grid_record(changed)
     assert (grid["prefix_cache"], grid["draft_p_min"], grid["draft_shape"], grid["synthetic_acceptance"]) == \

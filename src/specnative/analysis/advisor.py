@@ -26,8 +26,10 @@ from specnative.record.factors import FACTORS, FACTOR_NAMES
 
 # A regime is one on-cell. Its baseline is the off row with the same BASELINE_KEYS (off rows
 # carry no draft columns, so k and accept_rule cannot be part of the join).
-REGIME_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter",
-               "draft_p_min", "prefix_cache") + FACTOR_NAMES  # (record/factors.py: on rows at the default read as it)
+_CELL_KEYS = ("quant_bits", "ctx_len", "concurrency", "k", "temperature", "accept_rule", "task", "drafter",
+              "draft_p_min", "prefix_cache")
+REGIME_KEYS = _CELL_KEYS + tuple(name for name in FACTOR_NAMES if name not in _CELL_KEYS)
+# (record/factors.py: on rows at a factor's default read as it)
 # (drafter: each drafter's cell measured its own baseline beside it; empty in older traces;
 # draft_p_min likewise, 0 = fixed k, filled in by load_traces for off rows and older traces)
 BASELINE_KEYS = ("target_model", "quant_bits", "ctx_len", "concurrency", "temperature", "task", "drafter",
@@ -134,6 +136,8 @@ def with_p_min(frame: pd.DataFrame) -> pd.DataFrame:
     frame["prefix_cache"] = frame["prefix_cache"].fillna(shared) if "prefix_cache" in frame else shared
     on = frame["spec_decode"] == "on" if "spec_decode" in frame else pd.Series(False, index=frame.index)
     for factor in FACTORS:  # an on row without the factor's column ran at its default (older runs too)
+        if factor.name in BASELINE_KEYS:
+            continue  # filled in above on every row (the stop rule: its cell's off rows pair by it too)
         column = frame[factor.name] if factor.name in frame else pd.Series(None, index=frame.index, dtype=object)
         frame[factor.name] = column.astype(object).where(~(on & column.isna()), factor.default)
     return frame

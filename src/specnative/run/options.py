@@ -19,7 +19,6 @@ from specnative.engine import (
     DRAFTERS,
     SPLIT_MODES,
     TREE_DRAFTERS,
-    check_draft_p_min,
     default_threads,
     drafter_defaults,
     drafter_name,
@@ -408,15 +407,6 @@ def spec_from_args(args: argparse.Namespace, argv: list[str], verb: str = "sweep
                     and d not in drafter_files]
     errors += hidden_drafters.pair_problems([d for d in args.drafter if d not in preset_heads],
                                             args.target or [], args.draft, drafter_files)
-    for p_min in args.draft_p_min:
-        try:
-            check_draft_p_min(p_min)
-        except ValueError as error:
-            errors.append(f"--draft-p-min: {error}")
-    if len(set(args.draft_p_min)) != len(args.draft_p_min):
-        errors.append("--draft-p-min has duplicates")
-    if any(p > 0 for p in args.draft_p_min) and "model" not in args.drafter:
-        errors.append("--draft-p-min applies to the draft model: add --drafter model")
     if problem := synthetic_problem(getattr(args, "synthetic_acceptance", None), args.k):
         errors.append(problem)
     shapes = getattr(args, "draft_shape", ["chain"])  # the sweep's axis (a list), serve's one shape
@@ -459,7 +449,7 @@ def spec_from_args(args: argparse.Namespace, argv: list[str], verb: str = "sweep
                                 devices=placement_from_args(args)),
         decoding=DecodingSpec(temperatures=args.temperature, accept_rule=rule, n_predict=n_predict, seed=args.seed),
         drafter=DrafterSpec(drafters=args.drafter, ks=args.k, drafter_options=drafter_options,
-                            draft_shapes=getattr(args, "draft_shape", ["chain"]), draft_p_mins=args.draft_p_min,
+                            draft_shapes=getattr(args, "draft_shape", ["chain"]),
                             synthetic=getattr(args, "synthetic_acceptance", None) or []),
         workload=WorkloadSpec(
             tasks=tasks, prompts=prompts, dataset=dataset, ctx_lens=args.ctx_len, context_file=args.context,

@@ -51,13 +51,13 @@ class DecodingSpec:
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """What drafts: the drafters, their options, the chain lengths k, the draft shapes, the draft
-    model's stop rule and the synthetic acceptance profiles."""
+    """What drafts: the drafters, their options, the chain lengths k, the draft shapes and the
+    synthetic acceptance profiles (the sweep's factors, the draft model's stop rule among them, are
+    record/factors.py's rows)."""
     drafters: list
     ks: list
     drafter_options: dict = field(default_factory=dict)
     draft_shapes: list = field(default_factory=lambda: ["chain"])
-    draft_p_mins: list = field(default_factory=lambda: [0.0])
     synthetic: list = field(default_factory=list)
 
 

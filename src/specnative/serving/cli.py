@@ -140,7 +140,7 @@ def build_parser(prog: str = "specnative serve") -> argparse.ArgumentParser:
     # the closed loop's grid and measuring settings, fixed (no flag of serve's sets them): a serve
     # run's axis is the request rate, its repeats are seeded traces; the rejection rule's
     # distributional test pools the sweep's default number of tokens (recorded in provenance)
-    p.set_defaults(concurrency=None, draft_p_min=[0.0], dist_positions=DIST_POSITIONS,
+    p.set_defaults(concurrency=None, dist_positions=DIST_POSITIONS,
                    warmup=0, warmup_tol=0.1, max_repeats=None, ci_level=0.95, ci_width=0.05, which_k=False,
                    check_k=False, shard=None, context=None)
     return p

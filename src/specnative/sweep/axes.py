@@ -1,6 +1,8 @@
-"""The sweep grid's axes, each declared once: where its values come from, how provenance.json's grid
-records them, and its part of the cell id every traces.csv row carries. The cell id, the recorded
-grid and the resume check (which compares recorded grids) all read this table.
+"""The sweep grid's axes of the pair (values that change both sides' runs), each declared once: where
+its values come from, how provenance.json's grid records them, and its part of the cell id every
+traces.csv row carries. The cell id, the recorded grid and the resume check (which compares
+recorded grids) all read this table and the speculative side's factors (record/factors.py), whose
+id parts sit after them or, for a factor placed after an axis, right after it.
 
 An axis that came after runs were already measured names the value those runs were measured at
 (`before`): the grid records the axis only when a run's values differ from it, and the cell id
@@ -39,8 +41,6 @@ CELL_AXES = (
     Axis("accept_rule", "accept_rule", lambda cfg: cfg.accept_rule, lambda v: f"|{v}", record=lambda v: v),
     Axis("task", "task", lambda cfg: cfg.tasks, lambda v: f"|task={v}"),
     Axis("drafter", "drafter", lambda cfg: cfg.drafters, lambda v: "" if v == "model" else f"|drafter={v}"),
-    Axis("draft_p_min", "draft_p_min", lambda cfg: cfg.draft_p_mins, lambda v: f"|pmin={v:g}" if v > 0 else "",
-         before=[0.0]),
     Axis("batch", None, key=lambda v: f"|batch={v}" if v > 0 else ""),  # a public set's batch of items
     Axis("prefix_cache", "prefix_cache", lambda cfg: cfg.prefix_caches, lambda v: "" if v else "|prefix=off",
          record=_on_off, before=["on"]),
@@ -70,9 +70,13 @@ def grid_record(cfg) -> dict:
 def cell_key(target_sha: str, values: dict, kind=None, synthetic: str | None = None) -> str:
     """The cell id: the target's sha256 prefix and each keyed axis's part; with `kind` an on row's (a
     chain's k, or a draft tree's spelling), with `synthetic` (a profile's text) a synthetic row's."""
-    base = target_sha[:16] + "".join(axis.key(values[axis.name]) for axis in CELL_AXES if axis.key)
     chosen = dict(values.get("factors", ()))
-    base += "".join(factor.key(chosen[factor.name]) for factor in FACTORS if factor.name in chosen)
+
+    def factor_parts(after) -> str:  # the cell's factors whose id part follows this axis (None: the end)
+        return "".join(f.key(chosen[f.name]) for f in FACTORS if f.key_after == after and f.name in chosen)
+
+    base = target_sha[:16] + "".join(axis.key(values[axis.name]) + factor_parts(axis.name)
+                                     for axis in CELL_AXES if axis.key) + factor_parts(None)
     if isinstance(kind, str):
         base += f"|shape={kind}"
     elif kind is not None:

@@ -22,7 +22,7 @@ def first_divergence(base, spec) -> tuple[int, float]:
 
 
 def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float, drafter: str = "model",
-                   draft_p_min: float = 0.0, on_progress=lambda msg: None, runs_out: dict | None = None,
+                   on_progress=lambda msg: None, runs_out: dict | None = None,
                    prefix_cache: bool = True, prefix_limit: int | None = None, spec_args: dict | None = None) -> dict:
     """The cell's lossless verdict at k (lossless.py). `runs_out` receives the baseline and
     speculative runs it made ({"off": ..., k: ...}), which the warm-up can use as its first pair.
@@ -43,7 +43,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     base = engine.generate(prompts, seed=cfg.seed, **common)  # plain: in a warm engine also a timed run
     spec = engine.generate(prompts, seed=cfg.seed + cfg.check_seed_offset, spec=True, **kind_args(k),
                            accept_rule=rule, drafter=drafter, drafter_options=drafter_options_of(cfg, drafter),
-                           draft_p_min=draft_p_min, **(spec_args or {}), **common)
+                           **(spec_args or {}), **common)
     on_progress(f"noise control {k}")
     if runs_out is not None:
         runs_out.update({"off": base, k: spec})
@@ -56,7 +56,7 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
     if method == "distribution":
         on_progress(f"distribution test {k}")
         verdict, columns = distribution_verdict(engine, prompts, cfg, k, temperature, verdict,
-                                                drafter=drafter, draft_p_min=draft_p_min, spec_args=spec_args)
+                                                drafter=drafter, spec_args=spec_args)
     return {**columns, "lossless_ok": verdict.lossless_ok, "lossless_method": method, "first_divergence": index,
             "divergence_margin": margin, "verdict": verdict.verdict, "verdict_reason": verdict.reason,
             "mismatches": verdict.mismatches, "max_mismatch_gap": verdict.max_mismatch_gap,
@@ -67,13 +67,11 @@ def lossless_check(engine, prompts, cfg: SweepConfig, k: int, temperature: float
 
 
 def distribution_verdict(engine, prompts, cfg: SweepConfig, k: int, temperature: float, proxy,
-                         drafter: str, draft_p_min: float, spec_args: dict | None = None) -> tuple:
+                         drafter: str, spec_args: dict | None = None) -> tuple:
     """A rejection cell's verdict: the distributional test (lossless.rejection_distribution) over at
     least cfg.dist_positions emitted tokens, and the match proxy's verdict beside it (it also checks
     the KV state, which no distribution can). Either failing fails the cell."""
     spec = dict(n_predict=cfg.n_predict, **kind_args(k), drafter=drafter, drafter_options=drafter_options_of(cfg, drafter))
-    if draft_p_min > 0:
-        spec["draft_p_min"] = draft_p_min
     spec.update(spec_args or {})
     dist = lossless.rejection_distribution(engine, prompts, temperature, cfg.seed + cfg.check_seed_offset,
                                            cfg.dist_positions, **spec)

@@ -34,11 +34,6 @@ def add_grid_flags(p: argparse.ArgumentParser) -> None:
                            "(default 0,8192,32768; the gemma3-270m preset: 0,2048; qwen2.5-coder: 0)")
     grid.add_argument("-np", "--concurrency", type=int_list, default=None, metavar="N,N,...",
                       help="sequences decoded together (default 1,4,8)")
-    grid.add_argument("--draft-p-min", dest="draft_p_min", type=float_list, default=[0.0], metavar="P,P,...",
-                      help="the draft model's stop rule: a sequence stops drafting for the round at the first "
-                           "position whose top draft probability is below P (llama.cpp's --spec-draft-p-min; 0: "
-                           "always k). Cells with P > 0 get no which-k prediction (their drafts are not "
-                           "fixed-length)")
     grid.add_argument("--draft-shape", dest="draft_shape", type=draft_shape_list, default=["chain"],
                       metavar="chain,tree:...",
                       help="what the on rows of the draft model and an EAGLE-3 head draft: chain (every --k) and draft trees verified in "

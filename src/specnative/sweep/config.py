@@ -69,8 +69,6 @@ class SweepConfig:
     # --which-k: the verify-cost curve and the speedup predicted at every k' <= k (pick_k.py); off by
     # default since it times (k+1) extra decode shapes per cell, most of a long-context cell's cost
     which_k: bool = False
-    # --draft-p-min: a grid axis of the draft model's stop rule (0 = fixed k; llama.cpp's p_min)
-    draft_p_mins: list = field(default_factory=lambda: [0.0])
     dist_positions: int = DIST_POSITIONS  # rejection cells: the distributional test's size (run/spec.py)
     # --drafter-file NAME=PATH: the file of a hidden-state drafter (dflash, dspark, eagle3);
     # unnamed ones use -md (hidden_drafters.py)
@@ -100,7 +98,7 @@ class SweepConfig:
             max_kv_gib=p.max_kv_gib, placement=p.devices,
             temperatures=d.temperatures, accept_rule=d.accept_rule, n_predict=d.n_predict, seed=d.seed,
             drafters=r.drafters, ks=r.ks, drafter_options=r.drafter_options, draft_shapes=r.draft_shapes,
-            draft_p_mins=r.draft_p_mins, synthetic=r.synthetic,
+            synthetic=r.synthetic,
             tasks=w.tasks, prompts=w.prompts, prompts_source=w.prompts_source, dataset=w.dataset,
             ctx_lens=w.ctx_lens, context_file=w.context_file, prefix_caches=w.prefix_caches,
             warmup=x.warmup, repeats=x.repeats, max_repeats=x.max_repeats, ci_level=x.ci_level,
@@ -127,10 +125,12 @@ def on_kinds(cfg: SweepConfig, drafter: str, cell: Cell | None = None) -> list:
     return chains + trees
 
 
-def factor_combinations(cfg: SweepConfig) -> list[tuple]:
-    """Each combination of the grid's factor values, as a Cell's factors (the values other than
-    the default, by name); ((),) where every factor is at its default."""
-    chosen = [[(f.name, v) for v in cfg.factors.get(f.name, [f.default])] for f in FACTORS]
+def factor_combinations(cfg: SweepConfig, drafter: str, placed: bool | None = None) -> list[tuple]:
+    """Each combination of the grid's factor values that applies to `drafter`'s cells, as a Cell's
+    factors (the values other than the default, by name); ((),) where every factor is at its default.
+    `placed`: only the factors with (True) or without (False) a place among the cell's axes."""
+    chosen = [[(f.name, v) for v in cfg.factors.get(f.name, [f.default]) if v == f.default or f.drafters(drafter)]
+              for f in FACTORS if placed is None or (f.key_after is not None) == placed]
     return [tuple((name, v) for name, v in combo if v != factor_named(name).default)
             for combo in itertools.product(*chosen)]
 
@@ -160,16 +160,12 @@ def grid_problems(cfg: SweepConfig) -> list[str]:
                         f"only from {MIN_N_PREDICT} on does a decode step draft a token)")
     for factor in FACTORS:  # what a factor's values cannot run with (record/factors.py)
         values = cfg.factors.get(factor.name, [factor.default])
-        problems += factor.problems(values, list(cfg.ks))
+        problems += factor.problems(values, cfg)
         if factor.chains_only and values != [factor.default] and "chain" not in cfg.draft_shapes:
             problems.append(f"{factor.flag}: applies to chains, and --draft-shape has none (add chain)")
     trees = [parse_draft_shape(s) for s in cfg.draft_shapes if s != "chain"]
     if not trees or not set(TREE_DRAFTERS) & set(cfg.drafters):
         return problems
-    if "model" in cfg.drafters and any(p > 0 for p in cfg.draft_p_mins):
-        problems.append("--draft-p-min > 0 with draft trees: the draft model's stop rule cuts a chain; a tree "
-                        "stops at its node budget (measure the trees with --draft-p-min 0, the stop rule in a "
-                        "sweep of chains)")
     conc = max(cfg.concurrencies)
     for tree in trees:
         per_sequence = tree.batch_per_sequence
@@ -210,7 +206,6 @@ class Cell:
     temperature: float
     task: str = workloads.MIXED
     drafter: str = "model"
-    draft_p_min: float = 0.0  # the draft model's stop rule (0: fixed k)
     batch: int = 0  # a public set's cells: which batch of the task's items (workloads.batches_of)
     prefix_cache: bool = True  # the shared context's cells computed once and shared (False: each sequence's own)
     factors: tuple = ()  # (name, value) of each factor (record/factors.py) not at its default

@@ -20,19 +20,21 @@ from specnative.sweep.prompts import workload_for
 def cells_of(cfg: SweepConfig) -> list[Cell]:
     # ctx ascending per target, one engine per context length (by_ctx_len); tasks innermost:
     # their cells share the same context documents, prefilled once per engine
-    # (p_min > 0 only for the draft model: the n-gram drafters have no draft probabilities)
     # (a public set's task has a cell per batch of its items: workloads.batches_of)
-    # (the prefix cache innermost: the on and off cells of a regime are measured side by side; a
-    # hidden-state drafter's cells only off, hidden_drafters.prefix_modes)
-    # (the factors innermost, record/factors.py: one cell per combination of their values)
-    return [Cell(Path(t), ctx, conc, temp, task, drafter, p_min, batch, prefix_cache, factors)
+    # (the prefix cache: the on and off cells of a regime are measured side by side; a hidden-state
+    # drafter's cells only off, hidden_drafters.prefix_modes)
+    # (the factors, record/factors.py: one cell per combination of the values that apply to the
+    # drafter, the draft model's stop rule to the draft model alone; innermost, but a factor placed
+    # after the drafter sits there, as it did before it was a factor: a shard of an older run holds
+    # the same cells)
+    return [Cell(Path(t), ctx, conc, temp, task, drafter, batch, prefix_cache, placed + inner)
             for t, ctx, conc, temp, task in itertools.product(cfg.targets, sorted(cfg.ctx_lens),
                                                               sorted(cfg.concurrencies), cfg.temperatures, cfg.tasks)
             for batch in range(len(workloads.batches_of(cfg.prompts, task, conc)))
-            for drafter, p_min in itertools.product(cfg.drafters, cfg.draft_p_mins)
-            if drafter == "model" or p_min == 0
+            for drafter in cfg.drafters
+            for placed in factor_combinations(cfg, drafter, placed=True)
             for prefix_cache in hidden_drafters.prefix_modes(cfg.prefix_caches, drafter)
-            for factors in factor_combinations(cfg)]
+            for inner in factor_combinations(cfg, drafter, placed=False)]
 
 
 def placement_tag(cfg: SweepConfig) -> str:

@@ -3,7 +3,7 @@ until the speedup's interval decides, and its rows."""
 from __future__ import annotations
 
 from specnative.analysis import stats
-from specnative.record.factors import factor_named
+from specnative.record.factors import FACTORS, factor_named
 from specnative.run import hidden_drafters
 from specnative.run.row_columns import synthetic_columns
 from specnative.run.workloads import category_table
@@ -24,8 +24,9 @@ from specnative.sweep.which_k import add_k_columns
 
 def factor_columns(cell: Cell, runs: list) -> dict:
     """An on row's columns from the cell's factors (record/factors.py): each factor's value where the
-    cell leaves its default, and what the factor adds from the row's runs."""
-    columns = {}
+    cell leaves its default (or where the factor's column is on every row of the cell's drafter),
+    and what the factor adds from the row's runs."""
+    columns = {f.name: f.default for f in FACTORS if f.column_always(cell.drafter)}
     for name, value in cell.factors:
         columns.update({name: value, **factor_named(name).columns(value, runs)})
     return columns
@@ -116,8 +117,6 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     prompts = build_prompts(engine, cell, cfg)
     common = dict(n_predict=cfg.n_predict, temperature=cell.temperature, seed=cfg.seed,
                   drafter=cell.drafter, drafter_options=drafter_options_of(cfg, cell.drafter))
-    if cell.draft_p_min > 0:  # only then: fixed-k cells call generate exactly as before
-        common["draft_p_min"] = cell.draft_p_min
     if not cell.shares_prefix:  # every sequence prefills its own copy of the context, every run (both
         common["prefix_cache"] = False  # sides of a hidden-state drafter's cell: its spec runs cannot share)
     else:  # only the shared context is shared and kept from run to run; each sequence's own prompt is
@@ -126,7 +125,7 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
     kinds = on_kinds(cfg, cell.drafter, cell)
     for k in kinds:
         on_progress(f"lossless check {'k=' + str(k) if isinstance(k, int) else k}")
-        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter, cell.draft_p_min,
+        checks[k] = lossless_check(engine, prompts, cfg, k, cell.temperature, cell.drafter,
                                    on_progress=on_progress, runs_out=check_pair, prefix_cache=cell.shares_prefix,
                                    prefix_limit=cell.ctx_len, spec_args=cell.factor_args)
     # the check's runs are the first warm-up pair when they ran the timed rule (the rejection rule
@@ -143,15 +142,13 @@ def measure_cell(engine, cell: Cell, cfg: SweepConfig, on_progress=lambda msg: N
         rows.append({"spec_decode": "on", "accept_rule": cfg.accept_rule,
                      **spec_row(runs[k], off, kind_budget(k), cell.lengths_vary), **checks[k],
                      **interval_columns(runs, k, measuring), **factor_columns(cell, runs[k])})
-        if cell.drafter == "model":
-            rows[-1]["draft_p_min"] = cell.draft_p_min
         if isinstance(k, str):  # a draft tree: its shape and counts (chain rows as before)
             rows[-1].update(tree_columns(runs[k], k, off["step_ms"]))
     rows += synthetic_rows(runs, off, cfg, cell, measuring)
-    # n-gram drafters and the p_min stop rule: k only caps a draft of varying length, so the
-    # fixed-length prediction at k' <= k does not apply (pick_k.py); no which-k columns
-    # (and a cell's factors: which-k's runs are the plain chain's)
-    if cell.drafter == "model" and cell.draft_p_min == 0 and not cell.factors and (cfg.which_k or cfg.check_k):
+    # n-gram drafters and a factor's cells (the p_min stop rule, a spec policy): k only caps a draft
+    # of varying length, or which-k's runs are not the cell's, so the fixed-length prediction at
+    # k' <= k does not apply (pick_k.py); no which-k columns
+    if cell.drafter == "model" and not cell.factors and (cfg.which_k or cfg.check_k):
         add_k_columns(engine, prompts, cfg, common, runs, [r for r in rows if "draft_shape" not in r], on_progress)
     copy_share = category_table.prompt_copy_share(prompts, runs["off"][0].tokens)
     for row in rows:
@@ -174,7 +171,5 @@ def synthetic_rows(runs: dict, off: dict, cfg: SweepConfig, cell: Cell, measurin
             row = {"spec_decode": "on", "accept_rule": cfg.accept_rule, **spec_row(runs[kind], off, k, cell.lengths_vary),
                    **interval_columns(runs, kind, measuring), **factor_columns(cell, runs[kind]),
                    **synthetic_columns(profile, k)}
-            if cell.drafter == "model":
-                row["draft_p_min"] = cell.draft_p_min
             rows.append(row)
     return rows

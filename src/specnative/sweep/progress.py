@@ -32,7 +32,7 @@ from scipy.optimize import nnls
 def cell_label(cell) -> str:
     """A sweep cell in words: target file, context, concurrency, temperature, task, drafter."""
     return (f"{cell.target.name} ctx={cell.ctx_len} conc={cell.concurrency} T={cell.temperature:g} {cell.task} "
-            f"{cell.drafter}{f' p_min={cell.draft_p_min:g}' if cell.draft_p_min else ''}"
+            f"{cell.drafter}"
             f"{'' if getattr(cell, 'prefix_cache', True) else ' prefix-cache=off'}"
             + "".join(f" {name}={value}" for name, value in getattr(cell, "factors", ())))
 

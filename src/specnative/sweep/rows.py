@@ -96,10 +96,9 @@ def spec_row(results, base_row: dict, k: int, lengths_vary: bool = False) -> dic
         "empty_draft_frac": (rounds - drafted_at[0]) / rounds if rounds and len(drafted_at) else math.nan,
         "draft_reach": ";".join(f"{d / rounds:.4f}" for d in drafted_at) if rounds else None,
     })
-    # 0..k tokens per round (an n-gram lookup, or the draft model's p_min stop rule): the closed
-    # form over the length mix
-    if (lengths_vary or getattr(results[0], "drafter", "model") != "model"
-            or getattr(results[0], "draft_p_min", 0.0) > 0):
+    # 0..k tokens per round (an n-gram lookup, or a factor's: the draft model's p_min stop rule, a
+    # spec policy): the closed form over the length mix
+    if lengths_vary or getattr(results[0], "drafter", "model") != "model":
         reach = drafted_at / rounds if rounds else []
         row["predicted_speedup"] = theory.predicted_speedup_lengths(token_alpha, reach, c)
     return row
