@@ -23,7 +23,7 @@ oriented so that > 1 is better: throughput and goodput adaptive / best, latencie
 get the greedy lossless verdict on the first repeat.
 
     python bench/adaptive.py -r 4 -n 32 -o bench/results/adaptive   # tiny, tiny-noisy, gemma-self, gemma-ngram
-    python bench/adaptive.py --pairs tiny -r 3 -n 32 -o /tmp/x    # a quick look
+    python bench/adaptive.py --pairs tiny -r 3 -n 32 -o runs/adaptive-look    # a quick look
 """
 from __future__ import annotations
 
@@ -85,6 +85,14 @@ def pairs(names: list[str]) -> list[dict]:
             out.append({"name": name, "title": "tiny deep (2+30 layers, f32) / a 2-layer draft with 5 % weight "
                         "noise (pays at low load only)", "target": target, "draft": draft, "drafter": "model"})
             continue
+        if name == "qwen":
+            from specnative.models.presets import qwen_files
+            files = qwen_files()
+            # its steps are ~30x the tiny pair's: the traces' gaps 8x, to keep a low load low
+            out.append({"name": name, "title": "Qwen2.5-Coder 1.5B Q4_K_M / 0.5B Q4_K_M draft (pays on copying "
+                        "tasks at low load only)", "target": files["Q4_K_M"], "draft": files["draft"],
+                        "drafter": "model", "time_scale": 8.0})
+            continue
         from specnative.models.presets import gemma_files
         files = gemma_files()
         if name == "gemma-self":
@@ -98,7 +106,7 @@ def pairs(names: list[str]) -> list[dict]:
                         "draft": files["Q4_K_M"], "drafter": "model"})
         else:
             raise SystemExit(f"error: unknown pair {name!r} (tiny, tiny-noisy, gemma-self, gemma-ngram, "
-                             f"gemma-draft)")
+                             f"gemma-draft, qwen)")
     return out
 
 
@@ -125,11 +133,12 @@ def policy_share(result_times: dict, rounds: int, round_ms: float) -> float:
     return (result_times.get("policy", 0.0) - result_times.get("policy_startup", 0.0)) / rounds / round_ms
 
 
-def closed_loop(engine, pair, prompts, n: int, repeats: int, rows: list, verdicts: list) -> dict:
+def closed_loop(engine, pair, prompts, n: int, repeats: int, rows: list, verdicts: list,
+                concurrencies=CONCURRENCIES) -> dict:
     """tokens/s per (concurrency, config) over repeats; returns the by-batch schedule it advises."""
     configs = ["off", "k2", "k4", "k8", "adaptive"]
     best_k = {}
-    for conc in CONCURRENCIES:
+    for conc in concurrencies:
         chosen = prompts[:conc]
         tps: dict[str, list] = {c: [] for c in configs}
         base_tokens = None
@@ -163,7 +172,8 @@ def closed_loop(engine, pair, prompts, n: int, repeats: int, rows: list, verdict
         best = max(medians, key=medians.get)
         best_k[conc] = 0 if best == "off" else STATIC[best]
         log(f"  {pair['name']} closed c{conc}: " + ", ".join(f"{c} {statistics.median(v):.1f}" for c, v in tps.items()))
-    schedule, sizes = [], list(CONCURRENCIES) + [max(CONCURRENCIES) + 1]
+    # each measured concurrency's best up to the next one measured; the largest's up to every slot
+    schedule, sizes = [], list(concurrencies) + [max(max(concurrencies), max(CONCURRENCIES)) + 1]
     for lo, hi in zip(sizes, sizes[1:]):
         schedule.append([lo, hi - 1, best_k[lo]])
     return schedule
@@ -178,8 +188,8 @@ def closed_verdict(engine, prompts, base_tokens, tokens, spec) -> dict:
     return {"verdict": v.verdict, "reason": v.reason}
 
 
-def traces(engine, n: int) -> dict:
-    """The serving traces: token prompts, arrival times (s) and labels."""
+def traces(engine, n: int, scale: float = 1.0, names=("burst", "ramp", "mixed")) -> dict:
+    """The serving traces: token prompts, arrival times (s, times `scale`) and labels."""
     tok = [list(engine.tokenize(p)) for p in SEQUENCE_PROMPTS]
     copy, open_ = list(engine.tokenize(COPY_PROMPT)), [list(engine.tokenize(p)) for p in OPEN_PROMPTS]
     burst = [(0.6 * i, tok[i % len(tok)], "low-load") for i in range(3)]
@@ -193,8 +203,8 @@ def traces(engine, n: int) -> dict:
     for i in range(16):
         mixed.append((t, copy if i % 2 == 0 else open_[i % len(open_)], "copy" if i % 2 == 0 else "open"))
         t += 0.25
-    return {name: [Request(a, tuple(p), n, label) for a, p, label in items]
-            for name, items in (("burst", burst), ("ramp", ramp), ("mixed", mixed))}
+    return {name: [Request(a * scale, tuple(p), n, label) for a, p, label in items]
+            for name, items in (("burst", burst), ("ramp", ramp), ("mixed", mixed)) if name in names}
 
 
 def served_verdict(engine, trace, run, off_tokens, k: int) -> dict:
@@ -269,6 +279,9 @@ def main(argv=None) -> int:
     ap.add_argument("-r", "--repeats", type=int, default=5)
     ap.add_argument("-n", "--n-predict", type=int, default=48)
     ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--concurrencies", default=",".join(map(str, CONCURRENCIES)),
+                    help="the closed loop's concurrencies (the by-batch schedule's bands start at each)")
+    ap.add_argument("--traces", default="burst,ramp,mixed", help="the serving traces to replay")
     ap.add_argument("-o", "--out", type=Path, required=True)
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -279,14 +292,16 @@ def main(argv=None) -> int:
         log(f"{pair['name']}: {pair['title']}")
         with Engine(pair["target"], pair["draft"], n_ctx=8192, n_batch=512, n_seq_max=9,
                     n_threads=a.threads) as engine:
-            schedule = closed_loop(engine, pair, list(SEQUENCE_PROMPTS), a.n_predict, a.repeats, rows, verdicts)
+            concurrencies = tuple(int(c) for c in a.concurrencies.split(","))
+            schedule = closed_loop(engine, pair, list(SEQUENCE_PROMPTS), a.n_predict, a.repeats, rows, verdicts,
+                                   concurrencies)
             schedules[pair["name"]] = schedule
             step = statistics.median(1000.0 / r["output_throughput"] for r in rows
                                      if r["pair"] == pair["name"] and r["workload"] == "closed-c1"
                                      and r["config"] == "off")
             slo = serve_metrics.parse_slo(f"ttft:{20 * step:.1f},tpot:{1.5 * step:.2f}")
-            serve_traces(engine, pair, traces(engine, a.n_predict), a.n_predict, a.repeats, schedule, slo, rows,
-                         verdicts)
+            trace_set = traces(engine, a.n_predict, pair.get("time_scale", 1.0), a.traces.split(","))
+            serve_traces(engine, pair, trace_set, a.n_predict, a.repeats, schedule, slo, rows, verdicts)
     table = comparison(rows)
     with open(a.out / "comparison.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["pair", "workload", "metric", "policy", "best_static", "ratio", "ci_lo",

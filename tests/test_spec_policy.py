@@ -63,6 +63,30 @@ def test_sequences_of_one_batch_get_different_lengths():
     assert ks[0] >= 4 and ks[1] <= 1
 
 
+def test_a_changed_row_count_pays_the_graph_rebuild_so_a_marginal_change_keeps_the_last_rounds_rows():
+    """Two sequences at a break-even: drafting one token each pays 4 % on the verify curve alone,
+    so with no rebuild cost the policy drafts; a rebuild of 1 ms on a changed row count (llama.cpp
+    reuses a graph only for the shape it was built for) outweighs that, and the last round's 2 rows
+    stay. Once the last round verified 4 rows, the same choice pays no rebuild and drafting stays."""
+    verify_ms = [10.0, 10.0, 11.0, 12.0, 14.0, 16.0, 18.0, 20.0, 22.0, 24.0]
+    acceptance = [[0.3] * 4, [0.3] * 4]
+    free, _ = _core._policy_choice(acceptance, [4, 4], verify_ms, draft_step_ms=0.5, other_ms=0.0)
+    assert free == [1, 1]  # 2.6 tokens in 12.5 ms against 2 in 10 ms
+    kept, _ = _core._policy_choice(acceptance, [4, 4], verify_ms, draft_step_ms=0.5, other_ms=0.0,
+                                   last_rows=2, rebuild_ms=1.0)
+    assert kept == [0, 0]
+    again, _ = _core._policy_choice(acceptance, [4, 4], verify_ms, draft_step_ms=0.5, other_ms=0.0,
+                                    last_rows=4, rebuild_ms=1.0)
+    assert again == [1, 1]
+
+
+def test_the_adaptive_options_spell_and_refuse():
+    assert parse_spec_policy("adaptive:optimism=0").text == "adaptive:optimism=0"
+    assert parse_spec_policy("adaptive:optimism=0.3").text == "adaptive"  # the default
+    with pytest.raises(ValueError, match="optimism must be a finite number >= 0"):
+        parse_spec_policy("adaptive:optimism=-1")
+
+
 def test_the_choice_refuses_mismatched_arguments():
     with pytest.raises(ValueError, match="one entry per sequence"):
         _core._policy_choice([[0.5]], [1, 1], [1.0] * 4, 0.0, 0.0)

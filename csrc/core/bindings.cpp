@@ -373,6 +373,7 @@ PYBIND11_MODULE(_core, m) {
         .def_readwrite("prior_alpha", &PolicyParams::prior_alpha)
         .def_readwrite("prior_weight", &PolicyParams::prior_weight)
         .def_readwrite("calibrate_repeats", &PolicyParams::calibrate_repeats)
+        .def_readwrite("optimism", &PolicyParams::optimism)
         .def_readwrite("remember", &PolicyParams::remember);
     py::class_<GenerateParams>(m, "GenerateParams")
         .def(py::init<>())

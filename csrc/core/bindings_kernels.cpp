@@ -88,8 +88,10 @@ namespace specnative {
 void bind_kernels(py::module_& m) {
     // The adaptive spec policy's choice on given acceptance (per sequence, by position) and costs:
     // a verify of r rows costs verify_ms[r - 1], a draft position draft_step_ms, a round other_ms.
+    // A row count other than last_rows (0: none) adds rebuild_ms (the graph rebuilt).
     m.def("_policy_choice", [](const std::vector<std::vector<double>>& acceptance, const std::vector<int>& budget,
-                               const std::vector<double>& verify_ms, double draft_step_ms, double other_ms) {
+                               const std::vector<double>& verify_ms, double draft_step_ms, double other_ms,
+                               int last_rows, double rebuild_ms) {
         if (acceptance.size() != budget.size() || budget.empty()) {
             throw std::invalid_argument("acceptance and budget need one entry per sequence");
         }
@@ -106,7 +108,7 @@ void bind_kernels(py::module_& m) {
             throw std::invalid_argument("verify_ms needs one entry per row count up to " + std::to_string(rows_max));
         }
         const auto cost_ms = [&](int rows, int depth) {
-            return other_ms + draft_step_ms * depth + verify_ms[rows - 1];
+            return other_ms + draft_step_ms * depth + verify_ms[rows - 1] + (rows != last_rows ? rebuild_ms : 0.0);
         };
         const std::vector<int> ks = best_lengths(expect, budget, cost_ms);
         // which sequences at k = 0 the policy goes on probing (their acceptance could switch them on)
@@ -115,7 +117,8 @@ void bind_kernels(py::module_& m) {
             if (ks[s] == 0 && budget[s] > 0) probed[s] = pays_if_always_kept(expect, ks, budget, static_cast<int>(s), cost_ms);
         }
         return std::make_pair(ks, probed);
-    }, py::arg("acceptance"), py::arg("budget"), py::arg("verify_ms"), py::arg("draft_step_ms"), py::arg("other_ms"));
+    }, py::arg("acceptance"), py::arg("budget"), py::arg("verify_ms"), py::arg("draft_step_ms"), py::arg("other_ms"),
+       py::arg("last_rows") = 0, py::arg("rebuild_ms") = 0.0);
     // The engine's kernels, for tests: the greedy pick (the first index of the max, NaNs skipped,
     // at any length), the softmax and the two inverse-CDF draws (against numpy).
     m.def("_argmax", [](const FloatArray& logits) {

@@ -98,6 +98,9 @@ struct PolicyParams {
     double prior_weight = 2.0;  // adaptive: pseudo-rounds behind that prior, and behind the run's
                                 // pooled estimate in each sequence's own
     int calibrate_repeats = 3;  // adaptive: timed target decodes per row count at start-up
+    // adaptive: the bonus on an acceptance estimate with few rounds behind it, in standard errors
+    // at the prior's weight (0: none; the probes of sequences held at k = 0 still run)
+    double optimism = 0.3;
     // adaptive: start from what the engine's earlier adaptive runs under the same decoding settings
     // learned (acceptance by task label, the cost levels) and leave this run's there, as a server
     // that runs for hours keeps it; false: learn from the prior alone and leave nothing.

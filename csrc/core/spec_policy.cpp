@@ -1,7 +1,8 @@
 // The spec policies (spec_policy.h). The adaptive one picks, every round, the draft lengths that
 // maximise the batch's expected emitted tokens per millisecond:
 //
-//   rate(k_1..k_n) = sum_s E_s(k_s) / (other + draft_step * max_s k_s + verify(sum_s (k_s + 1)))
+//   rate(k_1..k_n) = sum_s E_s(k_s) / (other + draft_step * max_s k_s + verify(sum_s (k_s + 1))
+//                                      + rebuild where the row count is not the last round's)
 //
 // E_s(k) = 1 + sum_{j<=k} prod_{i<=j} a_{s,i}: the expected tokens a chain of k emits, from the
 // sequence's acceptance at each position given the earlier ones were kept (a_{s,i}: its own
@@ -10,8 +11,9 @@
 // from every round; draft_step and other are running means of the round's own timers. The
 // search tries one k for the batch (0..k_max), then moves each sequence alone to its best k, so
 // one verify batch may hold sequences of different k and k = 0 (that sequence decodes one token).
-// A small optimism bonus on a_{s,i}, shrinking with the rounds behind it, lets a sequence that
-// was switched off on few rounds draft again; a sequence switched off by the cost stays off.
+// A small optimism bonus on a_{s,i}, shrinking with the rounds behind it (the sequence's and its
+// pool's), lets a position with few rounds behind it be tried; a sequence switched off by the cost
+// stays off.
 #include "spec_policy.h"
 
 #include <algorithm>
@@ -28,7 +30,6 @@ namespace specnative {
 
 namespace {
 
-constexpr double kOptimism = 0.3;   // the bonus on an acceptance estimate behind w pseudo-rounds
 constexpr double kCostWeight = 0.3; // a round's weight in the verify curve's level
 constexpr double kStepWeight = 0.2; // a new round's weight in the draft step's and the rest's means
 constexpr int kFirstGap = 8;        // rounds at k = 0 before a sequence's first probe
@@ -67,6 +68,13 @@ private:
 // back to back, so every round's verify rescales the whole curve: its running mean of measured
 // over timed, at whatever row count the round had; apart for rounds where no sequence drafted
 // (baseline steps, with no draft decode in between).
+//
+// A decode whose batch has another row count than the decode before it costs more: llama.cpp
+// reuses the last graph only for the shape it was built for (a GPU backend's captured graph
+// likewise), so a round that changes the row count rebuilds it. The start-up times every row count
+// after another one (the rebuild included) and the rebuild apart (rebuild_ms); the curve here is
+// the cost with the graph reused, and the policy adds the rebuild where its choice changes the row
+// count: a mix of k that changes every round pays it every round, where a fixed k does not.
 class RowCost {
 public:
     explicit RowCost(int max_rows) : ms_(static_cast<size_t>(max_rows) + 1, -1.0) {}
@@ -74,20 +82,30 @@ public:
     void timed(int rows, double ms) {
         if (rows >= 1 && rows < static_cast<int>(ms_.size()) && ms >= 0) ms_[rows] = ms;
     }
+    void set_rebuild(double ms) { rebuild_ms_ = std::max(0.0, ms); }
+    double rebuild_ms() const { return rebuild_ms_; }
     // `drafted`: the round drafted (a verify after draft decodes), or every sequence decoded one
-    // token (a baseline step: no draft decode in between, as warm as the start-up's).
-    void observe(int rows, double ms, double weight, bool drafted) {
-        const double shape = curve(rows);
-        if (!(shape > 0) || !(ms >= 0)) return;
+    // token (a baseline step: no draft decode in between, as warm as the start-up's). `rebuilt`:
+    // its row count was not the round's before.
+    void observe(int rows, double ms, double weight, bool drafted, bool rebuilt) {
+        const double shape = reused(rows);
+        const double seen = ms - (rebuilt ? rebuild_ms_ : 0.0);
+        if (!(shape > 0) || !(seen > 0)) return;
         double& scale = drafted ? scale_ : step_scale_;
-        scale = (1 - weight) * scale + weight * ms / shape;
+        scale = (1 - weight) * scale + weight * seen / shape;
     }
-    double at(int rows, bool drafted) const { return (drafted ? scale_ : step_scale_) * curve(rows); }
+    // With the graph reused; a changed row count adds rebuild_ms().
+    double at(int rows, bool drafted) const { return (drafted ? scale_ : step_scale_) * reused(rows); }
     void load(double scale, double step_scale) { scale_ = scale, step_scale_ = step_scale; }
     double scale() const { return scale_; }
     double step_scale() const { return step_scale_; }
 
 private:
+    // The timed cost less the rebuild every start-up timing carried (at least a tenth of it).
+    double reused(int rows) const {
+        const double timed = curve(rows);
+        return std::max(timed - rebuild_ms_, 0.1 * timed);
+    }
     double curve(int rows) const {
         const int n = static_cast<int>(ms_.size());
         int lo = std::min(rows, n - 1), hi = std::max(rows, 1);
@@ -103,7 +121,8 @@ private:
         return std::max(0.0, ms_[a] + slope * (rows - a));
     }
 
-    std::vector<double> ms_;  // start-up timings by rows; -1: not timed
+    std::vector<double> ms_;  // start-up timings by rows, each after another row count; -1: not timed
+    double rebuild_ms_ = 0.0; // what a changed row count adds (start-up: after another count less again)
     double scale_ = 1.0;      // the drafting rounds' verify over the timings
     double step_scale_ = 1.0; // the rounds without a draft: over the timings
 };
@@ -173,7 +192,10 @@ private:
             const double a = (own.kept[i] + w * own_prior) / (own.reached[i] + w);
             pool_prior = a_pool;
             own_before = a;
-            rates[i] = std::min(1.0, a + kOptimism * std::sqrt(w / (own.reached[i] + w)) * std::sqrt(a * (1 - a)));
+            // the bonus shrinks with every round behind the estimate, the pool's too: a new request
+            // of a label the run knows well starts from the pool's estimate, not from a doubt
+            const double behind = own.reached[i] + pool.reached[i];
+            rates[i] = std::min(1.0, a + p_.optimism * std::sqrt(w / (behind + w)) * std::sqrt(a * (1 - a)));
         }
     }
     void explore(int s, int& k, int budget);
@@ -203,6 +225,7 @@ private:
     std::map<int, Tally> pooled_;  // by task label: every sequence of the run so far
     std::vector<int64_t> snap_drafted_, snap_accepted_;  // by slot: counts before the round
     RowCost cost_;
+    int last_rows_ = 0;  // the rows the last round verified (0: unknown, prompt chunks rode along)
     std::map<int, double> draft_step_ms_, other_ms_;  // by sequences decoding; none: no round seen yet
     std::vector<std::vector<double>> expect_;  // scratch: E_s(0..k)
     PolicyLearned* learned_;  // the engine's memory for these settings; null: none
@@ -256,6 +279,18 @@ void AdaptivePolicy::start(Engine::Context& t, Engine::Context* draft, const std
     for (size_t i = 0; i < shapes.size(); ++i) {
         if (!times[i].empty()) cost_.timed(shapes[i].first * shapes[i].second, median_of(times[i]));
     }
+    // The rebuild: one sequence step per sequence after two rows each (another graph), then the same
+    // step again (its graph reused).
+    if (2 * n <= t.n_batch) {
+        std::vector<double> extra;
+        for (int r = 0; r <= p_.calibrate_repeats; ++r) {
+            time_rows(t, anchors, n, 2);
+            const double after_other = time_rows(t, anchors, n, 1);
+            const double reused = time_rows(t, anchors, n, 1);
+            if (r > 0) extra.push_back(after_other - reused);
+        }
+        cost_.set_rebuild(median_of(extra));
+    }
 }
 
 void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding) {
@@ -291,7 +326,10 @@ void AdaptivePolicy::choose(std::vector<Engine::Sequence>& seqs, std::vector<int
         expect_[s] = expected_tokens(rates);
     }
     const double draft_step = by_size(draft_step_ms_, decoding), other = by_size(other_ms_, decoding);
-    const auto cost_ms = [&](int rows, int depth) { return other + draft_step * depth + cost_.at(rows, depth > 0); };
+    const double rebuild = cost_.rebuild_ms();
+    const auto cost_ms = [&](int rows, int depth) {
+        return other + draft_step * depth + cost_.at(rows, depth > 0) + (rows != last_rows_ ? rebuild : 0.0);
+    };
     std::vector<int> ks = best_lengths(expect_, budget, cost_ms);
     for (int s = 0; s < n; ++s) {
         if (budget[s] < 0) continue;
@@ -342,7 +380,8 @@ void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const st
             }
         }
     }
-    if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight, depth > 0);
+    if (cost.rows > 0) cost_.observe(cost.rows, cost.verify_ms, kCostWeight, depth > 0, cost.rows != last_rows_);
+    last_rows_ = cost.rows;
     // A draft model's catch-up on tokens it has not seen (rounds at k = 0, a deferred prompt) is
     // timed apart and is not a draft step: a prompt's catch-up priced as one would keep a paying
     // pair off at the batch size where it happened.
@@ -482,6 +521,9 @@ void check_policy(const PolicyParams& p, int k_max, bool tree) {
         throw std::invalid_argument("the adaptive policy's prior weight must be a finite number > 0");
     }
     if (p.calibrate_repeats < 1) throw std::invalid_argument("the adaptive policy needs calibrate_repeats >= 1");
+    if (!(p.optimism >= 0.0) || !std::isfinite(p.optimism)) {
+        throw std::invalid_argument("the adaptive policy's optimism must be a finite number >= 0");
+    }
 }
 
 }  // namespace specnative

@@ -10,6 +10,8 @@
                                     position, `weight` pseudo-rounds behind it); it starts from what
                                     the engine's earlier adaptive runs under the same decoding
                                     settings learned, and leaves its own there
+    adaptive:optimism=0             no bonus on acceptance estimates with few rounds behind them
+                                    (default 0.3 standard errors at the prior's weight)
     adaptive:fresh                  the same from the prior alone, leaving nothing behind
 
 The run's k is the most any round drafts. A policy changes when tokens are drafted, never which
@@ -25,7 +27,7 @@ from pathlib import Path
 from specnative import _core
 
 KINDS = ("static", "by-batch", "adaptive")
-ADAPTIVE_DEFAULTS = {"prior": 0.5, "weight": 2.0}
+ADAPTIVE_DEFAULTS = {"prior": 0.5, "weight": 2.0, "optimism": 0.3}
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class SpecPolicy:
     schedule: tuple = ()  # by-batch: ((lo, hi, k), ...)
     prior_alpha: float = ADAPTIVE_DEFAULTS["prior"]
     prior_weight: float = ADAPTIVE_DEFAULTS["weight"]
+    optimism: float = ADAPTIVE_DEFAULTS["optimism"]
     remember: bool = True  # adaptive: carry what was learned from one run of the engine to the next
 
     @property
@@ -47,8 +50,10 @@ class SpecPolicy:
             return "by-batch:" + json.dumps([list(band) for band in self.schedule], separators=(",", ":"))
         if self.kind == "adaptive":
             options = [] if self.remember else ["fresh"]
-            if (self.prior_alpha, self.prior_weight) != tuple(ADAPTIVE_DEFAULTS.values()):
+            if (self.prior_alpha, self.prior_weight) != (ADAPTIVE_DEFAULTS["prior"], ADAPTIVE_DEFAULTS["weight"]):
                 options += [f"prior={self.prior_alpha:g}", f"weight={self.prior_weight:g}"]
+            if self.optimism != ADAPTIVE_DEFAULTS["optimism"]:
+                options.append(f"optimism={self.optimism:g}")
             return "adaptive" + (":" + ",".join(options) if options else "")
         return self.kind
 
@@ -63,6 +68,7 @@ class SpecPolicy:
         p.schedule = [_core.PolicyBand(lo, hi, k) for lo, hi, k in self.schedule]
         p.prior_alpha = self.prior_alpha
         p.prior_weight = self.prior_weight
+        p.optimism = self.optimism
         p.remember = self.remember
 
 
@@ -120,7 +126,10 @@ def _adaptive(options: str) -> SpecPolicy:
         raise ValueError(f"adaptive:{options}: prior must be in [0, 1]")
     if not (values["weight"] > 0 and math.isfinite(values["weight"])):
         raise ValueError(f"adaptive:{options}: weight must be a finite number > 0")
-    return SpecPolicy("adaptive", prior_alpha=values["prior"], prior_weight=values["weight"], remember=remember)
+    if not (values["optimism"] >= 0 and math.isfinite(values["optimism"])):
+        raise ValueError(f"adaptive:{options}: optimism must be a finite number >= 0")
+    return SpecPolicy("adaptive", prior_alpha=values["prior"], prior_weight=values["weight"],
+                      optimism=values["optimism"], remember=remember)
 
 
 def parse(value) -> SpecPolicy:
@@ -138,7 +147,7 @@ def parse(value) -> SpecPolicy:
         return _adaptive(rest)
     if kind == "by-batch" and rest:
         return SpecPolicy("by-batch", schedule=_schedule(rest))
-    raise ValueError(f"spec_policy {value!r}: expected static, adaptive[:fresh,prior=A,weight=W], "
+    raise ValueError(f"spec_policy {value!r}: expected static, adaptive[:fresh,prior=A,weight=W,optimism=O], "
                      f"by-batch:[[lo,hi,k],...] or by-batch:RUN/advice.json")
 
 
