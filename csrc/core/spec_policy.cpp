@@ -145,7 +145,6 @@ public:
         cost_.load(learned_->verify_scale, learned_->step_scale);
         draft_step_ms_ = learned_->draft_step_ms;
         other_ms_ = learned_->other_ms;
-        first_gap_ = learned_->first_gap;
     }
     ~AdaptivePolicy() override {
         if (learned_ == nullptr) return;
@@ -164,7 +163,6 @@ public:
         learned_->step_scale = cost_.step_scale();
         learned_->draft_step_ms = draft_step_ms_;
         learned_->other_ms = other_ms_;
-        learned_->first_gap = first_gap_;
     }
 
     void start(Engine::Context& t, Engine::Context* draft, const std::vector<Engine::Sequence>& seqs) override;
@@ -200,11 +198,7 @@ private:
             rates[i] = std::min(1.0, a + p_.optimism * std::sqrt(w / (behind + w)) * std::sqrt(a * (1 - a)));
         }
     }
-    void explore(int s, int label, int& k, int budget);
-    int first_gap(int label) const {
-        const auto it = first_gap_.find(label);
-        return it == first_gap_.end() ? kFirstGap : it->second;
-    }
+    void explore(int s, int& k, int budget);
     // The search's draft lengths into budget (cap, once the draft's cost is known).
     void choose(std::vector<Engine::Sequence>& seqs, std::vector<int>& budget, int decoding);
     // The round's draft step and the rest (ms) with n sequences decoding: the running mean at n, else
@@ -226,7 +220,6 @@ private:
     PolicyParams p_;
     int k_;
     std::vector<int> idle_, gap_;  // by slot: rounds at k = 0 in a row, and the rounds before a probe
-    std::map<int, int> first_gap_; // by task label: a new sequence's gap (longer while its label's probes fail)
     std::vector<Tally> own_;       // by slot: the sequence it holds now
     std::vector<uint64_t> key_;    // by slot: that sequence's key (a new key: a new request)
     std::map<int, Tally> pooled_;  // by task label: every sequence of the run so far
@@ -309,7 +302,7 @@ void AdaptivePolicy::cap(std::vector<Engine::Sequence>& seqs, std::vector<int>& 
             key_[s] = seqs[s].key;
             own_[s].reset(k_);
             idle_[s] = 0;
-            gap_[s] = first_gap(seqs[s].label);
+            gap_[s] = kFirstGap;
         }
         snap_drafted_[s] = seqs[s].counts.drafted;
         snap_accepted_[s] = seqs[s].counts.accepted;
@@ -345,29 +338,25 @@ void AdaptivePolicy::choose(std::vector<Engine::Sequence>& seqs, std::vector<int
             budget[s] = 0;
             continue;
         }
-        explore(s, seqs[s].label, ks[s], budget[s]);
+        explore(s, ks[s], budget[s]);
         budget[s] = ks[s];
     }
 }
 
 // A sequence the search keeps at k = 0 learns nothing more of its acceptance: after gap_[s] such
 // rounds in a row it drafts one token, and the gap doubles (up to kMaxGap) until the search itself
-// drafts for it again. A probe costs a draft step, a row and, with a draft model, its catch-up on
-// the tokens the sequence emitted meanwhile. Its label keeps the longest gap its sequences reached
-// (reset once the search drafts for one of them): where the probes of a kind of request keep
-// failing, a new request of that kind waits as long before its first, instead of probing every
-// request anew (on short requests of a label that never pays, those probes were most of the loss).
-void AdaptivePolicy::explore(int s, int label, int& k, int budget) {
+// drafts for it again. A probe costs a draft step and a row; where the draft is as dear as the
+// target and always right, it emits two tokens for about two steps' cost, so it costs nothing.
+void AdaptivePolicy::explore(int s, int& k, int budget) {
     if (k > 0 || budget == 0) {
         idle_[s] = 0;
-        if (k > 0) gap_[s] = kFirstGap, first_gap_[label] = kFirstGap;
+        if (k > 0) gap_[s] = kFirstGap;
         return;
     }
     if (++idle_[s] < gap_[s]) return;
     k = 1;
     idle_[s] = 0;
     gap_[s] = std::min(2 * gap_[s], kMaxGap);
-    first_gap_[label] = std::max(first_gap(label), gap_[s]);
 }
 
 void AdaptivePolicy::observe(const std::vector<Engine::Sequence>& seqs, const std::vector<int>& budget,

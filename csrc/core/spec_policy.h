@@ -67,7 +67,6 @@ struct PolicyLearned {
     double verify_scale = 1.0;         // the drafting rounds' verify over the start-up timings
     double step_scale = 1.0;           // the rounds without a draft, likewise
     std::map<int, double> draft_step_ms, other_ms;  // by sequences decoding in the round
-    std::map<int, int> first_gap;      // by task label: rounds at k = 0 before a new sequence's first probe
 };
 struct PolicyMemory {
     std::map<std::string, PolicyLearned> by_setting;
