@@ -88,10 +88,10 @@ def pairs(names: list[str]) -> list[dict]:
         if name == "qwen":
             from specnative.models.presets import qwen_files
             files = qwen_files()
-            # its steps are ~30x the tiny pair's: the traces' gaps 20x, to keep a low load low (about one request at a time)
+            # its steps are ~30x the tiny pair's: the traces' gaps 8x
             out.append({"name": name, "title": "Qwen2.5-Coder 1.5B Q4_K_M / 0.5B Q4_K_M draft (pays on copying "
                         "tasks at low load only)", "target": files["Q4_K_M"], "draft": files["draft"],
-                        "drafter": "model", "time_scale": 20.0})
+                        "drafter": "model", "time_scale": 8.0})
             continue
         from specnative.models.presets import gemma_files
         files = gemma_files()
